@@ -1,0 +1,57 @@
+"""consumerkit: consume Kafka events exactly once in effect, backed by PostgreSQL."""
+
+from .consumer import Consumer
+from .context import HandlerContext
+from .deadletter import DeadLetterEntry, DeadLetterTable, DeadLetterTopic
+from .dedup import DedupPolicy, PostgresDedupStore
+from .envelope import Envelope, Record, WireFormat
+from .errors import (
+    ConfigurationError,
+    ConsumerKitError,
+    DeadLetter,
+    DecodeError,
+    HandlerDefinitionError,
+    HandlerSignal,
+    Retry,
+    StartupError,
+    TransportError,
+)
+from .registry import HandlerRegistry, handler
+from .retry import RetryPolicy
+from .schema import migrate
+from .stats import ConsumerStats
+
+__version__ = "0.1.0"
+
+__all__ = [
+    # consuming
+    "Consumer",
+    "ConsumerStats",
+    "HandlerContext",
+    "HandlerRegistry",
+    "handler",
+    # wire format and events
+    "Envelope",
+    "Record",
+    "WireFormat",
+    # policies
+    "DedupPolicy",
+    "RetryPolicy",
+    # storage
+    "DeadLetterEntry",
+    "DeadLetterTable",
+    "DeadLetterTopic",
+    "PostgresDedupStore",
+    "migrate",
+    # errors
+    "ConfigurationError",
+    "ConsumerKitError",
+    "DeadLetter",
+    "DecodeError",
+    "HandlerDefinitionError",
+    "HandlerSignal",
+    "Retry",
+    "StartupError",
+    "TransportError",
+    "__version__",
+]

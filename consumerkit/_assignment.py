@@ -1,0 +1,34 @@
+"""What the consumer knows about each partition it owns right now."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from ._offsets import PartitionOffsets
+from .transport.kafka import Partition
+
+
+@dataclass(slots=True, eq=False)
+class PartitionState:
+    """One owned partition: its offset watermark, its work in flight, and whether that work
+    should be abandoned (partition revoked, consumer stopping)."""
+
+    partition: Partition
+    offsets: PartitionOffsets = field(default_factory=PartitionOffsets)
+    abandon: asyncio.Event = field(default_factory=asyncio.Event)
+    drained: asyncio.Event = field(default_factory=asyncio.Event)
+    pending: int = 0
+
+    def __post_init__(self) -> None:
+        self.drained.set()
+
+    def submitted(self, offset: int) -> None:
+        self.offsets.started(offset)
+        self.pending += 1
+        self.drained.clear()
+
+    def settled(self) -> None:
+        self.pending -= 1
+        if self.pending == 0:
+            self.drained.set()

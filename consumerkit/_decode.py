@@ -1,0 +1,148 @@
+"""From a broker record to a routed, validated event, or a :class:`DecodeError` whose reason
+code says why not (the pipeline dead-letters it). The one place that reads the wire format."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from .envelope import Envelope, IdSource, RecordLike, WireFormat, record_time
+from .errors import DecodeError
+from .registry import Route, RouteTable
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    envelope: Envelope
+    route: Route
+    event: BaseModel
+
+
+def header_map(record: RecordLike) -> dict[str, bytes]:
+    """Record headers as a dict (the last value of a repeated name wins; nulls are dropped)."""
+    return {name: value for name, value in record.headers or () if value is not None}
+
+
+def header_text(headers: dict[str, bytes], name: str) -> str | None:
+    raw = headers.get(name)
+    if raw is None:
+        return None
+    try:
+        return raw.decode()
+    except UnicodeDecodeError as exc:
+        raise DecodeError("invalid_header", f"header {name!r} is not UTF-8") from exc
+
+
+class Decoder:
+    """Decodes records for one consumer: size limit, headers, key, route, id, payload."""
+
+    def __init__(self, routes: RouteTable, wire: WireFormat, max_bytes: int) -> None:
+        self.routes = routes
+        self.wire = wire
+        self.max_bytes = max_bytes
+
+    def decode(self, record: RecordLike) -> Decoded:
+        value = record.value
+        if value is None:
+            raise DecodeError("empty_value", "the record has no value (a tombstone?)")
+        if len(value) > self.max_bytes:
+            raise DecodeError(
+                "oversized", f"value of {len(value)} bytes exceeds the {self.max_bytes} limit"
+            )
+        headers = header_map(record)
+        wire = self.wire
+        event_type = header_text(headers, wire.event_type_header)
+        route = self.routes.find(event_type, record.topic)
+        if route is None:
+            if event_type is None:
+                raise DecodeError(
+                    "missing_event_type",
+                    f"no {wire.event_type_header!r} header and no handler for topic "
+                    f"{record.topic!r}",
+                )
+            raise DecodeError("unknown_event_type", f"no handler for event type {event_type!r}")
+        event_id, id_source = self._event_id(record, headers, value)
+        try:
+            event = route.model.model_validate_json(value)
+        except ValidationError as exc:
+            kind = exc.errors()[0]["type"] if exc.error_count() else ""
+            reason = "invalid_json" if kind == "json_invalid" else "invalid_payload"
+            raise DecodeError(reason, _short(exc)) from exc
+        envelope = Envelope(
+            event_id=event_id,
+            id_source=id_source,
+            event_type=event_type,
+            key=_key(record.key),
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            timestamp=record_time(record.timestamp),
+            occurred_at=_timestamp(header_text(headers, wire.occurred_at_header)),
+            aggregate_type=header_text(headers, wire.aggregate_type_header),
+            correlation_id=header_text(headers, wire.correlation_id_header),
+            causation_id=header_text(headers, wire.causation_id_header),
+            traceparent=header_text(headers, wire.traceparent_header),
+            headers=headers,
+        )
+        return Decoded(envelope, route, event)
+
+    def _event_id(
+        self, record: RecordLike, headers: dict[str, bytes], value: bytes
+    ) -> tuple[str, IdSource]:
+        wire = self.wire
+        candidate = header_text(headers, wire.id_header)
+        source: IdSource = "header"
+        if not candidate and wire.id_payload_field is not None:
+            candidate, source = _payload_field(value, wire.id_payload_field), "payload"
+        if not candidate and wire.id_from_position:
+            candidate = f"{record.topic}/{record.partition}/{record.offset}"
+            source = "position"
+        if not candidate:
+            raise DecodeError("missing_event_id", f"no {wire.id_header!r} header")
+        if not candidate.isprintable():
+            raise DecodeError("invalid_event_id", "event id contains control characters")
+        if len(candidate) > wire.max_event_id_length:
+            raise DecodeError(
+                "invalid_event_id",
+                f"event id of {len(candidate)} characters exceeds {wire.max_event_id_length}",
+            )
+        return candidate, source
+
+
+def _payload_field(value: bytes, name: str) -> str | None:
+    try:
+        doc = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError("invalid_json", str(exc)) from exc
+    found = doc.get(name) if isinstance(doc, dict) else None
+    return str(found) if isinstance(found, str | int) and not isinstance(found, bool) else None
+
+
+def _key(raw: bytes | None) -> str | None:
+    if raw is None:
+        return None
+    try:
+        return raw.decode()
+    except UnicodeDecodeError as exc:
+        raise DecodeError("invalid_key", "the record key is not UTF-8") from exc
+
+
+def _timestamp(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise DecodeError("invalid_header", f"occurred_at {text[:64]!r} is not RFC 3339") from exc
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _short(exc: ValidationError) -> str:
+    parts = [
+        f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
+        for err in exc.errors(include_url=False, include_input=False)[:5]
+    ]
+    return "; ".join(parts)

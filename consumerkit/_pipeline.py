@@ -1,0 +1,223 @@
+"""The correctness path for one record, top to bottom.
+
+decode -> [ BEGIN; claim the event id (dedup row, first statement); handler; COMMIT ]
+       -> retries with back-off -> dead letter if exhausted or undecodable.
+
+The offset is never touched here: the caller marks the record done only when ``process``
+returns an outcome other than ``ABANDONED``, and commits offsets after that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from enum import StrEnum
+
+import asyncpg
+
+from ._decode import Decoded, Decoder, header_map
+from .context import HandlerContext
+from .deadletter.entry import DeadLetterEntry
+from .deadletter.writer import DeadLetterWriter, wait_or_abandon
+from .dedup.policy import ExpiredPolicy
+from .envelope import RecordLike
+from .errors import DeadLetter, DecodeError, Retry, is_retriable
+from .retry import RetryPolicy
+from .stats import ConsumerStats
+from .types import Claim, ClaimStatus, DedupStore
+
+log = logging.getLogger("consumerkit.pipeline")
+
+
+class Outcome(StrEnum):
+    APPLIED = "applied"
+    DUPLICATE = "duplicate"
+    DEAD_LETTERED = "dead_lettered"
+    EXPIRED_SKIPPED = "expired_skipped"
+    ABANDONED = "abandoned"  # not finished: the offset must not move past it
+
+
+class Pipeline:
+    def __init__(
+        self, *, consumer: str, namespace: str, pool: asyncpg.Pool, dedup: DedupStore,
+        decoder: Decoder, retry: RetryPolicy, dead_letters: DeadLetterWriter,
+        expired: ExpiredPolicy, stats: ConsumerStats,
+    ) -> None:
+        self.consumer = consumer
+        self.namespace = namespace
+        self.pool = pool
+        self.dedup = dedup
+        self.decoder = decoder
+        self.retry = retry
+        self.dead_letters = dead_letters
+        self.expired = expired
+        self.stats = stats
+        self.maintenance_wanted = asyncio.Event()
+
+    async def process(self, record: RecordLike, abandon: asyncio.Event) -> Outcome:
+        """Apply ``record`` exactly once in effect; ``abandon`` interrupts waits (shutdown,
+        revoked partition) and yields ``ABANDONED``."""
+        self.stats.delivered += 1
+        try:
+            decoded = self.decoder.decode(record)
+        except DecodeError as exc:
+            return await self._dead_letter(record, exc.reason, exc.detail, 0, None, abandon)
+        attempt = outages = 0
+        while True:
+            attempt += 1
+            try:
+                claim = await self._attempt(decoded, attempt)
+            except _HandlerFailure as failure:
+                error, in_handler = failure.cause, True
+            except Exception as raised:
+                error, in_handler = raised, False
+            else:
+                return await self._settle(claim, record, decoded, attempt, abandon)
+            if _is_outage(error, in_handler):
+                attempt -= 1  # the database is away: wait for it, do not spend attempts
+                outages += 1
+                delay = self.retry.delay(min(outages, 8))
+                log.warning("database unavailable (%s), retrying in %.2fs",
+                            _describe(error), delay)
+            elif isinstance(error, DeadLetter) or not is_retriable(error):
+                reason = ("dead_lettered_by_handler" if isinstance(error, DeadLetter)
+                          else "handler_failed")
+                return await self._dead_letter(
+                    record, reason, _describe(error), attempt, decoded, abandon)
+            elif attempt >= self.retry.max_attempts:
+                detail = f"gave up after {attempt} attempts: {_describe(error)}"
+                return await self._dead_letter(
+                    record, "handler_failed", detail, attempt, decoded, abandon)
+            else:
+                delay = self._retry_delay(error, attempt)
+                _log_retry(decoded, attempt, delay, error)
+            if await wait_or_abandon(abandon, delay):
+                return self._abandoned()
+
+    def _retry_delay(self, error: Exception, attempt: int) -> float:
+        self.stats.retries += 1
+        if isinstance(error, Retry) and error.delay is not None:
+            return error.delay
+        return self.retry.delay(attempt)
+
+    async def _attempt(self, decoded: Decoded, attempt: int) -> Claim:
+        env = decoded.envelope
+        enforce = self.expired != "apply"
+        async with self.pool.acquire() as conn, conn.transaction():
+            try:
+                claim = await self.dedup.claim(
+                    conn, self.namespace, env, decoded.route.name, enforce_window=enforce)
+            except asyncpg.CheckViolationError as exc:  # no partition for now(): maintenance
+                self.maintenance_wanted.set()
+                raise _ClaimFailure(exc) from exc
+            if claim.status is ClaimStatus.CLAIMED:
+                ctx = HandlerContext(conn, env, attempt, _event_log(decoded))
+                try:
+                    await decoded.route.func(decoded.event, ctx)
+                except Exception as exc:
+                    raise _HandlerFailure(exc) from exc
+            return claim
+
+    async def _settle(
+        self, claim: Claim, record: RecordLike, decoded: Decoded, attempt: int,
+        abandon: asyncio.Event,
+    ) -> Outcome:
+        if claim.status is ClaimStatus.CLAIMED:
+            self.stats.applied += 1
+            return Outcome.APPLIED
+        if claim.status is ClaimStatus.DUPLICATE:
+            self.stats.duplicates += 1
+            log.debug("duplicate %s (first seen %s)", decoded.envelope.event_id,
+                      claim.original_seen_at)
+            return Outcome.DUPLICATE
+        if self.expired == "skip":
+            self.stats.expired_skipped += 1
+            log.warning("skipped %s: older than the dedup window", decoded.envelope.event_id)
+            return Outcome.EXPIRED_SKIPPED
+        detail = (f"event time {decoded.envelope.event_time.isoformat()} is older than the dedup "
+                  "retention; the original may have been forgotten")
+        return await self._dead_letter(record, "expired", detail, attempt, decoded, abandon)
+
+    async def _dead_letter(
+        self, record: RecordLike, reason: str, detail: str, attempts: int,
+        decoded: Decoded | None, abandon: asyncio.Event,
+    ) -> Outcome:
+        headers = header_map(record)
+        wire = self.decoder.wire
+        entry = DeadLetterEntry(
+            consumer=self.consumer, topic=record.topic, partition=record.partition,
+            offset=record.offset, key=record.key, value=record.value,
+            headers=list(record.headers or ()), reason=reason, detail=detail, attempts=attempts,
+            event_id=decoded.envelope.event_id if decoded else _lenient(headers, wire.id_header),
+            event_type=decoded.envelope.event_type if decoded else _lenient(
+                headers, wire.event_type_header),
+        )
+        if not await self.dead_letters.write(entry, abandon):
+            return self._abandoned()
+        self.stats.dead_lettered += 1
+        self.stats.dead_letter_reasons[reason] += 1
+        log.warning("dead-lettered %s/%d/%d: %s: %s", record.topic, record.partition,
+                    record.offset, reason, detail)
+        return Outcome.DEAD_LETTERED
+
+    def _abandoned(self) -> Outcome:
+        self.stats.abandoned += 1
+        return Outcome.ABANDONED
+
+
+def _event_log(decoded: Decoded) -> logging.LoggerAdapter[logging.Logger]:
+    env = decoded.envelope
+    return logging.LoggerAdapter(logging.getLogger("consumerkit.handler"), {
+        "event_id": env.event_id, "event_type": env.event_type, "topic": env.topic,
+        "partition": env.partition, "offset": env.offset, "handler": decoded.route.name,
+    })
+
+
+def _log_retry(decoded: Decoded, attempt: int, delay: float, exc: Exception) -> None:
+    env = decoded.envelope
+    log.warning("handler %s failed on %s (attempt %d), retrying in %.2fs: %s",
+                decoded.route.name, env.event_id, attempt, delay, _describe(exc))
+
+
+class _HandlerFailure(Exception):
+    """Carries an exception raised by the handler itself (as opposed to the dedup claim, the
+    connection or the commit) out of the transaction."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class _ClaimFailure(Exception):
+    """The dedup claim failed for want of a partition: the store needs maintenance."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _is_outage(exc: BaseException, in_handler: bool) -> bool:
+    """Infrastructure trouble, retried until it heals and never dead-lettered: a lost or
+    refused database connection, a dedup table without a partition for now. An ``OSError``
+    counts only outside the handler (the handler's own I/O is its business)."""
+    if isinstance(exc, _OUTAGES):
+        return True
+    return not in_handler and isinstance(exc, OSError | _ClaimFailure)
+
+
+_OUTAGES = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.TooManyConnectionsError,
+)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:2000]
+
+
+def _lenient(headers: dict[str, bytes], name: str) -> str | None:
+    raw = headers.get(name)
+    return raw.decode(errors="replace")[:200] if raw is not None else None

@@ -1,0 +1,247 @@
+"""The consumer: wiring of services, start-up checks, run and graceful stop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+import asyncpg
+
+from ._decode import Decoder
+from ._engine import Engine
+from ._identifiers import check_name, identifier, redact_dsn
+from ._pipeline import Pipeline
+from .deadletter.table import DeadLetterTable
+from .deadletter.writer import DeadLetterWriter
+from .dedup.partitions import maintain
+from .dedup.policy import DedupPolicy
+from .dedup.postgres import PostgresDedupStore
+from .envelope import WireFormat
+from .errors import ConfigurationError, StartupError
+from .registry import HandlerSource, RouteTable
+from .retry import RetryPolicy
+from .schema import check_synchronous_commit, migrate
+from .stats import ConsumerStats
+from .transport.kafka import KafkaSource, Partition
+from .types import DeadLetterSink, SinkResources
+
+log = logging.getLogger("consumerkit.consumer")
+
+
+class Consumer:
+    """Consumes ``topics`` as group ``name`` and applies every event's effect exactly once.
+
+    Per message: the event id is claimed in the dedup table as the first statement of a
+    transaction, the handler runs in that same transaction (``ctx.tx``), the transaction
+    commits, and only then may the offset move past the message. Messages of one key are
+    handled one at a time in offset order; different keys run concurrently.
+    """
+
+    def __init__(
+        self, *, name: str, handlers: Iterable[HandlerSource], topics: Sequence[str],
+        kafka_bootstrap: str, postgres_dsn: str, schema: str = "consumerkit",
+        dedup: DedupPolicy | None = None, retry: RetryPolicy | None = None,
+        wire: WireFormat | None = None,
+        dead_letter: DeadLetterSink | Sequence[DeadLetterSink] | None = None,
+        concurrency: int = 16, max_in_flight: int = 1000, max_message_bytes: int = 1 << 20,
+        migrate: bool = True, kafka_options: Mapping[str, Any] | None = None,
+        kafka_consumer_options: Mapping[str, Any] | None = None,
+        shutdown_timeout: float = 30.0, handle_signals: bool = True,
+        maintenance_interval: timedelta | None = None,
+    ) -> None:
+        self.name = check_name(name, "consumer name")
+        self.topics = [check_name(t, "topic") for t in topics]
+        if not self.topics:
+            raise ConfigurationError("at least one topic is required")
+        identifier(schema, "schema name")
+        if concurrency < 1 or max_in_flight < 1 or max_message_bytes < 1:
+            raise ConfigurationError(
+                "concurrency, max_in_flight and max_message_bytes must be at least 1")
+        self.routes = RouteTable.build(handlers)
+        self.schema = schema
+        self.dedup = dedup or DedupPolicy()
+        self.retry = retry or RetryPolicy()
+        self.wire = wire or WireFormat()
+        sinks = dead_letter if dead_letter is not None else DeadLetterTable()
+        self.dead_letter: tuple[DeadLetterSink, ...] = (
+            tuple(sinks) if isinstance(sinks, Sequence) else (sinks,))
+        if not self.dead_letter:
+            raise ConfigurationError("at least one dead-letter destination is required")
+        self.kafka_bootstrap = kafka_bootstrap
+        self._dsn = postgres_dsn
+        self.concurrency = concurrency
+        self.max_in_flight = max_in_flight
+        self.max_message_bytes = max_message_bytes
+        self.auto_migrate = migrate
+        self.kafka_options = dict(kafka_options or {})
+        self.kafka_consumer_options = {**self.kafka_options, **(kafka_consumer_options or {})}
+        self.shutdown_timeout = shutdown_timeout
+        self.handle_signals = handle_signals
+        self.maintenance_interval = maintenance_interval or min(
+            self.dedup.partition_interval / 4, timedelta(hours=1))
+        self.stats = ConsumerStats()
+        self.started = asyncio.Event()
+        self._engine: Engine | None = None
+        self._running = False
+        self._stop_requested = asyncio.Event()
+        self._force = asyncio.Event()
+        self._finished = asyncio.Event()
+
+    def __repr__(self) -> str:
+        return (f"Consumer(name={self.name!r}, topics={self.topics!r}, "
+                f"postgres={redact_dsn(self._dsn)!r}, kafka={self.kafka_bootstrap!r})")
+
+    @property
+    def assignment(self) -> list[Partition]:
+        return sorted(self._engine.states) if self._engine else []
+
+    async def migrate(self) -> None:
+        """Create or upgrade consumerkit's tables (idempotent; safe concurrently)."""
+        async with _connect(self._dsn) as conn:
+            await migrate(conn, self.schema, self.dedup)
+
+    async def run(self) -> None:
+        """Consume until :meth:`stop`, cancellation, or SIGTERM/SIGINT; then shut down
+        gracefully. Raises :class:`StartupError` if a service or topic is missing."""
+        if self._running:
+            raise ConfigurationError("a Consumer runs once; create a new one to run again")
+        self._running = True
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                await self._serve(stack)
+        finally:
+            self._finished.set()
+
+    async def stop(self) -> None:
+        """Ask a running consumer to finish in-flight work, commit and close; wait for it."""
+        self._request_stop()
+        if self._running:
+            await self._finished.wait()
+
+    def _request_stop(self) -> None:
+        self._stop_requested.set()
+        if self._engine is not None:
+            self._engine.stopping.set()
+            self._engine.wake()
+
+    async def _serve(self, stack: contextlib.AsyncExitStack) -> None:
+        pool = await _open_pool(self._dsn, self.name, self.concurrency + 2)
+        stack.push_async_callback(pool.close)
+        await self._prepare_database(pool)
+        resources = SinkResources(pool, self.schema, self.kafka_bootstrap, self.kafka_options)
+        for sink in self.dead_letter:
+            await sink.open(resources)
+            stack.push_async_callback(sink.close)
+        engine = self._engine = Engine(
+            pipeline=self._pipeline(pool), concurrency=self.concurrency,
+            max_in_flight=self.max_in_flight, revoke_timeout=self.shutdown_timeout,
+            stats=self.stats)
+        source = KafkaSource(
+            topics=self.topics, group_id=self.name, bootstrap=self.kafka_bootstrap,
+            options=self.kafka_consumer_options, rebalance=engine)
+        await source.start()
+        stack.push_async_callback(source.stop)
+        maintenance = asyncio.create_task(
+            self._maintain_forever(pool, engine.pipeline.maintenance_wanted))
+        stack.push_async_callback(_cancel, maintenance)
+        stack.callback(self._install_signals())
+        if self._stop_requested.is_set():
+            engine.stopping.set()
+        self.started.set()
+        log.info("consumer %s started on %s", self.name, ", ".join(self.topics))
+        try:
+            await engine.run(source)
+        finally:
+            await engine.drain(self.shutdown_timeout, self._force)
+            log.info("consumer %s stopped: %s", self.name, self.stats)
+
+    def _pipeline(self, pool: asyncpg.Pool) -> Pipeline:
+        return Pipeline(
+            consumer=self.name, namespace=self.name, pool=pool,
+            dedup=PostgresDedupStore(self.schema, self.dedup),
+            decoder=Decoder(self.routes, self.wire, self.max_message_bytes),
+            retry=self.retry, dead_letters=DeadLetterWriter(self.dead_letter),
+            expired=self.dedup.expired, stats=self.stats)
+
+    async def _prepare_database(self, pool: asyncpg.Pool) -> None:
+        async with pool.acquire() as conn:
+            if await check_synchronous_commit(conn) == "off":
+                log.warning(
+                    "PostgreSQL runs with synchronous_commit=off: a committed effect can vanish "
+                    "after a crash while its offset is already committed (lost effect)")
+            if self.auto_migrate:
+                await migrate(conn, self.schema, self.dedup)
+            else:
+                await maintain(conn, self.schema, self.dedup)
+
+    async def _maintain_forever(self, pool: asyncpg.Pool, wanted: asyncio.Event) -> None:
+        """Create partitions ahead and drop expired ones every interval, or at once when a
+        claim found no partition for the current time."""
+        interval = self.maintenance_interval.total_seconds()
+        while not self._stop_requested.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wanted.wait(), interval)
+            wanted.clear()
+            try:
+                async with pool.acquire() as conn:
+                    report = await maintain(conn, self.schema, self.dedup)
+                if report.created or report.dropped:
+                    log.info("dedup partitions created %s, dropped %s", report.created,
+                             report.dropped)
+            except Exception:
+                log.exception("dedup partition maintenance failed; retrying next interval")
+
+    def _install_signals(self) -> Any:
+        if not self.handle_signals or threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        loop = asyncio.get_running_loop()
+        sigs = (signal.SIGTERM, signal.SIGINT)
+        for sig in sigs:
+            loop.add_signal_handler(sig, self._on_signal, sig)
+        return lambda: [loop.remove_signal_handler(sig) for sig in sigs]
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        if self._stop_requested.is_set():
+            log.warning("second %s: abandoning in-flight work now", sig.name)
+            self._force.set()
+            return
+        log.info("%s received: finishing in-flight work, then stopping", sig.name)
+        self._request_stop()
+
+
+async def _open_pool(dsn: str, name: str, size: int) -> asyncpg.Pool:
+    try:
+        pool = await asyncpg.create_pool(
+            dsn, min_size=1, max_size=size, timeout=15,
+            server_settings={"application_name": f"consumerkit:{name}"[:63]})
+    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        raise StartupError(
+            f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {type(exc).__name__}: {exc}"
+        ) from None
+    assert pool is not None
+    return pool
+
+
+@contextlib.asynccontextmanager
+async def _connect(dsn: str) -> Any:
+    try:
+        conn = await asyncpg.connect(dsn, timeout=15)
+    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        raise StartupError(
+            f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {type(exc).__name__}: {exc}"
+        ) from None
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)

@@ -1,0 +1,32 @@
+"""A message that could not be applied, with why."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterEntry:
+    """One dead-lettered record: its raw bytes, its position and the reason.
+
+    ``reason`` is a stable code (``invalid_json``, ``missing_event_id``, ``missing_event_type``,
+    ``unknown_event_type``, ``invalid_payload``, ``oversized``, ``invalid_key``,
+    ``invalid_header``, ``handler_failed``, ``dead_lettered_by_handler``, ``expired``);
+    ``detail`` is the human-readable explanation.
+    """
+
+    consumer: str
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes]]
+    reason: str
+    detail: str
+    attempts: int = 0
+    event_id: str | None = None
+    event_type: str | None = None
+    failed_at: datetime = field(default_factory=lambda: datetime.now(UTC))

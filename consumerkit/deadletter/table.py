@@ -1,0 +1,120 @@
+"""Dead letters as rows of ``{schema}.dead_letters``, next to the effects they failed to make.
+
+A row keeps the record's exact bytes (key, value and headers), its position and why it failed,
+so it can be inspected with SQL and replayed after a fix. Headers are stored as a JSON array of
+``[name, base64(value)]`` pairs: order and repeated names survive (Kafka allows both), and any
+byte value fits in JSON. Base64 rather than hex because it is a third smaller.
+
+``send`` is idempotent per (consumer, topic, partition, offset): a consumer that crashes after
+writing a dead letter but before committing the offset writes it again on redelivery, and the
+unique constraint absorbs the repeat (the first row wins).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from typing import TypeAlias
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+from .._identifiers import identifier, qualified
+from ..errors import ConsumerKitError
+from ..types import SinkResources
+from .entry import DeadLetterEntry
+
+Connection: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
+
+TABLE = "dead_letters"
+
+_COLUMNS = (
+    'consumer, topic, "partition", "offset", key, value, headers, reason, detail, attempts, '
+    "event_id, event_type, failed_at"
+)
+
+
+def dead_letter_ddl(schema: str) -> list[str]:
+    """Statements creating the dead-letter table (run by :func:`consumerkit.schema.migrate`)."""
+    return [
+        f"""CREATE TABLE IF NOT EXISTS {qualified(schema, TABLE)} (
+            id bigserial PRIMARY KEY,
+            consumer text NOT NULL,
+            topic text NOT NULL,
+            "partition" integer NOT NULL,
+            "offset" bigint NOT NULL,
+            key bytea,
+            value bytea,
+            headers jsonb NOT NULL DEFAULT '[]',
+            reason text NOT NULL,
+            detail text NOT NULL,
+            attempts integer NOT NULL DEFAULT 0,
+            event_id text,
+            event_type text,
+            failed_at timestamptz NOT NULL,
+            created_at timestamptz NOT NULL DEFAULT now(),
+            UNIQUE (consumer, topic, "partition", "offset")
+        )""",
+    ]
+
+
+def encode_headers(headers: Sequence[tuple[str, bytes]]) -> str:
+    """Headers as the JSON text stored in the ``headers`` column."""
+    return json.dumps([[name, base64.b64encode(value).decode("ascii")] for name, value in headers])
+
+
+def decode_headers(text: str) -> list[tuple[str, bytes]]:
+    """The inverse of :func:`encode_headers`."""
+    return [(name, base64.b64decode(value)) for name, value in json.loads(text)]
+
+
+class DeadLetterTable:
+    """:class:`~consumerkit.types.DeadLetterSink` writing to ``{schema}.dead_letters``.
+
+    The consumer's pool is borrowed, never closed here. Each entry is written in its own short
+    transaction, outside the failed handler's (which has rolled back).
+    """
+
+    def __init__(self) -> None:
+        self._pool: asyncpg.Pool[asyncpg.Record] | None = None
+        self._insert_sql = ""
+
+    async def open(self, resources: SinkResources) -> None:
+        self._pool = resources.pool
+        self._insert_sql = (
+            f"INSERT INTO {qualified(resources.schema, TABLE)} ({_COLUMNS}) "
+            "VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, $11, $12, $13) "
+            'ON CONFLICT (consumer, topic, "partition", "offset") DO NOTHING')
+
+    async def send(self, entry: DeadLetterEntry) -> None:
+        if self._pool is None:
+            raise ConsumerKitError("DeadLetterTable is not open: call open() first")
+        await self._pool.execute(
+            self._insert_sql, entry.consumer, entry.topic, entry.partition, entry.offset,
+            entry.key, entry.value, encode_headers(entry.headers), entry.reason, entry.detail,
+            entry.attempts, entry.event_id, entry.event_type, entry.failed_at)
+
+    async def close(self) -> None:
+        self._pool = None
+
+
+async def list_dead_letters(
+    conn: Connection, schema: str, consumer: str | None = None, limit: int = 100,
+) -> list[DeadLetterEntry]:
+    """The oldest ``limit`` dead letters (of ``consumer`` if given), in the order written."""
+    identifier(schema, "schema name")
+    rows = await conn.fetch(
+        f"SELECT {_COLUMNS} FROM {qualified(schema, TABLE)} "
+        "WHERE $1::text IS NULL OR consumer = $1 ORDER BY id LIMIT $2",
+        consumer, limit)
+    return [
+        DeadLetterEntry(
+            consumer=row["consumer"], topic=row["topic"], partition=row["partition"],
+            offset=row["offset"], key=row["key"], value=row["value"],
+            headers=decode_headers(row["headers"]), reason=row["reason"],
+            detail=row["detail"], attempts=row["attempts"], event_id=row["event_id"],
+            event_type=row["event_type"], failed_at=row["failed_at"],
+        )
+        for row in rows
+    ]

@@ -1,0 +1,66 @@
+"""Dead letters as Kafka records: the original key, value and headers, plus why."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .._identifiers import check_name
+from ..errors import StartupError
+from ..transport.kafka import KafkaProducer
+from ..types import SinkResources
+from .entry import DeadLetterEntry
+
+REASON_HEADER = "consumerkit.reason"
+DETAIL_HEADER = "consumerkit.detail"
+ORIGIN_HEADER = "consumerkit.origin"
+CONSUMER_HEADER = "consumerkit.consumer"
+ATTEMPTS_HEADER = "consumerkit.attempts"
+
+
+class DeadLetterTopic:
+    """Publishes dead letters to ``topic`` (default: ``<source topic>.dlq``).
+
+    The record keeps the original key, value and headers and adds ``consumerkit.reason``,
+    ``consumerkit.detail``, ``consumerkit.origin`` (``topic/partition/offset``),
+    ``consumerkit.consumer`` and ``consumerkit.attempts``. Delivery is at least once: a crash
+    after publishing but before the offset commit publishes the entry again, with the same
+    origin header to deduplicate on.
+    """
+
+    def __init__(
+        self, topic: str | None = None, *, suffix: str = ".dlq",
+        producer_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.topic = check_name(topic, "dead-letter topic") if topic else None
+        self.suffix = suffix
+        self.producer_options = dict(producer_options or {})
+        self._producer: KafkaProducer | None = None
+
+    def destination(self, source_topic: str) -> str:
+        return self.topic or f"{source_topic}{self.suffix}"
+
+    async def open(self, resources: SinkResources) -> None:
+        options = {**resources.kafka_options, **self.producer_options}
+        producer = KafkaProducer(resources.kafka_bootstrap, options)
+        await producer.start()
+        self._producer = producer
+
+    async def send(self, entry: DeadLetterEntry) -> None:
+        if self._producer is None:
+            raise StartupError("DeadLetterTopic used before open()")
+        extra = [
+            (REASON_HEADER, entry.reason.encode()),
+            (DETAIL_HEADER, entry.detail.encode()[:4000]),
+            (ORIGIN_HEADER, f"{entry.topic}/{entry.partition}/{entry.offset}".encode()),
+            (CONSUMER_HEADER, entry.consumer.encode()),
+            (ATTEMPTS_HEADER, str(entry.attempts).encode()),
+        ]
+        await self._producer.send(
+            self.destination(entry.topic), key=entry.key, value=entry.value,
+            headers=[*entry.headers, *extra])
+
+    async def close(self) -> None:
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None

@@ -1,0 +1,221 @@
+"""Time partitions of the dedup table: create them ahead, drop them whole once expired.
+
+The dedup table is range-partitioned on ``seen_at`` (the database time of the first delivery),
+so retention costs one ``DROP TABLE`` per partition instead of a ``DELETE`` that bloats the
+table and fights the consumers for locks. Partition bounds are UTC multiples of
+``DedupPolicy.partition_interval`` counted from the Unix epoch, so every process computes the
+same bounds whatever its time zone, and the clock that decides is the database's, the same one
+that stamped ``seen_at``.
+
+Locking, since maintenance runs while consumers claim:
+
+* an advisory lock per dedup table serializes maintainers, so every consumer process may run
+  :func:`maintain` on its own schedule;
+* a new partition is created as a plain table and then attached: ``ATTACH PARTITION`` takes
+  only a ``SHARE UPDATE EXCLUSIVE`` lock on the parent, which does not block claims, whereas
+  ``CREATE TABLE ... PARTITION OF`` would take ``ACCESS EXCLUSIVE``;
+* dropping a partition needs ``ACCESS EXCLUSIVE`` on the parent, and while it waits every new
+  claim queues behind it. ``lock_timeout`` bounds that stall; drops that cannot get the lock in
+  time are rolled back to a savepoint, reported as ``deferred`` and retried next run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TypeAlias
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+from .._identifiers import identifier, qualified
+from ..errors import ConfigurationError, StartupError
+from .policy import DedupPolicy
+
+Connection: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
+
+LOCK_SEED = 0x636B_6974
+"""Seed ("ckit") of ``hashtextextended`` for consumerkit's advisory-lock keys, so they do not
+collide with keys an application derives from the same text with the default seed."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+_PARTITIONS_SQL = """
+SELECT c.relname AS name,
+       (regexp_match(b.bound, 'FROM \\(''([^'']*)''\\)'))[1]::timestamptz AS lower,
+       (regexp_match(b.bound, 'TO \\(''([^'']*)''\\)'))[1]::timestamptz AS upper,
+       c.reltuples::bigint AS approx_rows,
+       pg_total_relation_size(c.oid) AS size_bytes
+FROM pg_catalog.pg_inherits i
+JOIN pg_catalog.pg_class c ON c.oid = i.inhrelid
+JOIN pg_catalog.pg_class p ON p.oid = i.inhparent
+JOIN pg_catalog.pg_namespace n ON n.oid = p.relnamespace
+CROSS JOIN LATERAL (SELECT pg_catalog.pg_get_expr(c.relpartbound, c.oid) AS bound) b
+WHERE n.nspname = $1 AND p.relname = $2
+ORDER BY lower NULLS FIRST, c.relname
+"""
+# The bounds are cast back from the text pg_get_expr prints, in the same session, so the
+# session's TimeZone and DateStyle round-trip exactly; no Python-side date parsing.
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """One partition of a dedup table, as the catalog describes it.
+
+    ``lower``/``upper`` are ``None`` for an unbounded side (``MINVALUE``/``MAXVALUE``) or a
+    default partition. ``approx_rows`` is the planner's estimate (``None`` before the first
+    ``ANALYZE``), cheap enough for telemetry on large tables.
+    """
+
+    name: str
+    lower: datetime | None
+    upper: datetime | None
+    approx_rows: int | None
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class MaintenanceReport:
+    """What one :func:`maintain` run changed: partitions created and dropped, and the expired
+    partitions whose drop was deferred because the table lock was not granted in time."""
+
+    created: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    deferred: list[str] = field(default_factory=list)
+
+
+def partition_name(table: str, lower: datetime) -> str:
+    """``{table}_pYYYYMMDDHH`` from the partition's UTC lower bound: sortable and unique,
+    since every bound is a whole UTC hour."""
+    return f"{table}_p{lower.astimezone(UTC):%Y%m%d%H}"
+
+
+def check_partition_names(table: str) -> None:
+    """Fail early when ``table`` is too long for its partition names (63 characters)."""
+    identifier(partition_name(table, _EPOCH), "dedup partition name")
+
+
+def partition_floor(moment: datetime, step: timedelta) -> datetime:
+    """The lower bound of the partition containing ``moment``."""
+    if moment.tzinfo is None:
+        raise ConfigurationError("maintenance time must be timezone-aware")
+    return _EPOCH + ((moment - _EPOCH) // step) * step
+
+
+def wanted_ranges(now: datetime, policy: DedupPolicy) -> list[tuple[datetime, datetime]]:
+    """The ranges that must exist: the previous partition (a transaction that began before a
+    boundary stamps ``seen_at`` with its start time), the current one and ``premake`` ahead."""
+    step = policy.partition_interval
+    first = partition_floor(now, step) - step
+    return [(first + k * step, first + (k + 1) * step) for k in range(policy.premake + 2)]
+
+
+def uncovered(
+    lo: datetime, hi: datetime, existing: list[PartitionInfo],
+) -> list[tuple[datetime, datetime]]:
+    """The parts of ``[lo, hi)`` no existing partition covers. After a change of
+    ``partition_interval`` old and new bounds differ; filling only the gaps keeps the table
+    covered without overlapping an existing partition (which PostgreSQL would refuse)."""
+    gaps = [(lo, hi)]
+    for part in existing:
+        if part.lower is None and part.upper is None:
+            continue  # a DEFAULT partition (never made by consumerkit) covers no fixed range
+        p_lo = part.lower or datetime.min.replace(tzinfo=UTC)
+        p_hi = part.upper or datetime.max.replace(tzinfo=UTC)
+        next_gaps: list[tuple[datetime, datetime]] = []
+        for g_lo, g_hi in gaps:
+            if p_hi <= g_lo or p_lo >= g_hi:
+                next_gaps.append((g_lo, g_hi))
+                continue
+            if g_lo < p_lo:
+                next_gaps.append((g_lo, p_lo))
+            if p_hi < g_hi:
+                next_gaps.append((p_hi, g_hi))
+        gaps = next_gaps
+    return gaps
+
+
+async def list_partitions(conn: Connection, schema: str, table: str) -> list[PartitionInfo]:
+    """The partitions of ``schema.table`` in bound order, read from ``pg_catalog``."""
+    identifier(schema, "schema name")
+    identifier(table, "dedup table name")
+    rows = await conn.fetch(_PARTITIONS_SQL, schema, table)
+    return [
+        PartitionInfo(
+            name=row["name"], lower=row["lower"], upper=row["upper"],
+            approx_rows=row["approx_rows"] if row["approx_rows"] >= 0 else None,
+            size_bytes=row["size_bytes"],
+        )
+        for row in rows
+    ]
+
+
+async def maintain(
+    conn: Connection, schema: str, policy: DedupPolicy, *, now: datetime | None = None,
+    lock_timeout: timedelta = timedelta(seconds=2),
+) -> MaintenanceReport:
+    """Create the partitions the next ``premake`` intervals need and drop expired ones.
+
+    A partition is dropped when its upper bound is at or before ``now - retention``: then every
+    row in it is older than the window. ``now`` defaults to the database's ``now()``; tests
+    pass a time. One transaction, so a failure leaves the table as it was.
+    """
+    parent = qualified(schema, policy.table)
+    check_partition_names(policy.table)
+    if now is not None and now.tzinfo is None:
+        raise ConfigurationError("maintenance time must be timezone-aware")
+    created: list[str] = []
+    dropped: list[str] = []
+    deferred: list[str] = []
+    async with conn.transaction():
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended($1, $2))",
+            f"consumerkit.maintain\x1f{schema}.{policy.table}", LOCK_SEED)
+        # Set after the advisory lock: lock_timeout applies to advisory locks too, and waiting
+        # for another maintainer is harmless. (0 would mean "no timeout": at least 1 ms.)
+        await conn.execute(
+            "SELECT set_config('lock_timeout', $1, true)",
+            f"{max(1, int(lock_timeout.total_seconds() * 1000))}ms")
+        if await conn.fetchval("SELECT to_regclass($1)", f"{schema}.{policy.table}") is None:
+            raise StartupError(f"dedup table {schema}.{policy.table} does not exist: run migrate")
+        moment: datetime = now if now is not None else await conn.fetchval("SELECT now()")
+        existing = await list_partitions(conn, schema, policy.table)
+        for lo, hi in wanted_ranges(moment, policy):
+            for gap_lo, gap_hi in uncovered(lo, hi, existing):
+                name = partition_name(policy.table, gap_lo)
+                await _create(conn, schema, parent, name, gap_lo, gap_hi)
+                created.append(name)
+        horizon = moment - policy.retention
+        for part in existing:
+            if part.upper is None or part.upper > horizon:
+                continue
+            # After one lock timeout, defer the rest: consumers queue behind every attempt.
+            if deferred or not await _drop(conn, schema, part.name):
+                deferred.append(part.name)
+            else:
+                dropped.append(part.name)
+    return MaintenanceReport(created, dropped, deferred)
+
+
+async def _create(
+    conn: Connection, schema: str, parent: str, name: str, lower: datetime, upper: datetime,
+) -> None:
+    """Create the table alone, then attach it (see the module docstring for why)."""
+    table = qualified(schema, name)
+    await conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {table} (LIKE {parent} INCLUDING DEFAULTS)")
+    # Bounds are literals rendered from aware datetimes in ISO form; DDL cannot bind them.
+    await conn.execute(
+        f"ALTER TABLE {parent} ATTACH PARTITION {table} "
+        f"FOR VALUES FROM ('{lower.isoformat()}') TO ('{upper.isoformat()}')")
+
+
+async def _drop(conn: Connection, schema: str, name: str) -> bool:
+    """Drop one expired partition; ``False`` if the parent's lock was not granted in time (the
+    savepoint keeps the rest of the run)."""
+    try:
+        async with conn.transaction():
+            await conn.execute(f"DROP TABLE {qualified(schema, name)}")
+    except asyncpg.LockNotAvailableError:
+        return False
+    return True

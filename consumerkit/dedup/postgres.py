@@ -1,0 +1,161 @@
+"""The PostgreSQL dedup store: one claim per event, inside the handler's own transaction.
+
+The dedup row and the handler's effects commit or roll back together, so "row exists" means
+"effect applied" (no marker saved for a failed handler, no effect without a marker).
+
+Uniqueness of (namespace, event_id) cannot be a unique index: the table is partitioned on
+``seen_at`` and a unique index on a partitioned table must contain the partition key. The claim
+function enforces it instead:
+
+1. ``pg_advisory_xact_lock`` on a hash of (namespace, event_id): a second claim of the same id
+   (a zombie consumer still working a revoked partition, say) waits until the first
+   transaction commits or rolls back;
+2. it then looks the id up in every partition. The function is ``VOLATILE``, so under READ
+   COMMITTED this statement takes a fresh snapshot and sees the first transaction's commit;
+3. an id not found whose event time is older than the retention window is ``expired`` (its
+   original may already be forgotten), and nothing is written;
+4. otherwise the row is inserted with ``seen_at = now()``: ``claimed``.
+
+A hash collision between two ids only makes one claim wait for the other, never a false hit.
+Under REPEATABLE READ or SERIALIZABLE the transaction's snapshot predates the lock wait, so step
+2 could miss a concurrent commit: the function refuses those isolation levels outright.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from .._identifiers import identifier, qualified
+from ..envelope import Envelope
+from ..types import Claim, ClaimStatus
+from .partitions import LOCK_SEED, Connection, check_partition_names
+from .policy import DedupPolicy
+
+DEFAULT_POLICY = DedupPolicy()
+"""The policy used when none is given (``DedupPolicy`` is frozen, so sharing it is safe)."""
+
+_CLAIM_BODY = """
+DECLARE
+    v_seen_at timestamptz;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'consumerkit dedup claims need READ COMMITTED isolation, not %%',
+            current_setting('transaction_isolation')
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'a snapshot older than the claim lock can miss a concurrent claim';
+    END IF;
+    PERFORM pg_advisory_xact_lock(hashtextextended(p_namespace || chr(31) || p_event_id, %(seed)d));
+    SELECT min(t.seen_at) INTO v_seen_at FROM %(table)s AS t
+     WHERE t.namespace = p_namespace AND t.event_id = p_event_id;
+    IF v_seen_at IS NOT NULL THEN
+        RETURN QUERY SELECT 'duplicate'::text, v_seen_at;
+        RETURN;
+    END IF;
+    IF p_event_time IS NOT NULL AND p_event_time < now() - p_retention THEN
+        RETURN QUERY SELECT 'expired'::text, NULL::timestamptz;
+        RETURN;
+    END IF;
+    INSERT INTO %(table)s (namespace, event_id, seen_at, handler, event_type, id_source,
+                           topic, "partition", "offset", event_time)
+    VALUES (p_namespace, p_event_id, now(), p_handler, p_event_type, p_id_source,
+            p_topic, p_partition, p_offset, p_event_time);
+    RETURN QUERY SELECT 'claimed'::text, NULL::timestamptz;
+END
+"""
+
+
+def claim_function(schema: str, table: str) -> str:
+    """The quoted, schema-qualified name of ``table``'s claim function (validated)."""
+    return f"{identifier(schema, 'schema name')}.{identifier(f'{table}_claim', 'claim function')}"
+
+
+def check_dedup_names(schema: str, policy: DedupPolicy) -> None:
+    """Validate every name derived from ``policy.table`` before any SQL runs: the table, its
+    index, its claim function and its partitions must each fit PostgreSQL's 63 characters."""
+    qualified(schema, policy.table)
+    identifier(f"{policy.table}_event_idx", "dedup index name")
+    claim_function(schema, policy.table)
+    check_partition_names(policy.table)
+
+
+def dedup_ddl(schema: str, policy: DedupPolicy) -> list[str]:
+    """Statements creating the partitioned dedup table, its index and its claim function.
+
+    ``seen_at`` is the database time of the first delivery, not the record's timestamp, so a
+    redelivery carrying a different timestamp still lands on the same id. The (namespace,
+    event_id) index is partitioned, hence non-unique; the claim function provides uniqueness.
+    There is deliberately no default partition: a missing partition fails the claim loudly
+    rather than filling a partition that retention can never drop.
+    """
+    check_dedup_names(schema, policy)
+    table = qualified(schema, policy.table)
+    index = identifier(f"{policy.table}_event_idx", "dedup index name")
+    body = _CLAIM_BODY % {"seed": LOCK_SEED, "table": table}
+    return [
+        f"""CREATE TABLE IF NOT EXISTS {table} (
+            namespace text NOT NULL,
+            event_id text NOT NULL,
+            seen_at timestamptz NOT NULL DEFAULT now(),
+            handler text NOT NULL,
+            event_type text,
+            id_source text NOT NULL,
+            topic text NOT NULL,
+            "partition" integer NOT NULL,
+            "offset" bigint NOT NULL,
+            event_time timestamptz
+        ) PARTITION BY RANGE (seen_at)""",
+        f"CREATE INDEX IF NOT EXISTS {index} ON {table} (namespace, event_id)",
+        f"""CREATE OR REPLACE FUNCTION {claim_function(schema, policy.table)}(
+            p_namespace text, p_event_id text, p_event_time timestamptz, p_retention interval,
+            p_handler text, p_event_type text, p_id_source text, p_topic text,
+            p_partition integer, p_offset bigint)
+        RETURNS TABLE (status text, original_seen_at timestamptz)
+        LANGUAGE plpgsql VOLATILE
+        AS $claim$ {body} $claim$""",
+    ]
+
+
+class PostgresDedupStore:
+    """:class:`~consumerkit.types.DedupStore` over the partitioned table of ``policy``.
+
+    Create the table with :func:`consumerkit.schema.migrate` and keep its partitions with
+    :func:`consumerkit.dedup.partitions.maintain`. A claim is one round trip: asyncpg keeps the
+    claim statement prepared per connection after its first use.
+    """
+
+    def __init__(self, schema: str = "consumerkit", policy: DedupPolicy = DEFAULT_POLICY) -> None:
+        self.schema = schema
+        self.policy = policy
+        check_dedup_names(schema, self.policy)
+        function = claim_function(schema, self.policy.table)
+        self._claim_sql = (
+            f"SELECT status, original_seen_at FROM {function}"
+            "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")
+        self._seen_sql = (
+            f"SELECT min(seen_at) FROM {qualified(schema, self.policy.table)} "
+            "WHERE namespace = $1 AND event_id = $2")
+
+    async def claim(
+        self, tx: Connection, namespace: str, envelope: Envelope, handler: str, *,
+        enforce_window: bool = True,
+    ) -> Claim:
+        """Claim ``envelope.event_id`` in ``namespace``; run it as the first statement of the
+        handler's transaction so the claim lock covers the whole transaction.
+
+        With ``enforce_window`` an event older than ``policy.retention`` comes back
+        ``EXPIRED``; without it, such an event is claimed like any other (and its event time is
+        not recorded, since it was not checked).
+        """
+        row = await tx.fetchrow(
+            self._claim_sql, namespace, envelope.event_id,
+            envelope.event_time if enforce_window else None, self.policy.retention,
+            handler, envelope.event_type, envelope.id_source, envelope.topic,
+            envelope.partition, envelope.offset)
+        assert row is not None  # the function returns exactly one row
+        return Claim(ClaimStatus(row["status"]), row["original_seen_at"])
+
+    async def seen(self, conn: Connection, namespace: str, event_id: str) -> datetime | None:
+        """When ``event_id`` was first claimed in ``namespace`` (committed claims only, as
+        ``conn`` sees them), or ``None`` if it is unknown or its partition was dropped."""
+        value: datetime | None = await conn.fetchval(self._seen_sql, namespace, event_id)
+        return value

@@ -1,0 +1,79 @@
+"""The consumerkit error tree.
+
+Every exception the library raises derives from :class:`ConsumerKitError`::
+
+    ConsumerKitError
+    ├── ConfigurationError        a setting, identifier or handler definition is invalid
+    │   └── HandlerDefinitionError    a handler cannot be registered or resolved
+    ├── StartupError              a service is unreachable, a topic is missing, a migration failed
+    ├── TransportError            the broker failed an operation (commit, fetch); retriable
+    ├── DecodeError               a record cannot become an event (reason code; dead-lettered)
+    └── HandlerSignal             control flow raised BY handlers, not a failure
+        ├── Retry                     retry this message after ``delay`` seconds
+        └── DeadLetter                send this message to the dead-letter destination now
+
+Exceptions a handler raises that are not signals are failures: the transaction rolls back and the
+message is retried with back-off, unless the exception carries ``retriable = False`` (class or
+instance attribute), in which case it is dead-lettered at once.
+"""
+
+from __future__ import annotations
+
+
+class ConsumerKitError(Exception):
+    """Root of every error raised by consumerkit."""
+
+
+class ConfigurationError(ConsumerKitError):
+    """A setting, an identifier or a handler definition is invalid."""
+
+
+class HandlerDefinitionError(ConfigurationError):
+    """A handler cannot be registered: not ``async def``, a bad payload annotation, a clash."""
+
+
+class StartupError(ConsumerKitError):
+    """The consumer cannot start: unreachable service, missing topic, failed migration."""
+
+
+class TransportError(ConsumerKitError):
+    """The broker failed an operation such as an offset commit; the caller may retry."""
+
+
+class DecodeError(ConsumerKitError):
+    """A record cannot be turned into an event. ``reason`` is a stable, machine-readable code."""
+
+    retriable = False
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class HandlerSignal(ConsumerKitError):
+    """Base of the control-flow exceptions a handler may raise."""
+
+
+class Retry(HandlerSignal):
+    """Roll back and retry this message, after ``delay`` seconds if given (else the back-off)."""
+
+    def __init__(self, delay: float | None = None, reason: str = "retry requested") -> None:
+        super().__init__(reason)
+        self.delay = delay
+        self.reason = reason
+
+
+class DeadLetter(HandlerSignal):
+    """Roll back and send this message to the dead-letter destination without further retries."""
+
+    retriable = False
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def is_retriable(exc: BaseException) -> bool:
+    """Whether a handler failure may be retried (``retriable = False`` opts out)."""
+    return bool(getattr(exc, "retriable", True))

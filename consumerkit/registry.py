@@ -1,0 +1,203 @@
+"""Handlers and the explicit registries that collect them.
+
+``@handler("order.created")`` attaches a route to an ``async def`` and returns the function
+unchanged. Nothing is registered globally: a :class:`HandlerRegistry` collects handlers from
+functions, modules and other registries, and a consumer is given its handlers explicitly.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeAlias, TypeVar
+
+from pydantic import BaseModel
+
+from .context import HandlerContext
+from .errors import HandlerDefinitionError
+
+HandlerFunc = Callable[[Any, HandlerContext], Awaitable[None]]
+F = TypeVar("F", bound=Callable[..., Awaitable[None]])
+
+_ROUTE_ATTR = "__consumerkit_route__"
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSpec:
+    """What ``@handler`` attaches: the event type or topic a function handles."""
+
+    event_type: str | None
+    topic: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A resolved handler: its key, its payload model and the function to call."""
+
+    event_type: str | None
+    topic: str | None
+    model: type[BaseModel]
+    func: HandlerFunc
+    name: str
+
+
+def handler(event_type: str | None = None, *, topic: str | None = None) -> Callable[[F], F]:
+    """Mark an ``async def`` as the handler of ``event_type`` (or of every event on ``topic``).
+
+    The function's first parameter must be annotated with a pydantic model (the payload) and
+    its second receives the :class:`~consumerkit.HandlerContext`. The function is returned
+    unchanged; collect it with :class:`HandlerRegistry` or pass it to a consumer directly.
+    """
+    if (event_type is None) == (topic is None):
+        raise HandlerDefinitionError("@handler needs exactly one of an event type or topic=")
+    for value in (event_type, topic):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise HandlerDefinitionError(f"@handler got an empty or non-string key {value!r}")
+
+    def attach(func: F) -> F:
+        _check_async(func)
+        setattr(func, _ROUTE_ATTR, RouteSpec(event_type, topic))
+        return func
+
+    return attach
+
+
+def _check_async(func: object) -> None:
+    if not inspect.iscoroutinefunction(func):
+        raise HandlerDefinitionError(
+            f"handler {_name(func)} must be declared with 'async def'"
+        )
+
+
+def _name(func: object) -> str:
+    module = getattr(func, "__module__", "?")
+    return f"{module}.{getattr(func, '__qualname__', repr(func))}"
+
+
+def resolve(func: Callable[..., Awaitable[None]]) -> Route:
+    """Turn a decorated function into a :class:`Route`, resolving its payload annotation."""
+    spec = getattr(func, _ROUTE_ATTR, None)
+    if not isinstance(spec, RouteSpec):
+        raise HandlerDefinitionError(
+            f"{_name(func)} is not a handler: decorate it with @handler(...)"
+        )
+    _check_async(func)
+    params = list(inspect.signature(func).parameters.values())
+    if len(params) != 2:
+        raise HandlerDefinitionError(
+            f"handler {_name(func)} must take (event, ctx), got {len(params)} parameters"
+        )
+    try:
+        hints = typing.get_type_hints(func)
+    except Exception as exc:
+        raise HandlerDefinitionError(
+            f"cannot resolve the annotations of handler {_name(func)}: {exc}"
+        ) from exc
+    model = hints.get(params[0].name)
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise HandlerDefinitionError(
+            f"the first parameter of handler {_name(func)} must be annotated with a pydantic "
+            f"model, got {model!r}"
+        )
+    return Route(spec.event_type, spec.topic, model, func, _name(func))
+
+
+HandlerSource: TypeAlias = "Callable[..., Awaitable[None]] | HandlerRegistry | types.ModuleType"
+
+
+class HandlerRegistry:
+    """An explicit, composable collection of handlers.
+
+    >>> billing = HandlerRegistry([charge, refund])
+    >>> everything = HandlerRegistry().include(billing).include(inventory_module)
+    """
+
+    def __init__(self, handlers: Iterable[HandlerSource] = ()) -> None:
+        self._funcs: list[Callable[..., Awaitable[None]]] = []
+        self._frozen = False
+        for item in handlers:
+            self.include(item)
+
+    def include(self, source: HandlerSource) -> HandlerRegistry:
+        """Add a handler function, every handler of a module, or every handler of a registry."""
+        if self._frozen:
+            raise HandlerDefinitionError("this registry is frozen: a consumer is using it")
+        if isinstance(source, HandlerRegistry):
+            self._funcs.extend(source._funcs)
+        elif isinstance(source, types.ModuleType):
+            found = [v for v in vars(source).values() if hasattr(v, _ROUTE_ATTR)]
+            if not found:
+                raise HandlerDefinitionError(f"module {source.__name__} defines no handlers")
+            self._funcs.extend(found)
+        elif callable(source):
+            resolve(source) if hasattr(source, _ROUTE_ATTR) else _reject(source)
+            self._funcs.append(source)
+        else:
+            raise HandlerDefinitionError(f"cannot collect handlers from {source!r}")
+        return self
+
+    def handler(self, event_type: str | None = None, *, topic: str | None = None
+                ) -> Callable[[F], F]:
+        """``@registry.handler("x")``: like :func:`handler`, and add the function here."""
+        def attach(func: F) -> F:
+            handler(event_type, topic=topic)(func)
+            self.include(func)
+            return func
+        return attach
+
+    def freeze(self) -> None:
+        """Refuse further changes (a consumer freezes its registry when it starts)."""
+        self._frozen = True
+
+    def routes(self) -> Iterator[Route]:
+        seen: set[int] = set()
+        for func in self._funcs:
+            if id(func) not in seen:
+                seen.add(id(func))
+                yield resolve(func)
+
+    def __len__(self) -> int:
+        return len({id(f) for f in self._funcs})
+
+
+def _reject(source: object) -> None:
+    _check_async(source)
+    raise HandlerDefinitionError(f"{_name(source)} is not a handler: decorate it with @handler")
+
+
+@dataclass(frozen=True, slots=True)
+class RouteTable:
+    """Routes indexed by event type and by topic; built once, read per message."""
+
+    by_type: dict[str, Route]
+    by_topic: dict[str, Route]
+
+    @classmethod
+    def build(cls, sources: Iterable[HandlerSource]) -> RouteTable:
+        sources = list(sources)
+        registry = HandlerRegistry(sources)
+        for source in (registry, *sources):
+            if isinstance(source, HandlerRegistry):
+                source.freeze()
+        by_type: dict[str, Route] = {}
+        by_topic: dict[str, Route] = {}
+        for route in registry.routes():
+            table, key = (by_type, route.event_type) if route.event_type else (
+                by_topic, route.topic)
+            assert key is not None
+            if key in table:
+                raise HandlerDefinitionError(
+                    f"two handlers for {key!r}: {table[key].name} and {route.name}"
+                )
+            table[key] = route
+        if not by_type and not by_topic:
+            raise HandlerDefinitionError("no handlers given")
+        return cls(by_type, by_topic)
+
+    def find(self, event_type: str | None, topic: str) -> Route | None:
+        if event_type is not None and (route := self.by_type.get(event_type)) is not None:
+            return route
+        return self.by_topic.get(topic)

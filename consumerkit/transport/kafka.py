@@ -1,0 +1,141 @@
+"""The Kafka adapter: the only module that imports aiokafka.
+
+aiokafka's defaults are unsafe for exactly-once effects (auto-commit on, ``latest`` reset,
+``acks=1``); every one that matters is set explicitly here and cannot be overridden by
+``options`` in a way that breaks the guarantees.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
+
+from ..envelope import RecordLike
+from ..errors import ConfigurationError, StartupError, TransportError
+
+Partition = tuple[str, int]
+
+_CONSUMER_FIXED = {
+    "enable_auto_commit": False,
+    "isolation_level": "read_committed",
+}
+_CONSUMER_DEFAULTS = {
+    "auto_offset_reset": "earliest",
+    "max_poll_records": 500,
+}
+_PRODUCER_DEFAULTS: dict[str, Any] = {"acks": "all", "enable_idempotence": True}
+
+
+class RebalanceHandler(Protocol):
+    async def on_revoked(self, partitions: list[Partition]) -> None: ...
+    async def on_assigned(self, partitions: list[Partition]) -> None: ...
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, handler: RebalanceHandler) -> None:
+        self.handler = handler
+
+    async def on_partitions_revoked(self, revoked: Sequence[TopicPartition]) -> None:
+        await self.handler.on_revoked([(tp.topic, tp.partition) for tp in revoked])
+
+    async def on_partitions_assigned(self, assigned: Sequence[TopicPartition]) -> None:
+        await self.handler.on_assigned([(tp.topic, tp.partition) for tp in assigned])
+
+
+def consumer_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    for name, value in _CONSUMER_FIXED.items():
+        if name in options and options[name] != value:
+            raise ConfigurationError(f"kafka option {name}={options[name]!r} is not allowed")
+    return {**_CONSUMER_DEFAULTS, **options, **_CONSUMER_FIXED}
+
+
+class KafkaSource:
+    """A consumer-group member: subscribe, fetch batches, commit explicit offsets."""
+
+    def __init__(
+        self, *, topics: Sequence[str], group_id: str, bootstrap: str,
+        options: Mapping[str, Any], rebalance: RebalanceHandler,
+    ) -> None:
+        self.topics = list(topics)
+        self.bootstrap = bootstrap
+        self._rebalance = rebalance
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, group_id=group_id, **consumer_options(options))
+
+    async def start(self) -> None:
+        try:
+            await self._consumer.start()
+        except KafkaError as exc:
+            await self._consumer.stop()
+            raise StartupError(
+                f"cannot reach the Kafka broker at {self.bootstrap}: {exc}") from exc
+        try:
+            existing = await self._consumer.topics()
+        except KafkaError as exc:
+            await self._consumer.stop()
+            raise StartupError(f"cannot read topic metadata: {exc}") from exc
+        missing = sorted(set(self.topics) - set(existing))
+        if missing:
+            await self._consumer.stop()
+            raise StartupError(f"topics missing on the broker: {', '.join(missing)}")
+        self._consumer.subscribe(topics=self.topics, listener=_Listener(self._rebalance))
+
+    async def fetch(self, timeout_ms: int, max_records: int) -> dict[Partition, list[RecordLike]]:
+        batches = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+        return {(tp.topic, tp.partition): records for tp, records in batches.items()}
+
+    async def commit(self, offsets: Mapping[Partition, int]) -> None:
+        """Commit ``{partition: next offset to read}``; never called with implicit offsets."""
+        if not offsets:
+            return
+        try:
+            await self._consumer.commit(
+                {TopicPartition(topic, part): off for (topic, part), off in offsets.items()})
+        except KafkaError as exc:
+            raise TransportError(f"offset commit failed: {exc!r}") from exc
+
+    async def stop(self) -> None:
+        await self._consumer.stop()
+
+
+class KafkaProducer:
+    """A small producer with safe settings (``acks="all"``, idempotence unless disabled)."""
+
+    def __init__(self, bootstrap: str, options: Mapping[str, Any]) -> None:
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap, **{**_PRODUCER_DEFAULTS, **options})
+        self.bootstrap = bootstrap
+
+    async def start(self) -> None:
+        try:
+            await self._producer.start()
+        except KafkaError as exc:
+            await self._producer.stop()
+            raise StartupError(
+                f"cannot reach the Kafka broker at {self.bootstrap}: {exc}") from exc
+
+    async def send(
+        self, topic: str, *, key: bytes | None, value: bytes | None,
+        headers: Sequence[tuple[str, bytes]],
+    ) -> None:
+        await self._producer.send_and_wait(topic, value=value, key=key, headers=list(headers))
+
+    async def stop(self) -> None:
+        await self._producer.stop()
+
+
+async def create_topic(bootstrap: str, name: str, partitions: int,
+                       options: Mapping[str, Any] | None = None) -> None:
+    """Create ``name`` with ``partitions`` partitions (replication factor 1: for demos and
+    tests; production topics are provisioned by their owners)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **dict(options or {}))
+    await admin.start()
+    try:
+        await admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=1)])
+    finally:
+        await admin.close()

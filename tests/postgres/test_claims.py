@@ -1,0 +1,182 @@
+"""Claims: first wins, duplicates see the original, rollbacks leave nothing, zombies wait."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+
+import asyncpg
+import pytest
+
+from consumerkit.dedup import DedupPolicy, PostgresDedupStore, maintain
+from consumerkit.envelope import Envelope
+from consumerkit.errors import ConfigurationError
+from consumerkit.types import Claim, ClaimStatus
+
+from .conftest import Conn, Connect
+
+DAY = timedelta(days=1)
+
+
+def _envelope(event_id: str, event_time: datetime | None = None, offset: int = 7) -> Envelope:
+    stamp = event_time or datetime.now().astimezone()
+    return Envelope(
+        event_id=event_id, id_source="header", event_type="order.created", key="order-1",
+        topic="orders", partition=2, offset=offset, timestamp=stamp)
+
+
+async def _claim(
+    store: PostgresDedupStore, conn: Conn, envelope: Envelope, *, commit: bool = True,
+    enforce_window: bool = True,
+) -> Claim:
+    tx = conn.transaction()
+    await tx.start()
+    try:
+        claim = await store.claim(
+            conn, "billing", envelope, "charge", enforce_window=enforce_window)
+    except BaseException:
+        await tx.rollback()
+        raise
+    await (tx.commit() if commit else tx.rollback())
+    return claim
+
+
+async def _rows(conn: Conn, schema: str, event_id: str) -> list[asyncpg.Record]:
+    return await conn.fetch(
+        f'SELECT * FROM "{schema}".processed_events WHERE event_id = $1', event_id)
+
+
+async def test_first_claim_wins_and_the_second_sees_the_original(
+    conn: Conn, migrated: str,
+) -> None:
+    store = PostgresDedupStore(migrated)
+    assert await _claim(store, conn, _envelope("e-1")) == Claim(ClaimStatus.CLAIMED)
+    [row] = await _rows(conn, migrated, "e-1")
+    assert (row["namespace"], row["handler"], row["event_type"], row["id_source"]) == (
+        "billing", "charge", "order.created", "header")
+    assert (row["topic"], row["partition"], row["offset"]) == ("orders", 2, 7)
+    assert row["seen_at"] == await store.seen(conn, "billing", "e-1")
+
+    again = await _claim(store, conn, _envelope("e-1", offset=8))
+    assert again == Claim(ClaimStatus.DUPLICATE, row["seen_at"])
+    assert len(await _rows(conn, migrated, "e-1")) == 1
+
+
+async def test_namespaces_are_independent(conn: Conn, migrated: str) -> None:
+    store = PostgresDedupStore(migrated)
+    await _claim(store, conn, _envelope("e-2"))
+    async with conn.transaction():
+        other = await store.claim(conn, "inventory", _envelope("e-2"), "reserve")
+    assert other.status is ClaimStatus.CLAIMED
+    assert await store.seen(conn, "shipping", "e-2") is None
+
+
+async def test_a_rolled_back_claim_leaves_no_row(conn: Conn, migrated: str) -> None:
+    store = PostgresDedupStore(migrated)
+    first = await _claim(store, conn, _envelope("e-3"), commit=False)
+    assert first.status is ClaimStatus.CLAIMED
+    assert await _rows(conn, migrated, "e-3") == []
+    assert (await _claim(store, conn, _envelope("e-3"))).status is ClaimStatus.CLAIMED
+
+
+async def test_an_original_in_an_older_partition_is_found(conn: Conn, migrated: str) -> None:
+    now: datetime = await conn.fetchval("SELECT now()")
+    await maintain(conn, migrated, DedupPolicy(), now=now - 3 * DAY)  # inside retention
+    seen_at = now - 3 * DAY
+    await conn.execute(
+        f'INSERT INTO "{migrated}".processed_events (namespace, event_id, seen_at, handler,'
+        ' id_source, topic, "partition", "offset") VALUES ($1, $2, $3, $4, $5, $6, $7, $8)',
+        "billing", "e-4", seen_at, "charge", "header", "orders", 2, 7)
+    store = PostgresDedupStore(migrated)
+    claim = await _claim(store, conn, _envelope("e-4"))
+    assert claim == Claim(ClaimStatus.DUPLICATE, seen_at)
+
+
+async def test_events_older_than_the_window_expire_unless_the_window_is_off(
+    conn: Conn, migrated: str,
+) -> None:
+    store = PostgresDedupStore(migrated)
+    now: datetime = await conn.fetchval("SELECT now()")
+    old = _envelope("e-5", event_time=now - 8 * DAY)
+    assert await _claim(store, conn, old) == Claim(ClaimStatus.EXPIRED)
+    assert await _rows(conn, migrated, "e-5") == []
+
+    assert (await _claim(store, conn, old, enforce_window=False)).status is ClaimStatus.CLAIMED
+    [row] = await _rows(conn, migrated, "e-5")
+    assert row["event_time"] is None
+
+    recent = _envelope("e-6", event_time=now - 6 * DAY)
+    assert (await _claim(store, conn, recent)).status is ClaimStatus.CLAIMED
+    [row] = await _rows(conn, migrated, "e-6")
+    assert row["event_time"] == now - 6 * DAY
+
+
+async def test_a_known_event_is_a_duplicate_even_when_its_time_is_outside_the_window(
+    conn: Conn, migrated: str,
+) -> None:
+    store = PostgresDedupStore(migrated)
+    now: datetime = await conn.fetchval("SELECT now()")
+    await _claim(store, conn, _envelope("e-7"))
+    late = await _claim(store, conn, _envelope("e-7", event_time=now - 30 * DAY))
+    assert late.status is ClaimStatus.DUPLICATE
+
+
+async def test_claims_refuse_snapshot_isolation(conn: Conn, migrated: str) -> None:
+    store = PostgresDedupStore(migrated)
+    with pytest.raises(asyncpg.FeatureNotSupportedError, match="READ COMMITTED"):
+        async with conn.transaction(isolation="repeatable_read"):
+            await store.claim(conn, "billing", _envelope("e-8"), "charge")
+
+
+async def test_a_claim_needs_a_partition_for_now(conn: Conn, migrated: str) -> None:
+    now: datetime = await conn.fetchval("SELECT now()")
+    await maintain(conn, migrated, DedupPolicy(), now=now + 30 * DAY)  # drops today's partition
+    with pytest.raises(asyncpg.CheckViolationError, match="no partition"):
+        await _claim(PostgresDedupStore(migrated), conn, _envelope("e-9"))
+
+
+def test_names_are_validated() -> None:
+    with pytest.raises(ConfigurationError):
+        PostgresDedupStore("bad-schema")
+    with pytest.raises(ConfigurationError):
+        PostgresDedupStore("consumerkit", DedupPolicy(table="x" * 58))  # x..x_claim > 63
+
+
+async def _wait_until_blocked(observer: Conn, blocked: Conn) -> None:
+    """Return once ``blocked`` waits for an advisory lock (polls pg_locks, bounded)."""
+    pid = blocked.get_server_pid()
+    for _ in range(1000):
+        waiting = await observer.fetchval(
+            "SELECT count(*) FROM pg_locks WHERE pid = $1 AND locktype = 'advisory'"
+            " AND NOT granted", pid)
+        if waiting:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the second claim never waited for the first")
+
+
+@pytest.mark.parametrize(
+    ("first_commits", "second_sees"), [(True, ClaimStatus.DUPLICATE), (False, ClaimStatus.CLAIMED)],
+    ids=["commit", "rollback"])
+async def test_a_concurrent_claim_waits_for_the_first_transaction(
+    connect: Connect, migrated: str, first_commits: bool, second_sees: ClaimStatus,
+) -> None:
+    owner, zombie, observer = await connect(), await connect(), await connect()
+    store = PostgresDedupStore(migrated)
+    tx = owner.transaction()
+    await tx.start()
+    first = await store.claim(owner, "billing", _envelope("e-10"), "charge")
+    assert first.status is ClaimStatus.CLAIMED
+
+    second = asyncio.create_task(_claim(store, zombie, _envelope("e-10", offset=9)))
+    await _wait_until_blocked(observer, zombie)
+    assert not second.done()
+
+    await (tx.commit() if first_commits else tx.rollback())
+    result = await asyncio.wait_for(second, timeout=10)
+    assert result.status is second_sees
+    rows = await _rows(observer, migrated, "e-10")
+    assert len(rows) == 1
+    assert rows[0]["offset"] == (7 if first_commits else 9)
+    if first_commits:
+        assert result.original_seen_at == rows[0]["seen_at"]

@@ -1,0 +1,109 @@
+from datetime import UTC, datetime
+
+import pytest
+from pydantic import BaseModel
+
+from consumerkit import DecodeError, HandlerContext, Record, WireFormat, handler
+from consumerkit._decode import Decoder
+from consumerkit.registry import RouteTable
+
+
+class OrderCreated(BaseModel):
+    order_id: str
+    amount: int
+
+
+@handler("order.created")
+async def charge(event: OrderCreated, ctx: HandlerContext) -> None:
+    del event, ctx
+
+
+ROUTES = RouteTable.build([charge])
+GOOD = b'{"order_id": "o-1", "amount": 5}'
+
+
+def record(value: bytes | None = GOOD, headers: list[tuple[str, bytes]] | None = None,
+           key: bytes | None = b"o-1", offset: int = 7) -> Record:
+    if headers is None:
+        headers = [("id", b"evt-1"), ("event_type", b"order.created")]
+    return Record("orders", 2, offset, key, value, headers, timestamp=1_700_000_000_000)
+
+
+def decode(rec: Record, wire: WireFormat | None = None, limit: int = 1000) -> object:
+    return Decoder(ROUTES, wire or WireFormat(), limit).decode(rec)
+
+
+def reason(rec: Record, wire: WireFormat | None = None, limit: int = 1000) -> str:
+    with pytest.raises(DecodeError) as info:
+        decode(rec, wire, limit)
+    return info.value.reason
+
+
+def test_a_good_record_becomes_an_envelope_and_a_model() -> None:
+    headers = [("id", b"evt-1"), ("event_type", b"order.created"),
+               ("occurred_at", b"2026-11-20T10:00:00Z"), ("correlation_id", b"c-9"),
+               ("traceparent", b"00-abc-def-01")]
+    decoded = Decoder(ROUTES, WireFormat(), 1000).decode(record(headers=headers))
+    env = decoded.envelope
+    assert decoded.event == OrderCreated(order_id="o-1", amount=5)
+    assert (env.event_id, env.id_source, env.event_type, env.key) == (
+        "evt-1", "header", "order.created", "o-1")
+    assert (env.topic, env.partition, env.offset) == ("orders", 2, 7)
+    assert env.occurred_at == datetime(2026, 11, 20, 10, tzinfo=UTC)
+    assert env.event_time == env.occurred_at
+    assert env.timestamp == datetime.fromtimestamp(1_700_000_000, tz=UTC)
+    assert env.correlation_id == "c-9"
+    assert env.traceparent == "00-abc-def-01"
+
+
+@pytest.mark.parametrize(("rec", "expected"), [
+    (record(value=b"{not json"), "invalid_json"),
+    (record(value=b'{"order_id": "o-1"}'), "invalid_payload"),
+    (record(value=b'{"order_id": "o-1", "amount": "many"}'), "invalid_payload"),
+    (record(headers=[("event_type", b"order.created")]), "missing_event_id"),
+    (record(headers=[("id", b"e")]), "missing_event_type"),
+    (record(headers=[("id", b"e"), ("event_type", b"order.shipped")]), "unknown_event_type"),
+    (record(value=None), "empty_value"),
+    (record(key=b"\xff\xfe"), "invalid_key"),
+    (record(headers=[("id", b"e"), ("event_type", b"order.created"),
+                     ("occurred_at", b"yesterday")]), "invalid_header"),
+    (record(headers=[("id", b"\xff"), ("event_type", b"order.created")]), "invalid_header"),
+    (record(headers=[("id", b"x" * 201), ("event_type", b"order.created")]),
+     "invalid_event_id"),
+])
+def test_bad_input_has_a_reason(rec: Record, expected: str) -> None:
+    assert reason(rec) == expected
+
+
+def test_oversized_values_are_refused_before_parsing() -> None:
+    assert reason(record(value=b"x" * 1001)) == "oversized"
+
+
+def test_id_fallback_chain_payload_then_position() -> None:
+    no_id = [("event_type", b"order.created")]
+    by_field = Decoder(ROUTES, WireFormat(id_payload_field="order_id"), 1000)
+    env = by_field.decode(record(headers=no_id)).envelope
+    assert (env.event_id, env.id_source) == ("o-1", "payload")
+    by_position = Decoder(ROUTES, WireFormat(id_from_position=True), 1000)
+    env = by_position.decode(record(headers=no_id)).envelope
+    assert (env.event_id, env.id_source) == ("orders/2/7", "position")
+    header_wins = by_field.decode(record()).envelope
+    assert header_wins.id_source == "header"
+
+
+def test_header_names_are_configurable() -> None:
+    wire = WireFormat(id_header="ce_id", event_type_header="ce_type")
+    rec = record(headers=[("ce_id", b"abc"), ("ce_type", b"order.created")])
+    env = Decoder(ROUTES, wire, 1000).decode(rec).envelope
+    assert (env.event_id, env.event_type) == ("abc", "order.created")
+
+
+def test_topic_route_needs_no_event_type() -> None:
+    @handler(topic="legacy")
+    async def legacy(event: OrderCreated, ctx: HandlerContext) -> None:
+        del event, ctx
+
+    rec = Record("legacy", 0, 1, None, GOOD, [("id", b"e-1")])
+    decoded = Decoder(RouteTable.build([legacy]), WireFormat(), 1000).decode(rec)
+    assert decoded.route.func is legacy
+    assert decoded.envelope.key is None
