@@ -20,10 +20,11 @@ import asyncpg
 
 from ._identifiers import identifier, qualified
 from .deadletter.table import dead_letter_ddl
-from .dedup.partitions import LOCK_SEED, Connection, maintain
+from .dedup.partitions import LOCK_SEED, maintain
 from .dedup.policy import DedupPolicy
 from .dedup.postgres import DEFAULT_POLICY, check_dedup_names, dedup_ddl
 from .errors import StartupError
+from .types import DbConnection
 
 VERSION_TABLE = "consumerkit_schema_version"
 
@@ -46,7 +47,7 @@ DEDUP_STEPS = (
 
 
 async def migrate(
-    conn: Connection, schema: str = "consumerkit", policy: DedupPolicy = DEFAULT_POLICY,
+    conn: DbConnection, schema: str = "consumerkit", policy: DedupPolicy = DEFAULT_POLICY,
 ) -> None:
     """Create or upgrade ``schema``: the dead-letter table and the dedup table of ``policy``
     with its claim function, then create the dedup partitions the next intervals need.
@@ -90,7 +91,7 @@ async def migrate(
         raise StartupError(f"migration of schema {schema!r} failed: {exc}") from exc
 
 
-async def applied_versions(conn: Connection, schema: str = "consumerkit") -> dict[str, int]:
+async def applied_versions(conn: DbConnection, schema: str = "consumerkit") -> dict[str, int]:
     """The highest applied version of each component (empty if never migrated)."""
     versions = qualified(schema, VERSION_TABLE)
     if await conn.fetchval("SELECT to_regclass($1)", f"{schema}.{VERSION_TABLE}") is None:
@@ -100,7 +101,7 @@ async def applied_versions(conn: Connection, schema: str = "consumerkit") -> dic
     return {row["component"]: row["version"] for row in rows}
 
 
-async def check_synchronous_commit(conn: Connection) -> str:
+async def check_synchronous_commit(conn: DbConnection) -> str:
     """The session's ``synchronous_commit``. ``off`` means a commit the client saw can vanish
     in a crash after its offset was committed: a lost effect. Callers warn about it."""
     value: str = await conn.fetchval("SELECT current_setting('synchronous_commit')")

@@ -15,17 +15,13 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Sequence
-from typing import TypeAlias
 
 import asyncpg
-from asyncpg.pool import PoolConnectionProxy
 
 from .._identifiers import identifier, qualified
 from ..errors import ConsumerKitError
-from ..types import SinkResources
+from ..types import DbConnection, SinkResources
 from .entry import DeadLetterEntry
-
-Connection: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
 
 TABLE = "dead_letters"
 
@@ -100,7 +96,7 @@ class DeadLetterTable:
 
 
 async def list_dead_letters(
-    conn: Connection, schema: str, consumer: str | None = None, limit: int = 100,
+    conn: DbConnection, schema: str, consumer: str | None = None, limit: int = 100,
 ) -> list[DeadLetterEntry]:
     """The oldest ``limit`` dead letters (of ``consumer`` if given), in the order written."""
     identifier(schema, "schema name")

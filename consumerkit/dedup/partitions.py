@@ -23,16 +23,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TypeAlias
 
 import asyncpg
-from asyncpg.pool import PoolConnectionProxy
 
 from .._identifiers import identifier, qualified
 from ..errors import ConfigurationError, StartupError
+from ..types import DbConnection
 from .policy import DedupPolicy
-
-Connection: TypeAlias = "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
 
 LOCK_SEED = 0x636B_6974
 """Seed ("ckit") of ``hashtextextended`` for consumerkit's advisory-lock keys, so they do not
@@ -135,7 +132,7 @@ def uncovered(
     return gaps
 
 
-async def list_partitions(conn: Connection, schema: str, table: str) -> list[PartitionInfo]:
+async def list_partitions(conn: DbConnection, schema: str, table: str) -> list[PartitionInfo]:
     """The partitions of ``schema.table`` in bound order, read from ``pg_catalog``."""
     identifier(schema, "schema name")
     identifier(table, "dedup table name")
@@ -151,7 +148,7 @@ async def list_partitions(conn: Connection, schema: str, table: str) -> list[Par
 
 
 async def maintain(
-    conn: Connection, schema: str, policy: DedupPolicy, *, now: datetime | None = None,
+    conn: DbConnection, schema: str, policy: DedupPolicy, *, now: datetime | None = None,
     lock_timeout: timedelta = timedelta(seconds=2),
 ) -> MaintenanceReport:
     """Create the partitions the next ``premake`` intervals need and drop expired ones.
@@ -198,7 +195,7 @@ async def maintain(
 
 
 async def _create(
-    conn: Connection, schema: str, parent: str, name: str, lower: datetime, upper: datetime,
+    conn: DbConnection, schema: str, parent: str, name: str, lower: datetime, upper: datetime,
 ) -> None:
     """Create the table alone, then attach it (see the module docstring for why)."""
     table = qualified(schema, name)
@@ -210,7 +207,7 @@ async def _create(
         f"FOR VALUES FROM ('{lower.isoformat()}') TO ('{upper.isoformat()}')")
 
 
-async def _drop(conn: Connection, schema: str, name: str) -> bool:
+async def _drop(conn: DbConnection, schema: str, name: str) -> bool:
     """Drop one expired partition; ``False`` if the parent's lock was not granted in time (the
     savepoint keeps the rest of the run)."""
     try:

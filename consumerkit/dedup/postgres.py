@@ -27,8 +27,8 @@ from datetime import datetime
 
 from .._identifiers import identifier, qualified
 from ..envelope import Envelope
-from ..types import Claim, ClaimStatus
-from .partitions import LOCK_SEED, Connection, check_partition_names
+from ..types import Claim, ClaimStatus, DbConnection
+from .partitions import LOCK_SEED, check_partition_names
 from .policy import DedupPolicy
 
 DEFAULT_POLICY = DedupPolicy()
@@ -136,7 +136,7 @@ class PostgresDedupStore:
             "WHERE namespace = $1 AND event_id = $2")
 
     async def claim(
-        self, tx: Connection, namespace: str, envelope: Envelope, handler: str, *,
+        self, tx: DbConnection, namespace: str, envelope: Envelope, handler: str, *,
         enforce_window: bool = True,
     ) -> Claim:
         """Claim ``envelope.event_id`` in ``namespace``; run it as the first statement of the
@@ -154,7 +154,7 @@ class PostgresDedupStore:
         assert row is not None  # the function returns exactly one row
         return Claim(ClaimStatus(row["status"]), row["original_seen_at"])
 
-    async def seen(self, conn: Connection, namespace: str, event_id: str) -> datetime | None:
+    async def seen(self, conn: DbConnection, namespace: str, event_id: str) -> datetime | None:
         """When ``event_id`` was first claimed in ``namespace`` (committed claims only, as
         ``conn`` sees them), or ``None`` if it is unknown or its partition was dropped."""
         value: datetime | None = await conn.fetchval(self._seen_sql, namespace, event_id)

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Install consumerkit with its development extras into .venv, then lint, type-check and test.
+#
+#   scripts/test.sh                 everything
+#   scripts/test.sh -k kafka -x     extra arguments go to pytest
+#
+# Services come from CONSUMERKIT_TEST_POSTGRES_DSN, CONSUMERKIT_TEST_KAFKA_BOOTSTRAP and
+# CONSUMERKIT_TEST_REDIS_URL when set; otherwise the tests start local ones (no Docker needed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+    "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
+        echo "consumerkit needs Python 3.11 or newer; set PYTHON=/path/to/python3.11" >&2
+        exit 1
+    }
+    echo "== creating .venv"
+    "$python" -m venv .venv
+fi
+
+echo "== installing consumerkit[dev] into .venv"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+
+echo "== ruff"
+.venv/bin/ruff check .
+
+echo "== mypy"
+.venv/bin/mypy
+
+echo "== pytest"
+status=0
+.venv/bin/pytest "$@" || status=$?
+if [ "$status" -eq 5 ]; then
+    echo "pytest collected no tests: failing" >&2
+fi
+exit "$status"
