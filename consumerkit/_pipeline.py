@@ -24,7 +24,7 @@ from .envelope import RecordLike
 from .errors import DeadLetter, DecodeError, Retry, is_retriable
 from .retry import RetryPolicy
 from .stats import ConsumerStats
-from .types import Claim, ClaimStatus, DedupStore
+from .types import Claim, ClaimStatus, DbConnection, DedupStore
 
 log = logging.getLogger("consumerkit.pipeline")
 
@@ -67,10 +67,8 @@ class Pipeline:
             attempt += 1
             try:
                 claim = await self._attempt(decoded, attempt)
-            except _HandlerFailure as failure:
-                error, in_handler = failure.cause, True
             except Exception as raised:
-                error, in_handler = raised, False
+                error, in_handler = _unwrap(raised)
             else:
                 return await self._settle(claim, record, decoded, attempt, abandon)
             if _is_outage(error, in_handler):
@@ -78,7 +76,7 @@ class Pipeline:
                 outages += 1
                 delay = self.retry.delay(min(outages, 8))
                 log.warning("database unavailable (%s), retrying in %.2fs",
-                            _describe(error), delay)
+                            _describe(getattr(error, "cause", error)), delay)
             elif isinstance(error, DeadLetter) or not is_retriable(error):
                 reason = ("dead_lettered_by_handler" if isinstance(error, DeadLetter)
                           else "handler_failed")
@@ -101,12 +99,20 @@ class Pipeline:
         return self.retry.delay(attempt)
 
     async def _attempt(self, decoded: Decoded, attempt: int) -> Claim:
-        env = decoded.envelope
-        enforce = self.expired != "apply"
-        async with self.pool.acquire() as conn, conn.transaction():
+        async with self.pool.acquire() as conn:
             try:
-                claim = await self.dedup.claim(
-                    conn, self.namespace, env, decoded.route.name, enforce_window=enforce)
+                return await self._transaction(conn, decoded, attempt)
+            except Exception as exc:
+                if conn.is_closed():  # whoever raised, the connection died under us
+                    raise _ConnectionLost(exc) from exc
+                raise
+
+    async def _transaction(self, conn: DbConnection, decoded: Decoded, attempt: int) -> Claim:
+        env = decoded.envelope
+        async with conn.transaction():
+            try:
+                claim = await self.dedup.claim(conn, self.namespace, env, decoded.route.name,
+                                               enforce_window=self.expired != "apply")
             except asyncpg.CheckViolationError as exc:  # no partition for now(): maintenance
                 self.maintenance_wanted.set()
                 raise _ClaimFailure(exc) from exc
@@ -188,21 +194,30 @@ class _HandlerFailure(Exception):
         self.cause = cause
 
 
-class _ClaimFailure(Exception):
+class _ClaimFailure(_HandlerFailure):
     """The dedup claim failed for want of a partition: the store needs maintenance."""
 
-    def __init__(self, cause: Exception) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
+
+class _ConnectionLost(_HandlerFailure):
+    """The connection was closed while the attempt ran (terminated, network, server crash)."""
+
+
+def _unwrap(raised: Exception) -> tuple[Exception, bool]:
+    """The error to judge, and whether the handler itself raised it."""
+    if isinstance(raised, _ConnectionLost | _ClaimFailure):
+        return raised, False
+    if isinstance(raised, _HandlerFailure):
+        return raised.cause, True
+    return raised, False
 
 
 def _is_outage(exc: BaseException, in_handler: bool) -> bool:
     """Infrastructure trouble, retried until it heals and never dead-lettered: a lost or
     refused database connection, a dedup table without a partition for now. An ``OSError``
     counts only outside the handler (the handler's own I/O is its business)."""
-    if isinstance(exc, _OUTAGES):
+    if isinstance(exc, (*_OUTAGES, _ConnectionLost, _ClaimFailure)):
         return True
-    return not in_handler and isinstance(exc, OSError | _ClaimFailure)
+    return not in_handler and isinstance(exc, OSError)
 
 
 _OUTAGES = (

@@ -1,8 +1,11 @@
 """Billing: charge every created order exactly once.
 
-Run it against your services::
+Run it against your services. The consumer creates consumerkit's own tables, but not the
+``charges`` table its handlers write to: create that first (``SCHEMA_SQL``), or every order
+ends in the dead letters as ``handler_failed``::
 
     export CONSUMERKIT_KAFKA=127.0.0.1:9092 CONSUMERKIT_POSTGRES=postgresql://...
+    python -c 'import examples.billing as b; print(b.SCHEMA_SQL)' | psql "$CONSUMERKIT_POSTGRES"
     python -m examples.billing
 
 It stops gracefully on SIGTERM or Ctrl-C.

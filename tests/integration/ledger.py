@@ -14,14 +14,14 @@ import asyncpg
 from aiokafka import AIOKafkaProducer
 from pydantic import BaseModel
 
-from consumerkit import HandlerContext, handler
+from consumerkit import Consumer, HandlerContext, RetryPolicy, handler
 from consumerkit._identifiers import identifier
 from consumerkit.types import DbConnection
 
-FAST_GROUP = {
-    "session_timeout_ms": 6000,
-    "heartbeat_interval_ms": 500,
-    "rebalance_timeout_ms": 6000,
+FAST_GROUP = {  # quick joins and rebalances on the test broker (it holds a join ~session/2)
+    "session_timeout_ms": 3000,
+    "heartbeat_interval_ms": 300,
+    "rebalance_timeout_ms": 3000,
     "metadata_max_age_ms": 2000,
 }
 
@@ -132,6 +132,24 @@ def verify(rows: Sequence[Any], expected: Sequence[Event]) -> None:
         assert r["seq"] == last.get(r["key"], 0) + 1, (
             f"order violated on {r['key']}: {r['seq']} after {last.get(r['key'], 0)}")
         last[r["key"]] = r["seq"]
+
+
+def build(name: str, schema: str, topic: str, dsn: str, bootstrap: str,
+          fail: Hook | None = None, **extra: object) -> Consumer:
+    """A ledger consumer. Its group (and dedup namespace) is ``name`` + the topic, so every
+    test gets fresh groups on the shared broker."""
+    options: dict[str, object] = {
+        "handlers": [ledger_handler(schema, fail)], "topics": [topic],
+        "kafka_bootstrap": bootstrap, "postgres_dsn": dsn, "schema": schema,
+        "handle_signals": False,
+        "retry": RetryPolicy(max_attempts=4, initial_delay=0.01, max_delay=0.05),
+        "kafka_consumer_options": FAST_GROUP, **extra,
+    }
+    return Consumer(name=group(name, topic), **options)  # type: ignore[arg-type]
+
+
+def group(name: str, topic: str) -> str:
+    return f"{name}.{topic}"
 
 
 class Running:

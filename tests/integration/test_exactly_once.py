@@ -15,15 +15,14 @@ import asyncpg
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from consumerkit import Consumer, HandlerContext, RetryPolicy
+from consumerkit import Consumer
 
 from .ledger import (
-    FAST_GROUP,
     Event,
     Running,
-    Step,
+    build,
     create_ledger,
-    ledger_handler,
+    group,
     ledger_rows,
     make_events,
     publish,
@@ -35,17 +34,6 @@ ROOT = Path(__file__).resolve().parents[2]
 DAY_MS = 86_400_000
 MakeTopic = Callable[..., Awaitable[str]]
 
-
-def make_consumer(name: str, schema: str, topic: str, dsn: str, bootstrap: str,
-                  fail: Callable[[Step, HandlerContext], Awaitable[None]] | None = None,
-                  **extra: object) -> Consumer:
-    options: dict[str, object] = {
-        "handlers": [ledger_handler(schema, fail)], "topics": [topic],
-        "kafka_bootstrap": bootstrap, "postgres_dsn": dsn, "schema": schema,
-        "handle_signals": False, "retry": RetryPolicy(initial_delay=0.01, max_delay=0.05),
-        "kafka_consumer_options": FAST_GROUP, **extra,
-    }
-    return Consumer(name=name, **options)  # type: ignore[arg-type]
 
 
 async def count(pool: asyncpg.Pool, schema: str) -> int:
@@ -74,7 +62,7 @@ async def test_2000_events_with_duplicates_apply_once_in_key_order(
               for i, e in enumerate(rng.sample(events, 200))]
     await publish(kafka_bootstrap, topic, events)
     await publish(kafka_bootstrap, topic, resent)
-    consumer = make_consumer("billing", pg_schema, topic, postgres_dsn, kafka_bootstrap)
+    consumer = build("billing", pg_schema, topic, postgres_dsn, kafka_bootstrap)
     async with Running(consumer):
         await wait_for(lambda: _stat(consumer, "delivered", 2200), 120, "2,200 deliveries")
     verify(await rows(pg_pool, pg_schema), events)
@@ -94,7 +82,7 @@ async def test_sigkill_mid_stream_loses_nothing_and_applies_nothing_twice(
     await publish(kafka_bootstrap, topic, events)
     args = [sys.executable, "-m", "tests.integration.worker", "--dsn", postgres_dsn,
             "--bootstrap", kafka_bootstrap, "--topic", topic, "--schema", pg_schema,
-            "--name", "crashy"]
+            "--name", group("crashy", topic)]
     first = subprocess.Popen(args, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         await wait_for(lambda: _at_least(pg_pool, pg_schema, 300), 120, "300 effects")
@@ -114,7 +102,8 @@ async def test_sigkill_mid_stream_loses_nothing_and_applies_nothing_twice(
         _kill(first)
     verify(await rows(pg_pool, pg_schema), events)
     dedup_rows = await pg_pool.fetchval(
-        f'SELECT count(*) FROM "{pg_schema}".processed_events WHERE namespace = $1', "crashy")
+        f'SELECT count(*) FROM "{pg_schema}".processed_events WHERE namespace = $1',
+        group("crashy", topic))
     assert dedup_rows == len(events)
 
 
@@ -127,9 +116,9 @@ async def test_rebalance_mid_stream_loses_nothing_and_applies_nothing_twice(
         await create_ledger(conn, pg_schema)
     events = make_events(keys=30, per_key=50)
     await publish(kafka_bootstrap, topic, events)
-    first = make_consumer("inventory", pg_schema, topic, postgres_dsn, kafka_bootstrap,
+    first = build("inventory", pg_schema, topic, postgres_dsn, kafka_bootstrap,
                           concurrency=2, max_in_flight=50)
-    second = make_consumer("inventory", pg_schema, topic, postgres_dsn, kafka_bootstrap,
+    second = build("inventory", pg_schema, topic, postgres_dsn, kafka_bootstrap,
                            concurrency=2, max_in_flight=50)
     async with Running(first):
         await wait_for(lambda: _at_least(pg_pool, pg_schema, 150), 120, "150 effects")
@@ -151,11 +140,11 @@ async def test_graceful_stop_commits_every_finished_offset(
         await create_ledger(conn, pg_schema)
     events = make_events(keys=10, per_key=20)
     await publish(kafka_bootstrap, topic, events)
-    first = make_consumer("stopper", pg_schema, topic, postgres_dsn, kafka_bootstrap)
+    first = build("stopper", pg_schema, topic, postgres_dsn, kafka_bootstrap)
     async with Running(first):
         await wait_for(lambda: _at_least(pg_pool, pg_schema, len(events)), 60, "every effect")
     # offsets start at 0 and have no gaps here, so the committed offsets sum to the count
-    assert await committed_total(kafka_bootstrap, "stopper", topic, 2) == len(events)
+    assert await committed_total(kafka_bootstrap, group("stopper", topic), topic, 2) == len(events)
     verify(await rows(pg_pool, pg_schema), events)
 
 

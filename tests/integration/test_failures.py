@@ -17,17 +17,15 @@ from consumerkit import (
     DeadLetterTable,
     DeadLetterTopic,
     HandlerContext,
-    RetryPolicy,
     StartupError,
 )
 from consumerkit.deadletter.table import list_dead_letters
 
 from .ledger import (
-    FAST_GROUP,
     Running,
     Step,
+    build,
     create_ledger,
-    ledger_handler,
     ledger_rows,
     make_events,
     publish,
@@ -38,18 +36,6 @@ from .ledger import (
 
 MakeTopic = Callable[..., Awaitable[str]]
 
-
-def make(name: str, schema: str, topic: str, dsn: str, bootstrap: str,
-         fail: Callable[[Step, HandlerContext], Awaitable[None]] | None = None,
-         **extra: object) -> Consumer:
-    options: dict[str, object] = {
-        "handlers": [ledger_handler(schema, fail)], "topics": [topic],
-        "kafka_bootstrap": bootstrap, "postgres_dsn": dsn, "schema": schema,
-        "handle_signals": False,
-        "retry": RetryPolicy(max_attempts=4, initial_delay=0.01, max_delay=0.05),
-        "kafka_consumer_options": FAST_GROUP, "max_message_bytes": 4096, **extra,
-    }
-    return Consumer(name=name, **options)  # type: ignore[arg-type]
 
 
 async def dead_letters(pool: asyncpg.Pool, schema: str) -> list[DeadLetterEntry]:
@@ -75,7 +61,8 @@ async def test_flaky_handler_applies_once_and_poison_is_dead_lettered(
 
     events = make_events(keys=5, per_key=10)
     await publish(kafka_bootstrap, topic, events)
-    consumer = make("flaky", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=fail)
+    consumer = build("flaky", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=fail,
+                     max_message_bytes=4096)
     async with Running(consumer):
         await wait_for(lambda: _settled(consumer, len(events)), 60, "every event settled")
     poison = "evt-1-3"
@@ -121,7 +108,8 @@ async def test_every_kind_of_bad_input_is_dead_lettered_and_the_consumer_keeps_r
     await publish_raw(kafka_bootstrap, topic, bad)
     events = make_events(keys=1, per_key=1, prefix="good")
     await publish(kafka_bootstrap, topic, events)
-    consumer = make("strict", pg_schema, topic, postgres_dsn, kafka_bootstrap,
+    consumer = build("strict", pg_schema, topic, postgres_dsn, kafka_bootstrap,
+                     max_message_bytes=4096,
                     dead_letter=[DeadLetterTable(), DeadLetterTopic(
                         dlq_topic, producer_options={"enable_idempotence": False})])
     async with Running(consumer) as running:
@@ -163,7 +151,7 @@ async def test_unreachable_postgres_is_a_clear_startup_error_without_the_passwor
     kafka_bootstrap: str, make_topic: MakeTopic,
 ) -> None:
     topic = await make_topic(partitions=1)
-    consumer = make("nodb", "ck_nodb", topic, "postgresql://app:hunter2@127.0.0.1:1/app",
+    consumer = build("nodb", "ck_nodb", topic, "postgresql://app:hunter2@127.0.0.1:1/app",
                     kafka_bootstrap)
     with pytest.raises(StartupError) as info:
         await asyncio.wait_for(consumer.run(), 60)
@@ -175,11 +163,11 @@ async def test_unreachable_postgres_is_a_clear_startup_error_without_the_passwor
 async def test_unreachable_broker_and_missing_topics_are_clear_startup_errors(
     postgres_dsn: str, kafka_bootstrap: str, pg_schema: str,
 ) -> None:
-    nobroker = make("nobroker", pg_schema, "orders", postgres_dsn, "127.0.0.1:1",
+    nobroker = build("nobroker", pg_schema, "orders", postgres_dsn, "127.0.0.1:1",
                     kafka_options={"request_timeout_ms": 3000})
     with pytest.raises(StartupError, match="cannot reach the Kafka broker"):
         await asyncio.wait_for(nobroker.run(), 60)
-    missing = make("notopic", pg_schema, "ck-missing-topic-xyz", postgres_dsn, kafka_bootstrap)
+    missing = build("notopic", pg_schema, "ck-missing-topic-xyz", postgres_dsn, kafka_bootstrap)
     with pytest.raises(StartupError, match="topics missing on the broker: ck-missing-topic-xyz"):
         await asyncio.wait_for(missing.run(), 60)
 
