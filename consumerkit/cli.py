@@ -22,7 +22,7 @@ from datetime import timedelta
 
 import asyncpg
 
-from ._identifiers import redact_dsn
+from ._identifiers import identifier, redact_dsn
 from .deadletter.table import list_dead_letters
 from .dedup.partitions import list_partitions, maintain
 from .dedup.policy import DedupPolicy
@@ -80,6 +80,8 @@ async def _with_connection(args: argparse.Namespace,
                            work: Callable[[asyncpg.Connection], Awaitable[None]]) -> None:
     if not args.postgres:
         raise ConsumerKitError("no database: pass --postgres or set CONSUMERKIT_POSTGRES_DSN")
+    identifier(args.schema, "schema name")
+    _policy(args)  # validates the table name, retention and interval before connecting
     try:
         conn = await asyncpg.connect(args.postgres, timeout=15)
     except (OSError, TimeoutError, asyncpg.PostgresError) as exc:

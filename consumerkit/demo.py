@@ -75,14 +75,16 @@ async def run_demo(orders: int = 500, duplicate_rate: float = 0.3, *,
                    kafka: str | None = None, postgres: str | None = None) -> DemoResult:
     """Publish ``orders`` events plus re-sent copies, consume them, count the charges."""
     async with services(kafka, postgres) as svc:
-        topic = f"orders-{uuid.uuid4().hex[:8]}"
+        run = uuid.uuid4().hex[:8]  # fresh topic, group and event ids on every run
+        topic = f"orders-{run}"
         await _prepare(svc, topic)
-        sent = await _publish(svc.kafka, topic, orders, duplicate_rate)
+        sent = await _publish(svc.kafka, topic, run, orders, duplicate_rate)
         print(f"published {orders} order events and {sent - orders} duplicate deliveries "
               f"to {topic}")
         consumer = Consumer(
-            name="billing-demo", handlers=[charge], topics=[topic], kafka_bootstrap=svc.kafka,
-            postgres_dsn=svc.postgres, schema=SCHEMA, handle_signals=False)
+            name=f"billing-demo-{run}", handlers=[charge], topics=[topic],
+            kafka_bootstrap=svc.kafka, postgres_dsn=svc.postgres, schema=SCHEMA,
+            handle_signals=False)
         task = asyncio.create_task(consumer.run())
         async with asyncio.timeout(120):
             while consumer.stats.applied + consumer.stats.duplicates < sent:
@@ -120,7 +122,8 @@ async def _prepare(svc: Services, topic: str) -> None:
         await conn.close()
 
 
-async def _publish(bootstrap: str, topic: str, orders: int, duplicate_rate: float) -> int:
+async def _publish(bootstrap: str, topic: str, run: str, orders: int,
+                   duplicate_rate: float) -> int:
     rng = random.Random(42)
     # the embedded broker has no idempotent producer; real Kafka keeps the safe default
     producer = KafkaProducer(bootstrap, {"enable_idempotence": False})
@@ -133,7 +136,7 @@ async def _publish(bootstrap: str, topic: str, orders: int, duplicate_rate: floa
             for _ in range(copies):  # a relay retry or a re-publish sends the same event again
                 await producer.send(
                     topic, key=event.order_id.encode(), value=event.model_dump_json().encode(),
-                    headers=[("id", f"evt-{n}".encode()), ("event_type", b"order.created")])
+                    headers=[("id", f"{run}-{n}".encode()), ("event_type", b"order.created")])
                 sent += 1
     finally:
         await producer.stop()
