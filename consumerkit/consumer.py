@@ -28,7 +28,7 @@ from .registry import HandlerSource, RouteTable
 from .retry import RetryPolicy
 from .schema import check_synchronous_commit, migrate
 from .stats import ConsumerStats
-from .transport.kafka import KafkaSource, Partition
+from .transport.kafka import KafkaSource, Partition, consumer_options
 from .types import DeadLetterSink, SinkResources
 
 log = logging.getLogger("consumerkit.consumer")
@@ -81,6 +81,7 @@ class Consumer:
         self.auto_migrate = migrate
         self.kafka_options = dict(kafka_options or {})
         self.kafka_consumer_options = {**self.kafka_options, **(kafka_consumer_options or {})}
+        consumer_options(self.kafka_consumer_options)  # refuse unsafe settings now
         self.shutdown_timeout = shutdown_timeout
         self.handle_signals = handle_signals
         self.maintenance_interval = maintenance_interval or min(

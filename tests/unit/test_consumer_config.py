@@ -1,0 +1,84 @@
+"""A consumer refuses bad configuration when it is built, before touching any service."""
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from consumerkit import (
+    ConfigurationError,
+    Consumer,
+    HandlerContext,
+    HandlerDefinitionError,
+    HandlerRegistry,
+    handler,
+)
+
+from . import handlers_future
+
+
+class Paid(BaseModel):
+    order_id: str
+
+
+@handler("order.paid")
+async def on_paid(event: Paid, ctx: HandlerContext) -> None:
+    del event, ctx
+
+
+def build(**overrides: Any) -> Consumer:
+    options: dict[str, Any] = {
+        "name": "billing", "handlers": [on_paid], "topics": ["orders"],
+        "kafka_bootstrap": "127.0.0.1:9092", "postgres_dsn": "postgresql://u:secret@db/app",
+    }
+    return Consumer(**{**options, **overrides})
+
+
+def test_a_valid_consumer_freezes_its_registry_and_hides_the_password() -> None:
+    registry = HandlerRegistry([on_paid])
+    consumer = build(handlers=[registry])
+    assert "secret" not in repr(consumer)
+    with pytest.raises(HandlerDefinitionError, match="frozen"):
+        registry.include(handlers_future.charge)
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"handlers": []}, "no handlers given"),
+    ({"handlers": [handlers_future.cancel]}, "cannot resolve the annotations"),
+    ({"topics": []}, "at least one topic"),
+    ({"topics": ["bad topic"]}, "invalid topic"),
+    ({"name": "billing;drop"}, "invalid consumer name"),
+    ({"schema": "Bad-Schema"}, "invalid schema name"),
+    ({"concurrency": 0}, "at least 1"),
+    ({"dead_letter": []}, "dead-letter destination"),
+    ({"kafka_consumer_options": {"enable_auto_commit": True}}, "enable_auto_commit"),
+    ({"kafka_options": {"isolation_level": "read_uncommitted"}}, "isolation_level"),
+])
+def test_bad_configuration_is_refused(overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        build(**overrides)
+
+
+def test_unsafe_kafka_options_are_refused() -> None:
+    from consumerkit.transport.kafka import consumer_options
+
+    with pytest.raises(ConfigurationError, match="enable_auto_commit"):
+        consumer_options({"enable_auto_commit": True})
+    with pytest.raises(ConfigurationError, match="isolation_level"):
+        consumer_options({"isolation_level": "read_uncommitted"})
+    safe = consumer_options({"session_timeout_ms": 3000})
+    assert safe["enable_auto_commit"] is False
+    assert safe["auto_offset_reset"] == "earliest"
+    assert safe["isolation_level"] == "read_committed"
+
+
+def test_two_handlers_for_one_event_type_are_refused() -> None:
+    def twin() -> Callable[..., Any]:
+        @handler("order.paid")
+        async def again(event: Paid, ctx: HandlerContext) -> None:
+            del event, ctx
+        return again
+
+    with pytest.raises(HandlerDefinitionError, match="two handlers"):
+        build(handlers=[on_paid, twin()])
