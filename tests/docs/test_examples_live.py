@@ -172,23 +172,6 @@ async def test_a_savepoint_keeps_the_transaction_after_an_expected_error(
         await conn.close()
 
 
-async def test_a_swallowed_database_error_silently_rolls_back(
-    postgres_dsn: str, pg_schema: str,
-) -> None:
-    """What docs/handlers.md warns about: without a savepoint the COMMIT of the aborted
-    transaction raises nothing, yet nothing was written."""
-    conn = await signal_tables(postgres_dsn, pg_schema)
-    try:
-        await conn.execute("INSERT INTO coupon_uses VALUES ('C', 'o-1')")
-        async with conn.transaction():
-            await conn.execute("INSERT INTO accounts VALUES ('marker', 0)")
-            with pytest.raises(asyncpg.UniqueViolationError):
-                await conn.execute("INSERT INTO coupon_uses VALUES ('C', 'o-2')")
-        assert await conn.fetchval("SELECT count(*) FROM accounts") == 0
-    finally:
-        await conn.close()
-
-
 # -- the command line on a real database -------------------------------------------------------
 
 async def test_cli_against_postgres(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -175,3 +176,32 @@ async def test_stop_before_run_and_twice_is_harmless(
     await consumer.stop()
     await asyncio.wait_for(consumer.run(), 60)  # a stop requested before run() ends it at once
     await consumer.stop()
+
+
+async def test_a_swallowed_database_error_is_retried_never_silently_lost(
+    postgres_dsn: str, kafka_bootstrap: str, make_topic: MakeTopic, pg_schema: str,
+    pg_pool: asyncpg.Pool,
+) -> None:
+    """A handler that catches a database error and returns leaves its transaction aborted:
+    COMMIT would roll back without a word. The pipeline notices, and retries the event."""
+    topic = await make_topic(partitions=1)
+    async with pg_pool.acquire() as conn:
+        await create_ledger(conn, pg_schema)
+
+    async def swallow(event: Step, ctx: HandlerContext) -> None:
+        if ctx.attempt == 1:  # the mistake: swallowing leaves the transaction aborted
+            with contextlib.suppress(asyncpg.DivisionByZeroError):
+                await ctx.tx.execute("SELECT 1 / 0")
+
+    events = make_events(keys=1, per_key=2)
+    await publish(kafka_bootstrap, topic, events)
+    # the database's default isolation is stricter; the consumer pins READ COMMITTED
+    dsn = postgres_dsn + ("&" if "?" in postgres_dsn else "?") + (
+        "default_transaction_isolation=serializable")
+    consumer = build("swallow", pg_schema, topic, dsn, kafka_bootstrap, fail=swallow)
+    async with Running(consumer):
+        await wait_for(lambda: settled(consumer, 2), 60, "both events settled")
+    async with pg_pool.acquire() as conn:
+        verify(await ledger_rows(conn, pg_schema), events)
+    assert consumer.stats.applied == 2
+    assert consumer.stats.retries == 2

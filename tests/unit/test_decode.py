@@ -1,7 +1,7 @@
 from datetime import UTC, datetime
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 
 from consumerkit import DecodeError, HandlerContext, Record, WireFormat, handler
 from consumerkit._decode import Decoder
@@ -107,3 +107,26 @@ def test_topic_route_needs_no_event_type() -> None:
     decoded = Decoder(RouteTable.build([legacy]), WireFormat(), 1000).decode(rec)
     assert decoded.route.func is legacy
     assert decoded.envelope.key is None
+
+
+class Picky(BaseModel):
+    order_id: str
+
+    @field_validator("order_id")
+    @classmethod
+    def known(cls, value: str) -> str:
+        return {"o-1": value}[value]  # KeyError for anything else: not a ValueError
+
+
+@handler("picky")
+async def picky(event: Picky, ctx: HandlerContext) -> None:
+    del event, ctx
+
+
+def test_a_validator_raising_any_exception_is_an_invalid_payload() -> None:
+    decoder = Decoder(RouteTable.build([picky]), WireFormat(), 1000)
+    rec = record(value=b'{"order_id": "o-2"}', headers=[("id", b"e"), ("event_type", b"picky")])
+    with pytest.raises(DecodeError) as info:
+        decoder.decode(rec)
+    assert info.value.reason == "invalid_payload"
+    assert "KeyError" in info.value.detail
