@@ -71,6 +71,8 @@ class Decoder:
             kind = exc.errors()[0]["type"] if exc.error_count() else ""
             reason = "invalid_json" if kind == "json_invalid" else "invalid_payload"
             raise DecodeError(reason, _short(exc)) from exc
+        except Exception as exc:  # a model validator raising e.g. TypeError or KeyError
+            raise DecodeError("invalid_payload", f"{type(exc).__name__}: {exc}"[:500]) from exc
         envelope = Envelope(
             event_id=event_id,
             id_source=id_source,

@@ -29,6 +29,9 @@ from .types import Claim, ClaimStatus, DbConnection, DedupStore
 log = logging.getLogger("consumerkit.pipeline")
 
 
+_STILL_OPEN = "SELECT 1"
+
+
 class Outcome(StrEnum):
     APPLIED = "applied"
     DUPLICATE = "duplicate"
@@ -109,7 +112,8 @@ class Pipeline:
 
     async def _transaction(self, conn: DbConnection, decoded: Decoded, attempt: int) -> Claim:
         env = decoded.envelope
-        async with conn.transaction():
+        # pinned: the claim's lock-then-look-up needs a fresh snapshot per statement
+        async with conn.transaction(isolation="read_committed"):
             try:
                 claim = await self.dedup.claim(conn, self.namespace, env, decoded.route.name,
                                                enforce_window=self.expired != "apply")
@@ -120,6 +124,9 @@ class Pipeline:
                 ctx = HandlerContext(conn, env, attempt, _event_log(decoded))
                 try:
                     await decoded.route.func(decoded.event, ctx)
+                    # a handler that swallowed a database error leaves the transaction aborted;
+                    # COMMIT would then silently roll back and the event would be lost
+                    await conn.execute(_STILL_OPEN)
                 except Exception as exc:
                     raise _HandlerFailure(exc) from exc
             return claim

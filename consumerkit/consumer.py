@@ -105,7 +105,7 @@ class Consumer:
     async def migrate(self) -> None:
         """Create or upgrade consumerkit's tables (idempotent; safe concurrently)."""
         async with _connect(self._dsn) as conn:
-            await migrate(conn, self.schema, self.dedup)
+            await migrate(conn, self.schema, self.dedup, namespace=self.name)
 
     async def run(self) -> None:
         """Consume until :meth:`stop`, cancellation, or SIGTERM/SIGINT; then shut down
@@ -177,9 +177,9 @@ class Consumer:
                     "PostgreSQL runs with synchronous_commit=off: a committed effect can vanish "
                     "after a crash while its offset is already committed (lost effect)")
             if self.auto_migrate:
-                await migrate(conn, self.schema, self.dedup)
+                await migrate(conn, self.schema, self.dedup, namespace=self.name)
             else:
-                await maintain(conn, self.schema, self.dedup)
+                await maintain(conn, self.schema, self.dedup, namespace=self.name)
 
     async def _maintain_forever(self, pool: asyncpg.Pool, wanted: asyncio.Event) -> None:
         """Create partitions ahead and drop expired ones every interval, or at once when a
@@ -191,7 +191,7 @@ class Consumer:
             wanted.clear()
             try:
                 async with pool.acquire() as conn:
-                    report = await maintain(conn, self.schema, self.dedup)
+                    report = await maintain(conn, self.schema, self.dedup, namespace=self.name)
                 if report.created or report.dropped:
                     log.info("dedup partitions created %s, dropped %s", report.created,
                              report.dropped)

@@ -23,6 +23,7 @@ from .deadletter.table import dead_letter_ddl
 from .dedup.partitions import LOCK_SEED, maintain
 from .dedup.policy import DedupPolicy
 from .dedup.postgres import DEFAULT_POLICY, check_dedup_names, dedup_ddl
+from .dedup.retention import retention_ddl
 from .errors import StartupError
 from .types import DbConnection
 
@@ -40,6 +41,7 @@ class Step:
 
 CORE_STEPS = (
     Step(1, "dead-letter table", lambda schema, _policy: dead_letter_ddl(schema)),
+    Step(2, "dedup retention registry", lambda schema, _policy: retention_ddl(schema)),
 )
 DEDUP_STEPS = (
     Step(1, "partitioned dedup table and claim function", dedup_ddl),
@@ -48,6 +50,7 @@ DEDUP_STEPS = (
 
 async def migrate(
     conn: DbConnection, schema: str = "consumerkit", policy: DedupPolicy = DEFAULT_POLICY,
+    *, namespace: str | None = None,
 ) -> None:
     """Create or upgrade ``schema``: the dead-letter table and the dedup table of ``policy``
     with its claim function, then create the dedup partitions the next intervals need.
@@ -86,7 +89,7 @@ async def migrate(
                     await conn.execute(
                         f"INSERT INTO {versions} (component, version, description) "
                         "VALUES ($1, $2, $3)", component, step.version, step.description)
-            await maintain(conn, schema, policy)
+            await maintain(conn, schema, policy, namespace=namespace)
     except asyncpg.PostgresError as exc:
         raise StartupError(f"migration of schema {schema!r} failed: {exc}") from exc
 

@@ -30,6 +30,7 @@ from .._identifiers import identifier, qualified
 from ..errors import ConfigurationError, StartupError
 from ..types import DbConnection
 from .policy import DedupPolicy
+from .retention import longest, register
 
 LOCK_SEED = 0x636B_6974
 """Seed ("ckit") of ``hashtextextended`` for consumerkit's advisory-lock keys, so they do not
@@ -149,13 +150,15 @@ async def list_partitions(conn: DbConnection, schema: str, table: str) -> list[P
 
 async def maintain(
     conn: DbConnection, schema: str, policy: DedupPolicy, *, now: datetime | None = None,
-    lock_timeout: timedelta = timedelta(seconds=2),
+    namespace: str | None = None, lock_timeout: timedelta = timedelta(seconds=2),
 ) -> MaintenanceReport:
     """Create the partitions the next ``premake`` intervals need and drop expired ones.
 
-    A partition is dropped when its upper bound is at or before ``now - retention``: then every
-    row in it is older than the window. ``now`` defaults to the database's ``now()``; tests
-    pass a time. One transaction, so a failure leaves the table as it was.
+    A partition is dropped when its upper bound is at or before ``now - retention``, where
+    ``retention`` is the longest of ``policy.retention`` and every retention registered for the
+    table (:mod:`~consumerkit.dedup.retention`); ``namespace``, if given, first registers
+    ``policy.retention`` for itself. ``now`` defaults to the database's ``now()``; tests pass a
+    time. One transaction, so a failure leaves the table as it was.
     """
     parent = qualified(schema, policy.table)
     check_partition_names(policy.table)
@@ -182,7 +185,10 @@ async def maintain(
                 name = partition_name(policy.table, gap_lo)
                 await _create(conn, schema, parent, name, gap_lo, gap_hi)
                 created.append(name)
-        horizon = moment - policy.retention
+        if namespace is not None:
+            await register(conn, schema, policy.table, namespace, policy.retention)
+        horizon = moment - max(policy.retention, await longest(conn, schema, policy.table)
+                               or policy.retention)
         for part in existing:
             if part.upper is None or part.upper > horizon:
                 continue

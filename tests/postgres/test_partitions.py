@@ -11,6 +11,7 @@ import pytest
 
 from consumerkit.dedup import DedupPolicy, list_partitions, maintain
 from consumerkit.dedup.partitions import partition_floor, partition_name
+from consumerkit.dedup.retention import registrations
 from consumerkit.errors import ConfigurationError, StartupError
 
 from .conftest import Conn, Connect
@@ -182,3 +183,23 @@ async def test_rows_outside_every_partition_are_refused(conn: Conn, migrated: st
             f'INSERT INTO "{migrated}".processed_events (namespace, event_id, seen_at, handler,'
             ' id_source, topic, "partition", "offset")'
             " VALUES ('ns', 'e', now() + interval '30 days', 'h', 'header', 't', 0, 0)")
+
+
+async def test_the_longest_registered_retention_protects_shared_tables(
+    conn: Conn, migrated: str,
+) -> None:
+    """A consumer keeping 30 days shares the table with one keeping 2 days: maintenance run
+    with the short retention (or by the CLI's defaults) must not drop what the long one needs."""
+    now = await _db_now(conn)
+    original = _expected(now)
+    long_policy = DedupPolicy(retention=timedelta(days=30))
+    short_policy = DedupPolicy(retention=timedelta(days=2))
+    await maintain(conn, migrated, long_policy, namespace="ledger")
+    report = await maintain(conn, migrated, short_policy, namespace="mailer", now=now + 10 * DAY)
+    assert report.dropped == []  # the 30-day registration wins
+    assert await registrations(conn, migrated) == [
+        ("processed_events", "ledger", timedelta(days=30)),
+        ("processed_events", "mailer", timedelta(days=2)),
+    ]
+    report = await maintain(conn, migrated, short_policy, now=now + 32 * DAY)
+    assert report.dropped[:2] == original[:2]
