@@ -23,12 +23,14 @@ class Engine:
     """Owns the partition states, the keyed executor and the offset commits."""
 
     def __init__(
-        self, *, pipeline: Pipeline, concurrency: int, max_in_flight: int,
+        self, *, pipeline: Pipeline, max_in_flight: int, batch_size: int,
         revoke_timeout: float, stats: ConsumerStats, poll_timeout_ms: int = 100,
     ) -> None:
         self.pipeline = pipeline
-        self.executor = KeyedExecutor(concurrency)
+        # lanes never outnumber records in flight; the pipeline bounds transactions
+        self.executor = KeyedExecutor(max_in_flight)
         self.max_in_flight = max_in_flight
+        self.batch_size = batch_size
         self.revoke_timeout = revoke_timeout
         self.stats = stats
         self.poll_timeout_ms = poll_timeout_ms
@@ -83,7 +85,7 @@ class Engine:
                     self._room.clear()
                     await self._room.wait()
                     continue
-                batches = await source.fetch(self.poll_timeout_ms, room)
+                batches = await source.fetch(self.poll_timeout_ms, min(room, self.batch_size))
                 for part, records in batches.items():
                     self._dispatch(part, records)
         finally:

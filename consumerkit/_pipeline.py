@@ -44,7 +44,8 @@ class Pipeline:
     def __init__(
         self, *, consumer: str, namespace: str, pool: asyncpg.Pool, dedup: DedupStore,
         decoder: Decoder, retry: RetryPolicy, dead_letters: DeadLetterWriter,
-        expired: ExpiredPolicy, stats: ConsumerStats,
+        expired: ExpiredPolicy, stats: ConsumerStats, concurrency: int,
+        handler_timeout: float | None,
     ) -> None:
         self.consumer = consumer
         self.namespace = namespace
@@ -56,6 +57,9 @@ class Pipeline:
         self.expired = expired
         self.stats = stats
         self.maintenance_wanted = asyncio.Event()
+        self.handler_timeout = handler_timeout
+        # transactions at once; records waiting for a retry or an outage hold no slot
+        self.slots = asyncio.Semaphore(concurrency)
 
     async def process(self, record: RecordLike, abandon: asyncio.Event) -> Outcome:
         """Apply ``record`` exactly once in effect; ``abandon`` interrupts waits (shutdown,
@@ -102,7 +106,7 @@ class Pipeline:
         return self.retry.delay(attempt)
 
     async def _attempt(self, decoded: Decoded, attempt: int) -> Claim:
-        async with self.pool.acquire() as conn:
+        async with self.slots, self.pool.acquire() as conn:
             try:
                 return await self._transaction(conn, decoded, attempt)
             except Exception as exc:
@@ -123,7 +127,8 @@ class Pipeline:
             if claim.status is ClaimStatus.CLAIMED:
                 ctx = HandlerContext(conn, env, attempt, _event_log(decoded))
                 try:
-                    await decoded.route.func(decoded.event, ctx)
+                    async with asyncio.timeout(self.handler_timeout):
+                        await decoded.route.func(decoded.event, ctx)
                     # a handler that swallowed a database error leaves the transaction aborted;
                     # COMMIT would then silently roll back and the event would be lost
                     await conn.execute(_STILL_OPEN)

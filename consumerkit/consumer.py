@@ -52,7 +52,8 @@ class Consumer:
         concurrency: int = 16, max_in_flight: int = 1000, max_message_bytes: int = 1 << 20,
         migrate: bool = True, kafka_options: Mapping[str, Any] | None = None,
         kafka_consumer_options: Mapping[str, Any] | None = None,
-        shutdown_timeout: float = 30.0, handle_signals: bool = True,
+        handler_timeout: float | None = 60.0, shutdown_timeout: float = 30.0,
+        handle_signals: bool = True,
         maintenance_interval: timedelta | None = None,
     ) -> None:
         self.name = check_name(name, "consumer name")
@@ -81,7 +82,11 @@ class Consumer:
         self.auto_migrate = migrate
         self.kafka_options = dict(kafka_options or {})
         self.kafka_consumer_options = {**self.kafka_options, **(kafka_consumer_options or {})}
-        consumer_options(self.kafka_consumer_options)  # refuse unsafe settings now
+        # refuse unsafe settings now; the fetch size follows max_poll_records
+        self.batch_size = int(consumer_options(self.kafka_consumer_options)["max_poll_records"])
+        if handler_timeout is not None and handler_timeout <= 0:
+            raise ConfigurationError("handler_timeout must be positive (or None for no limit)")
+        self.handler_timeout = handler_timeout
         self.shutdown_timeout = shutdown_timeout
         self.handle_signals = handle_signals
         self.maintenance_interval = maintenance_interval or min(
@@ -135,14 +140,14 @@ class Consumer:
         pool = await _open_pool(self._dsn, self.name, self.concurrency + 2)
         stack.push_async_callback(pool.close)
         await self._prepare_database(pool)
-        resources = SinkResources(pool, self.schema, self.kafka_bootstrap, self.kafka_options)
+        resources = SinkResources(pool, self.schema, self.kafka_bootstrap, self.kafka_options,
+                                  tuple(self.topics))
         for sink in self.dead_letter:
             await sink.open(resources)
             stack.push_async_callback(sink.close)
         engine = self._engine = Engine(
-            pipeline=self._pipeline(pool), concurrency=self.concurrency,
-            max_in_flight=self.max_in_flight, revoke_timeout=self.shutdown_timeout,
-            stats=self.stats)
+            pipeline=self._pipeline(pool), max_in_flight=self.max_in_flight,
+            batch_size=self.batch_size, revoke_timeout=self.shutdown_timeout, stats=self.stats)
         source = KafkaSource(
             topics=self.topics, group_id=self.name, bootstrap=self.kafka_bootstrap,
             options=self.kafka_consumer_options, rebalance=engine)
@@ -168,7 +173,8 @@ class Consumer:
             dedup=PostgresDedupStore(self.schema, self.dedup),
             decoder=Decoder(self.routes, self.wire, self.max_message_bytes),
             retry=self.retry, dead_letters=DeadLetterWriter(self.dead_letter),
-            expired=self.dedup.expired, stats=self.stats)
+            expired=self.dedup.expired, stats=self.stats, concurrency=self.concurrency,
+            handler_timeout=self.handler_timeout)
 
     async def _prepare_database(self, pool: asyncpg.Pool) -> None:
         async with pool.acquire() as conn:

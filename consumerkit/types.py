@@ -56,6 +56,7 @@ class SinkResources:
     schema: str
     kafka_bootstrap: str
     kafka_options: dict[str, Any]
+    topics: tuple[str, ...] = ()  # the topics the consumer reads
 
 
 class DeadLetterSink(Protocol):

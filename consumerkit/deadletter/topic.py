@@ -44,6 +44,15 @@ class DeadLetterTopic:
         options = {**resources.kafka_options, **self.producer_options}
         producer = KafkaProducer(resources.kafka_bootstrap, options)
         await producer.start()
+        try:
+            wanted = {self.destination(topic) for topic in resources.topics}
+            missing = sorted(wanted - await producer.topics())
+        except BaseException:
+            await producer.stop()
+            raise
+        if missing:
+            await producer.stop()
+            raise StartupError(f"dead-letter topics missing on the broker: {', '.join(missing)}")
         self._producer = producer
 
     async def send(self, entry: DeadLetterEntry) -> None:

@@ -1,8 +1,11 @@
 """The Kafka adapter: the only module that imports aiokafka.
 
 aiokafka's defaults are unsafe for exactly-once effects (auto-commit on, ``latest`` reset,
-``acks=1``); every one that matters is set explicitly here and cannot be overridden by
-``options`` in a way that breaks the guarantees.
+``acks=1``). Here: auto-commit is off and ``isolation_level="read_committed"``, and neither can
+be overridden; ``auto_offset_reset`` defaults to ``"earliest"`` (a new group reads the
+backlog; ``"latest"`` stays possible for whoever asks for it explicitly); producers always use
+``acks="all"`` and the idempotent producer unless ``enable_idempotence=False`` is given (for
+brokers without it).
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ _CONSUMER_DEFAULTS = {
     "auto_offset_reset": "earliest",
     "max_poll_records": 500,
 }
-_PRODUCER_DEFAULTS: dict[str, Any] = {"acks": "all", "enable_idempotence": True}
+_PRODUCER_DEFAULTS: dict[str, Any] = {"enable_idempotence": True}
+_PRODUCER_FIXED: dict[str, Any] = {"acks": "all"}
 
 
 class RebalanceHandler(Protocol):
@@ -63,8 +67,11 @@ class KafkaSource:
         self.topics = list(topics)
         self.bootstrap = bootstrap
         self._rebalance = rebalance
-        self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap, group_id=group_id, **consumer_options(options))
+        try:
+            self._consumer = AIOKafkaConsumer(
+                bootstrap_servers=bootstrap, group_id=group_id, **consumer_options(options))
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"invalid Kafka consumer option: {exc}") from None
 
     async def start(self) -> None:
         try:
@@ -106,8 +113,13 @@ class KafkaProducer:
     """A small producer with safe settings (``acks="all"``, idempotence unless disabled)."""
 
     def __init__(self, bootstrap: str, options: Mapping[str, Any]) -> None:
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap, **{**_PRODUCER_DEFAULTS, **options})
+        if options.get("acks", "all") not in ("all", -1):
+            raise ConfigurationError(f"kafka option acks={options['acks']!r} is not allowed")
+        try:
+            self._producer = AIOKafkaProducer(
+                bootstrap_servers=bootstrap, **{**_PRODUCER_DEFAULTS, **options, **_PRODUCER_FIXED})
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"invalid Kafka producer option: {exc}") from None
         self.bootstrap = bootstrap
 
     async def start(self) -> None:
@@ -117,6 +129,14 @@ class KafkaProducer:
             await self._producer.stop()
             raise StartupError(
                 f"cannot reach the Kafka broker at {self.bootstrap}: {exc}") from exc
+
+    async def topics(self) -> set[str]:
+        """Every topic the cluster knows (an all-topics metadata request creates none)."""
+        try:
+            cluster = await self._producer.client.fetch_all_metadata()
+        except KafkaError as exc:
+            raise StartupError(f"cannot read topic metadata: {exc}") from exc
+        return set(cluster.topics())
 
     async def send(
         self, topic: str, *, key: bytes | None, value: bytes | None,

@@ -17,6 +17,7 @@ from consumerkit import (
     DeadLetterTable,
     DeadLetterTopic,
     HandlerContext,
+    RetryPolicy,
     StartupError,
 )
 from consumerkit.deadletter.table import list_dead_letters
@@ -180,3 +181,42 @@ async def _settled(consumer: Consumer, value: int) -> bool:
 
 
 pytestmark = pytest.mark.slow
+
+
+async def test_a_missing_dead_letter_topic_is_a_clear_startup_error(
+    postgres_dsn: str, kafka_bootstrap: str, make_topic: MakeTopic, pg_schema: str,
+) -> None:
+    topic = await make_topic(partitions=1)
+    consumer = build("nodlq", pg_schema, topic, postgres_dsn, kafka_bootstrap,
+                     dead_letter=DeadLetterTopic(producer_options={"enable_idempotence": False}))
+    missing = f"dead-letter topics missing on the broker: {topic}.dlq"
+    with pytest.raises(StartupError, match=missing):
+        await asyncio.wait_for(consumer.run(), 60)
+
+
+async def test_a_hanging_handler_times_out_and_is_dead_lettered(
+    postgres_dsn: str, kafka_bootstrap: str, make_topic: MakeTopic, pg_schema: str,
+    pg_pool: asyncpg.Pool,
+) -> None:
+    topic = await make_topic(partitions=1)
+    async with pg_pool.acquire() as conn:
+        await create_ledger(conn, pg_schema)
+    forever = asyncio.Event()
+
+    async def hang(event: Step, ctx: HandlerContext) -> None:
+        if event.seq == 1:
+            await forever.wait()  # never set: only the handler timeout ends this
+
+    events = make_events(keys=1, per_key=2)
+    await publish(kafka_bootstrap, topic, events)
+    consumer = build("hang", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=hang,
+                     handler_timeout=0.2,
+                     retry=RetryPolicy(max_attempts=2, initial_delay=0.01, max_delay=0.02))
+    async with Running(consumer):
+        await wait_for(lambda: _settled(consumer, 2), 60, "both records settled")
+    letters = await dead_letters(pg_pool, pg_schema)
+    assert [(x.event_id, x.reason, x.attempts) for x in letters] == [
+        ("evt-0-1", "handler_failed", 2)]
+    assert "TimeoutError" in letters[0].detail
+    async with pg_pool.acquire() as conn:
+        assert [r["event_id"] for r in await ledger_rows(conn, pg_schema)] == ["evt-0-2"]
