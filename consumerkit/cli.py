@@ -51,23 +51,31 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--orders", type=int, default=500)
     demo.add_argument("--kafka", help="use this broker instead of an embedded one")
     demo.add_argument("--postgres", help="use this database instead of an embedded one")
-    for name, text in (("migrate", "create or upgrade consumerkit's tables"),
-                       ("dead-letters", "list dead-lettered messages")):
-        _database_args(commands.add_parser(name, help=text))
-    letters = commands.choices["dead-letters"]
+    migrate_ = _database_args(commands.add_parser(
+        "migrate", help="create or upgrade consumerkit's tables"))
+    _policy_args(migrate_)
+    letters = _database_args(commands.add_parser(
+        "dead-letters", help="list dead-lettered messages"))
     letters.add_argument("--consumer")
     letters.add_argument("--limit", type=int, default=50)
     dedup = commands.add_parser("dedup", help="inspect or maintain the dedup partitions")
     dedup.add_argument("action", choices=["partitions", "maintain"])
-    _database_args(dedup)
+    _policy_args(_database_args(dedup))
     return parser
 
 
-def _database_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--postgres", default=os.environ.get("CONSUMERKIT_POSTGRES_DSN"))
+def _database_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--postgres", default=os.environ.get("CONSUMERKIT_POSTGRES_DSN"),
+                        help="DSN (default: $CONSUMERKIT_POSTGRES_DSN)")
     parser.add_argument("--schema", default="consumerkit")
+    return parser
+
+
+def _policy_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--table", default="processed_events")
-    parser.add_argument("--retention", type=duration, default=timedelta(days=7))
+    parser.add_argument(
+        "--retention", type=duration, default=timedelta(days=7),
+        help="shortest retention to keep; a longer one registered by a consumer wins")
     parser.add_argument("--interval", type=duration, default=timedelta(days=1))
 
 
@@ -81,7 +89,8 @@ async def _with_connection(args: argparse.Namespace,
     if not args.postgres:
         raise ConsumerKitError("no database: pass --postgres or set CONSUMERKIT_POSTGRES_DSN")
     identifier(args.schema, "schema name")
-    _policy(args)  # validates the table name, retention and interval before connecting
+    if hasattr(args, "table"):
+        _policy(args)  # validates the table name, retention and interval before connecting
     try:
         conn = await asyncpg.connect(args.postgres, timeout=15)
     except (OSError, TimeoutError, asyncpg.PostgresError) as exc:

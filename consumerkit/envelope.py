@@ -1,7 +1,7 @@
 """The event envelope and the wire format it is read from.
 
-Wire format (what consumerkit's outbox relay emits, and what Debezium's EventRouter can be
-configured to emit): record key = aggregate id (UTF-8); value = the JSON payload; headers ``id``
+Wire format (what a transactional outbox publishes, e.g. Debezium's EventRouter configured as
+in docs/wire-format.md): record key = aggregate id (UTF-8); value = the JSON payload; headers ``id``
 (event id), ``event_type``, optional ``occurred_at`` (RFC 3339), ``aggregate_type``,
 ``correlation_id``, ``causation_id``, ``traceparent``. Header names are set by :class:`WireFormat`.
 """

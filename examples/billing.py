@@ -1,11 +1,9 @@
 """Billing: charge every created order exactly once.
 
-Run it against your services. The consumer creates consumerkit's own tables, but not the
-``charges`` table its handlers write to: create that first (``SCHEMA_SQL``), or every order
-ends in the dead letters as ``handler_failed``::
+Run it against your services. The consumer creates consumerkit's own tables; ``main`` also
+creates the ``charges`` table the handlers write to (``SCHEMA_SQL``)::
 
-    export CONSUMERKIT_KAFKA=127.0.0.1:9092 CONSUMERKIT_POSTGRES=postgresql://...
-    python -c 'import examples.billing as b; print(b.SCHEMA_SQL)' | psql "$CONSUMERKIT_POSTGRES"
+    export CONSUMERKIT_KAFKA_BOOTSTRAP=127.0.0.1:9092 CONSUMERKIT_POSTGRES_DSN=postgresql://...
     python -m examples.billing
 
 It stops gracefully on SIGTERM or Ctrl-C.
@@ -17,6 +15,7 @@ import asyncio
 import logging
 import os
 
+import asyncpg
 from pydantic import BaseModel
 
 from consumerkit import Consumer, HandlerContext, HandlerRegistry, handler
@@ -59,7 +58,13 @@ def build(kafka: str, postgres: str, topics: list[str] | None = None) -> Consume
 
 
 async def main() -> None:
-    consumer = build(os.environ["CONSUMERKIT_KAFKA"], os.environ["CONSUMERKIT_POSTGRES"])
+    dsn = os.environ["CONSUMERKIT_POSTGRES_DSN"]
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(SCHEMA_SQL)
+    finally:
+        await conn.close()
+    consumer = build(os.environ["CONSUMERKIT_KAFKA_BOOTSTRAP"], dsn)
     await consumer.run()
 
 

@@ -11,9 +11,10 @@ from datetime import UTC, datetime
 class DeadLetterEntry:
     """One dead-lettered record: its raw bytes, its position and the reason.
 
-    ``reason`` is a stable code (``invalid_json``, ``missing_event_id``, ``missing_event_type``,
-    ``unknown_event_type``, ``invalid_payload``, ``oversized``, ``invalid_key``,
-    ``invalid_header``, ``handler_failed``, ``dead_lettered_by_handler``, ``expired``);
+    ``reason`` is a stable code (``empty_value``, ``oversized``, ``invalid_header``,
+    ``missing_event_type``, ``unknown_event_type``, ``missing_event_id``, ``invalid_event_id``,
+    ``invalid_json``, ``invalid_payload``, ``invalid_key``, ``handler_failed``,
+    ``dead_lettered_by_handler``, ``expired``);
     ``detail`` is the human-readable explanation.
     """
 
