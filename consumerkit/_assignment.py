@@ -12,13 +12,16 @@ from .transport.kafka import Partition
 @dataclass(slots=True, eq=False)
 class PartitionState:
     """One owned partition: its offset watermark, its work in flight, and whether that work
-    should be abandoned (partition revoked, consumer stopping)."""
+    should be abandoned (partition revoked, consumer stopping) or even cut short (``kill``:
+    a revoked partition whose handlers outlive the rebalance)."""
 
     partition: Partition
     offsets: PartitionOffsets = field(default_factory=PartitionOffsets)
     abandon: asyncio.Event = field(default_factory=asyncio.Event)
     drained: asyncio.Event = field(default_factory=asyncio.Event)
+    running: set[asyncio.Task[None]] = field(default_factory=set)
     pending: int = 0
+    killed: bool = False
 
     def __post_init__(self) -> None:
         self.drained.set()
@@ -32,3 +35,10 @@ class PartitionState:
         self.pending -= 1
         if self.pending == 0:
             self.drained.set()
+
+    def kill(self) -> None:
+        """Cancel the handlers still running for this partition (their transactions roll back;
+        the partition's new owner applies those records)."""
+        self.killed = True
+        for task in self.running:
+            task.cancel()

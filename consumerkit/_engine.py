@@ -19,6 +19,10 @@ from .transport.kafka import KafkaSource, Partition
 log = logging.getLogger("consumerkit.consumer")
 
 
+COMMIT_TIMEOUT = 10.0  # an unreachable broker must not hang a revocation or a shutdown
+COMMIT_RETRY_DELAY = 1.0
+
+
 class Engine:
     """Owns the partition states, the keyed executor and the offset commits."""
 
@@ -39,32 +43,30 @@ class Engine:
         self.in_flight = 0
         self.stopping = asyncio.Event()
         self.assigned = asyncio.Event()
-        self._room = asyncio.Event()
         self._commit_wanted = asyncio.Event()
         self._commit_lock = asyncio.Lock()
 
     # -- rebalance callbacks (called by the transport during a group rebalance) ------------
 
     async def on_assigned(self, partitions: list[Partition]) -> None:
-        for part in partitions:
-            self.states.setdefault(part, PartitionState(part))
+        for part in partitions:  # always fresh: aiokafka resumes from the committed offset
+            self.states[part] = PartitionState(part)
         log.info("assigned %s", sorted(partitions))
         self.assigned.set()
 
     async def on_revoked(self, partitions: list[Partition]) -> None:
-        """Abandon queued work of the revoked partitions, let running handlers finish, commit
-        what is done, then forget the partitions (the new owner resumes from the commit)."""
+        """Abandon queued work of the revoked partitions, give running handlers
+        ``revoke_timeout`` to finish, cancel the rest (they roll back; the new owner applies
+        them), commit what is done, then forget the partitions."""
         states = [s for p in partitions if (s := self.states.get(p)) is not None]
         for state in states:
             state.abandon.set()
-        drained = [asyncio.ensure_future(s.drained.wait()) for s in states]
-        if drained:
-            _, late = await asyncio.wait(drained, timeout=self.revoke_timeout)
-            for task in late:
-                task.cancel()
-            if late:
-                log.warning("%d revoked partitions still busy after %.1fs", len(late),
-                            self.revoke_timeout)
+        if not await _drained(states, self.revoke_timeout):
+            log.warning("cancelling handlers of revoked partitions still busy after %.1fs",
+                        self.revoke_timeout)
+            for state in states:
+                state.kill()
+            await _drained(states, COMMIT_TIMEOUT)
         await self.commit(states)
         for state in states:
             self.states.pop(state.partition, None)
@@ -73,31 +75,38 @@ class Engine:
     # -- the fetch loop ---------------------------------------------------------------------
 
     async def run(self, source: KafkaSource) -> None:
-        """Fetch and dispatch until ``stopping`` is set; raise a lane's failure if one broke."""
+        """Fetch and dispatch until ``stopping`` is set; raise a lane's failure if one broke.
+        When ``max_in_flight`` records are in flight the partitions are paused but still
+        polled, so the member stays in its group."""
         self.source = source
         committer = asyncio.create_task(self._commit_loop(), name="consumerkit-commit")
+        stop = asyncio.ensure_future(self.stopping.wait())
         try:
             while not self.stopping.is_set():
                 if self.executor.errors:
                     raise self.executor.errors[0]
                 room = self.max_in_flight - self.in_flight
-                if room <= 0:
-                    self._room.clear()
-                    await self._room.wait()
-                    continue
-                batches = await source.fetch(self.poll_timeout_ms, min(room, self.batch_size))
-                for part, records in batches.items():
+                source.pause(room <= 0)
+                fetch = asyncio.ensure_future(
+                    source.fetch(self.poll_timeout_ms, max(1, min(room, self.batch_size))))
+                await asyncio.wait({fetch, stop}, return_when=asyncio.FIRST_COMPLETED)
+                if not fetch.done():  # stopping: do not wait for a rebalance or a fetch
+                    fetch.cancel()
+                    await asyncio.gather(fetch, return_exceptions=True)
+                    break
+                for part, records in fetch.result().items():
                     self._dispatch(part, records)
         finally:
+            stop.cancel()
             committer.cancel()
-            await asyncio.gather(committer, return_exceptions=True)
+            await asyncio.gather(committer, stop, return_exceptions=True)
         if self.executor.errors:
             raise self.executor.errors[0]
 
     def _dispatch(self, part: Partition, records: Iterable[RecordLike]) -> None:
         state = self.states.get(part)
-        if state is None or state.abandon.is_set():
-            return  # fetched before a revocation: the new owner reads these again
+        if state is None or state.abandon.is_set() or self.stopping.is_set():
+            return  # fetched before a revocation or a stop: read again from the commit
         for record in records:
             state.submitted(record.offset)
             self.in_flight += 1
@@ -105,21 +114,27 @@ class Engine:
             self.executor.submit(lane, partial(self._job, state, record))
 
     async def _job(self, state: PartitionState, record: RecordLike) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        state.running.add(task)
         try:
             if state.abandon.is_set():
                 return
-            outcome = await self.pipeline.process(record, state.abandon)
+            try:
+                outcome = await self.pipeline.process(record, state.abandon)
+            except asyncio.CancelledError:
+                if not state.killed or task.cancelling() > 1:
+                    raise
+                task.uncancel()  # only this record was cut short: its lane goes on
+                self.stats.abandoned += 1
+                return
             if outcome is not Outcome.ABANDONED:
                 state.offsets.finished(record.offset)
                 self._commit_wanted.set()
         finally:
+            state.running.discard(task)
             state.settled()
             self.in_flight -= 1
-            self._room.set()
-
-    def wake(self) -> None:
-        """Unblock the fetch loop (used when stopping)."""
-        self._room.set()
 
     # -- offsets ----------------------------------------------------------------------------
 
@@ -127,10 +142,13 @@ class Engine:
         while True:
             await self._commit_wanted.wait()
             self._commit_wanted.clear()
-            await self.commit(list(self.states.values()))
+            if not await self.commit(list(self.states.values())):
+                await asyncio.sleep(COMMIT_RETRY_DELAY)  # then try again, even if idle
+                self._commit_wanted.set()
 
     async def commit(self, states: Iterable[PartitionState]) -> bool:
-        """Commit the contiguous watermark of each state; False if the broker refused."""
+        """Commit the contiguous watermark of each state; False if the broker refused or did
+        not answer within ``COMMIT_TIMEOUT`` (the records are then simply read again)."""
         if self.source is None:
             return False
         async with self._commit_lock:
@@ -139,9 +157,9 @@ class Engine:
             if not offsets:
                 return True
             try:
-                await self.source.commit(offsets)
-            except TransportError as exc:
-                log.warning("%s; it is retried with the next commit", exc)
+                await asyncio.wait_for(self.source.commit(offsets), COMMIT_TIMEOUT)
+            except (TransportError, TimeoutError) as exc:
+                log.warning("offset commit failed (%s); it will be retried", exc or "timeout")
                 return False
             for part, off in offsets.items():
                 if (state := self.states.get(part)) is not None:
@@ -164,3 +182,14 @@ class Engine:
             log.warning("cancelling %d in-flight messages at shutdown", self.in_flight)
             await self.executor.cancel()
         await self.commit(list(self.states.values()))
+
+
+async def _drained(states: list[PartitionState], timeout: float) -> bool:
+    """Wait until none of ``states`` has work in flight; False after ``timeout``."""
+    waits = [asyncio.ensure_future(s.drained.wait()) for s in states]
+    if not waits:
+        return True
+    _, late = await asyncio.wait(waits, timeout=timeout)
+    for task in late:
+        task.cancel()
+    return not late

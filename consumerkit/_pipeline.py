@@ -16,6 +16,15 @@ from enum import StrEnum
 import asyncpg
 
 from ._decode import Decoded, Decoder, header_map
+from ._failures import (
+    ClaimBlocked,
+    ConnectionLost,
+    HandlerEndedTransaction,
+    HandlerFailure,
+    connection_lost,
+    describe,
+    judge,
+)
 from .context import HandlerContext
 from .deadletter.entry import DeadLetterEntry
 from .deadletter.writer import DeadLetterWriter, wait_or_abandon
@@ -30,6 +39,7 @@ log = logging.getLogger("consumerkit.pipeline")
 
 
 _STILL_OPEN = "SELECT 1"
+_LOST_CONNECTIONS_PER_MESSAGE = 10
 
 
 class Outcome(StrEnum):
@@ -69,28 +79,31 @@ class Pipeline:
             decoded = self.decoder.decode(record)
         except DecodeError as exc:
             return await self._dead_letter(record, exc.reason, exc.detail, 0, None, abandon)
-        attempt = outages = 0
+        attempt = outages = lost = 0
         while True:
             attempt += 1
             try:
                 claim = await self._attempt(decoded, attempt)
             except Exception as raised:
-                error, in_handler = _unwrap(raised)
+                error, outage = judge(raised)
+                if isinstance(raised, ConnectionLost):
+                    lost += 1  # a message that keeps killing its connection is not an outage
+                    outage = lost <= _LOST_CONNECTIONS_PER_MESSAGE
             else:
                 return await self._settle(claim, record, decoded, attempt, abandon)
-            if _is_outage(error, in_handler):
+            if outage:
                 attempt -= 1  # the database is away: wait for it, do not spend attempts
                 outages += 1
                 delay = self.retry.delay(min(outages, 8))
                 log.warning("database unavailable (%s), retrying in %.2fs",
-                            _describe(getattr(error, "cause", error)), delay)
+                            describe(error), delay)
             elif isinstance(error, DeadLetter) or not is_retriable(error):
                 reason = ("dead_lettered_by_handler" if isinstance(error, DeadLetter)
                           else "handler_failed")
                 return await self._dead_letter(
-                    record, reason, _describe(error), attempt, decoded, abandon)
+                    record, reason, describe(error), attempt, decoded, abandon)
             elif attempt >= self.retry.max_attempts:
-                detail = f"gave up after {attempt} attempts: {_describe(error)}"
+                detail = f"gave up after {attempt} attempts: {describe(error)}"
                 return await self._dead_letter(
                     record, "handler_failed", detail, attempt, decoded, abandon)
             else:
@@ -99,7 +112,7 @@ class Pipeline:
             if await wait_or_abandon(abandon, delay):
                 return self._abandoned()
 
-    def _retry_delay(self, error: Exception, attempt: int) -> float:
+    def _retry_delay(self, error: BaseException, attempt: int) -> float:
         self.stats.retries += 1
         if isinstance(error, Retry) and error.delay is not None:
             return error.delay
@@ -110,8 +123,9 @@ class Pipeline:
             try:
                 return await self._transaction(conn, decoded, attempt)
             except Exception as exc:
-                if conn.is_closed():  # whoever raised, the connection died under us
-                    raise _ConnectionLost(exc) from exc
+                if connection_lost(conn):  # whoever raised, the connection died under us
+                    cause = exc.cause if isinstance(exc, HandlerFailure) else exc
+                    raise ConnectionLost(cause) from exc
                 raise
 
     async def _transaction(self, conn: DbConnection, decoded: Decoded, attempt: int) -> Claim:
@@ -121,20 +135,32 @@ class Pipeline:
             try:
                 claim = await self.dedup.claim(conn, self.namespace, env, decoded.route.name,
                                                enforce_window=self.expired != "apply")
-            except asyncpg.CheckViolationError as exc:  # no partition for now(): maintenance
+            except asyncpg.CheckViolationError as exc:  # no partition for now()
                 self.maintenance_wanted.set()
-                raise _ClaimFailure(exc) from exc
+                raise ClaimBlocked(exc) from exc
+            except asyncpg.LockNotAvailableError as exc:  # a stalled holder of the same event
+                raise ClaimBlocked(exc) from exc
             if claim.status is ClaimStatus.CLAIMED:
-                ctx = HandlerContext(conn, env, attempt, _event_log(decoded))
-                try:
-                    async with asyncio.timeout(self.handler_timeout):
-                        await decoded.route.func(decoded.event, ctx)
-                    # a handler that swallowed a database error leaves the transaction aborted;
-                    # COMMIT would then silently roll back and the event would be lost
-                    await conn.execute(_STILL_OPEN)
-                except Exception as exc:
-                    raise _HandlerFailure(exc) from exc
+                await self._handle(conn, decoded, attempt)
             return claim
+
+    async def _handle(self, conn: DbConnection, decoded: Decoded, attempt: int) -> None:
+        ctx = HandlerContext(conn, decoded.envelope, attempt, _event_log(decoded))
+        try:
+            async with asyncio.timeout(self.handler_timeout):
+                await decoded.route.func(decoded.event, ctx)
+            if not conn.is_in_transaction():
+                raise HandlerEndedTransaction("the handler ended the transaction itself")
+            # a handler that swallowed a database error leaves the transaction aborted;
+            # COMMIT would then silently roll back and the event would be lost
+            await conn.execute(_STILL_OPEN)
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # we are being cancelled (shutdown, revocation): not the handler's doing
+            raise HandlerFailure(exc) from exc  # the handler raised CancelledError by itself
+        except Exception as exc:
+            raise HandlerFailure(exc) from exc
 
     async def _settle(
         self, claim: Claim, record: RecordLike, decoded: Decoded, attempt: int,
@@ -152,7 +178,8 @@ class Pipeline:
             self.stats.expired_skipped += 1
             log.warning("skipped %s: older than the dedup window", decoded.envelope.event_id)
             return Outcome.EXPIRED_SKIPPED
-        detail = (f"event time {decoded.envelope.event_time.isoformat()} is older than the dedup "
+        when = decoded.envelope.event_time
+        detail = (f"event time {when.isoformat() if when else '?'} is older than the dedup "
                   "retention; the original may have been forgotten")
         return await self._dead_letter(record, "expired", detail, attempt, decoded, abandon)
 
@@ -191,58 +218,10 @@ def _event_log(decoded: Decoded) -> logging.LoggerAdapter[logging.Logger]:
     })
 
 
-def _log_retry(decoded: Decoded, attempt: int, delay: float, exc: Exception) -> None:
+def _log_retry(decoded: Decoded, attempt: int, delay: float, exc: BaseException) -> None:
     env = decoded.envelope
     log.warning("handler %s failed on %s (attempt %d), retrying in %.2fs: %s",
-                decoded.route.name, env.event_id, attempt, delay, _describe(exc))
-
-
-class _HandlerFailure(Exception):
-    """Carries an exception raised by the handler itself (as opposed to the dedup claim, the
-    connection or the commit) out of the transaction."""
-
-    def __init__(self, cause: Exception) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-
-
-class _ClaimFailure(_HandlerFailure):
-    """The dedup claim failed for want of a partition: the store needs maintenance."""
-
-
-class _ConnectionLost(_HandlerFailure):
-    """The connection was closed while the attempt ran (terminated, network, server crash)."""
-
-
-def _unwrap(raised: Exception) -> tuple[Exception, bool]:
-    """The error to judge, and whether the handler itself raised it."""
-    if isinstance(raised, _ConnectionLost | _ClaimFailure):
-        return raised, False
-    if isinstance(raised, _HandlerFailure):
-        return raised.cause, True
-    return raised, False
-
-
-def _is_outage(exc: BaseException, in_handler: bool) -> bool:
-    """Infrastructure trouble, retried until it heals and never dead-lettered: a lost or
-    refused database connection, a dedup table without a partition for now. An ``OSError``
-    counts only outside the handler (the handler's own I/O is its business)."""
-    if isinstance(exc, (*_OUTAGES, _ConnectionLost, _ClaimFailure)):
-        return True
-    return not in_handler and isinstance(exc, OSError)
-
-
-_OUTAGES = (
-    asyncpg.PostgresConnectionError,
-    asyncpg.exceptions.AdminShutdownError,
-    asyncpg.exceptions.CrashShutdownError,
-    asyncpg.exceptions.CannotConnectNowError,
-    asyncpg.exceptions.TooManyConnectionsError,
-)
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:2000]
+                decoded.route.name, env.event_id, attempt, delay, describe(exc))
 
 
 def _lenient(headers: dict[str, bytes], name: str) -> str | None:

@@ -6,13 +6,13 @@ import asyncio
 import contextlib
 import logging
 import signal
-import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
 import asyncpg
 
+from . import _signals
 from ._decode import Decoder
 from ._engine import Engine
 from ._identifiers import check_name, identifier, redact_dsn
@@ -83,7 +83,11 @@ class Consumer:
         self.kafka_options = dict(kafka_options or {})
         self.kafka_consumer_options = {**self.kafka_options, **(kafka_consumer_options or {})}
         # refuse unsafe settings now; the fetch size follows max_poll_records
-        self.batch_size = int(consumer_options(self.kafka_consumer_options)["max_poll_records"])
+        options = consumer_options(self.kafka_consumer_options)
+        self.batch_size = int(options["max_poll_records"])
+        # a revocation must end well within the group's rebalance timeout, or the member is
+        # thrown out of the group mid-revoke and every partition rebalances again
+        self.revoke_timeout = min(shutdown_timeout, options["rebalance_timeout_ms"] / 2000)
         if handler_timeout is not None and handler_timeout <= 0:
             raise ConfigurationError("handler_timeout must be positive (or None for no limit)")
         self.handler_timeout = handler_timeout
@@ -134,7 +138,6 @@ class Consumer:
         self._stop_requested.set()
         if self._engine is not None:
             self._engine.stopping.set()
-            self._engine.wake()
 
     async def _serve(self, stack: contextlib.AsyncExitStack) -> None:
         pool = await _open_pool(self._dsn, self.name, self.concurrency + 2)
@@ -147,16 +150,17 @@ class Consumer:
             stack.push_async_callback(sink.close)
         engine = self._engine = Engine(
             pipeline=self._pipeline(pool), max_in_flight=self.max_in_flight,
-            batch_size=self.batch_size, revoke_timeout=self.shutdown_timeout, stats=self.stats)
+            batch_size=self.batch_size, revoke_timeout=self.revoke_timeout, stats=self.stats)
         source = KafkaSource(
             topics=self.topics, group_id=self.name, bootstrap=self.kafka_bootstrap,
             options=self.kafka_consumer_options, rebalance=engine)
         await source.start()
-        stack.push_async_callback(source.stop)
+        stack.push_async_callback(_bounded, source.stop, self.shutdown_timeout)
         maintenance = asyncio.create_task(
             self._maintain_forever(pool, engine.pipeline.maintenance_wanted))
         stack.push_async_callback(_cancel, maintenance)
-        stack.callback(self._install_signals())
+        if self.handle_signals:
+            stack.callback(_signals.install(self._on_signal))
         if self._stop_requested.is_set():
             engine.stopping.set()
         self.started.set()
@@ -204,15 +208,6 @@ class Consumer:
             except Exception:
                 log.exception("dedup partition maintenance failed; retrying next interval")
 
-    def _install_signals(self) -> Any:
-        if not self.handle_signals or threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        loop = asyncio.get_running_loop()
-        sigs = (signal.SIGTERM, signal.SIGINT)
-        for sig in sigs:
-            loop.add_signal_handler(sig, self._on_signal, sig)
-        return lambda: [loop.remove_signal_handler(sig) for sig in sigs]
-
     def _on_signal(self, sig: signal.Signals) -> None:
         if self._stop_requested.is_set():
             log.warning("second %s: abandoning in-flight work now", sig.name)
@@ -247,6 +242,14 @@ async def _connect(dsn: str) -> Any:
         yield conn
     finally:
         await conn.close()
+
+
+async def _bounded(stop: Callable[[], Awaitable[None]], timeout: float) -> None:
+    """Close something that may wait on an unreachable broker, but not forever."""
+    try:
+        await asyncio.wait_for(stop(), timeout)
+    except TimeoutError:
+        log.warning("gave up closing the Kafka consumer after %.0fs", timeout)
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:

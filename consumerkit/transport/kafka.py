@@ -29,6 +29,7 @@ _CONSUMER_FIXED = {
 _CONSUMER_DEFAULTS = {
     "auto_offset_reset": "earliest",
     "max_poll_records": 500,
+    "rebalance_timeout_ms": 60_000,
 }
 _PRODUCER_DEFAULTS: dict[str, Any] = {"enable_idempotence": True}
 _PRODUCER_FIXED: dict[str, Any] = {"acks": "all"}
@@ -94,6 +95,14 @@ class KafkaSource:
     async def fetch(self, timeout_ms: int, max_records: int) -> dict[Partition, list[RecordLike]]:
         batches = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
         return {(tp.topic, tp.partition): records for tp, records in batches.items()}
+
+    def pause(self, paused: bool) -> None:
+        """Pause every assigned partition (still polling keeps the member in its group), or
+        resume every paused one."""
+        if paused:
+            self._consumer.pause(*self._consumer.assignment())
+        elif self._consumer.paused():
+            self._consumer.resume(*self._consumer.paused())
 
     async def commit(self, offsets: Mapping[Partition, int]) -> None:
         """Commit ``{partition: next offset to read}``; never called with implicit offsets."""

@@ -19,6 +19,7 @@ from consumerkit import (
     DedupPolicy,
     HandlerContext,
     Retry,
+    RetryPolicy,
 )
 from consumerkit.deadletter.table import list_dead_letters
 from consumerkit.dedup.policy import ExpiredPolicy
@@ -87,7 +88,9 @@ async def test_terminated_database_connections_are_waited_out_not_dead_lettered(
         await create_ledger(conn, pg_schema)
     events = make_events(keys=10, per_key=30)
     await publish(kafka_bootstrap, topic, events)
-    consumer = build("outage", pg_schema, topic, postgres_dsn, kafka_bootstrap, concurrency=4)
+    # one attempt only: a terminated connection mistaken for a handler failure dead-letters
+    consumer = build("outage", pg_schema, topic, postgres_dsn, kafka_bootstrap, concurrency=4,
+                     retry=RetryPolicy(max_attempts=1, initial_delay=0.01, max_delay=0.05))
     kills = 0
     async with Running(consumer):
         for round_ in range(1, 6):  # kill the consumer's connections, then let it progress

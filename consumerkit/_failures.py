@@ -1,0 +1,67 @@
+"""How a failed attempt is judged: the handler's failure (spends an attempt, may end in the
+dead letters) or infrastructure trouble (waited out, never dead-lettered)."""
+
+from __future__ import annotations
+
+import asyncpg
+
+
+class HandlerFailure(Exception):
+    """Carries an exception raised by the handler itself (as opposed to the dedup claim, the
+    connection or the commit) out of the transaction."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class ClaimBlocked(HandlerFailure):
+    """The dedup claim could not run: no partition for now (maintenance will add it), or the
+    claim lock stayed taken past its timeout (a stalled consumer still holds the event)."""
+
+
+class ConnectionLost(HandlerFailure):
+    """The connection was closed while the attempt ran (terminated, network, server crash)."""
+
+
+class HandlerEndedTransaction(Exception):
+    """The handler ran COMMIT or ROLLBACK on ``ctx.tx`` itself."""
+
+    retriable = False
+
+
+_OUTAGES = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.TooManyConnectionsError,
+)
+
+
+_BROKEN_CONNECTION = (OSError, asyncpg.InterfaceError, asyncpg.exceptions._base.InternalClientError)
+
+
+def judge(raised: Exception) -> tuple[BaseException, bool]:
+    """The error to report, and whether it is an outage rather than the handler's failure."""
+    if isinstance(raised, ConnectionLost | ClaimBlocked):
+        return raised.cause, True
+    if isinstance(raised, HandlerFailure):
+        return raised.cause, isinstance(raised.cause, _OUTAGES)
+    # outside the handler (acquiring a connection, BEGIN, the claim, COMMIT) a client-side
+    # error means the connection broke: asyncpg reports a backend terminated while idle in the
+    # pool as an InternalClientError on the next statement. Server errors raised there (a
+    # deferred constraint failing at COMMIT) stay the handler's.
+    return raised, isinstance(raised, (*_OUTAGES, *_BROKEN_CONNECTION))
+
+
+def describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:2000]
+
+
+def connection_lost(conn: object) -> bool:
+    """Whether ``conn`` died under us (asyncpg refuses even to answer once it is gone)."""
+    try:
+        return bool(conn.is_closed())  # type: ignore[attr-defined]
+    except asyncpg.InterfaceError:
+        return True
