@@ -1,0 +1,86 @@
+"""Throughput of consumerkit against its peers, measured in one run.
+
+    python -m benchmarks.throughput [--events N] [--keys K] [--dup-rate R] [--runs 3]
+                                    [--json out.json] [--postgres DSN] [--kafka BOOTSTRAP]
+
+Prints the median msg/s of ``--runs`` with min and max per peer, the ratios to the raw ceiling
+and to the textbook peer, whether each peer's effects were exact, and the run's context.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import importlib
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .context import collect, services
+from .peers import PEERS
+from .report import Summary, context_lines, table, to_json, write_json
+from .runner import Settings, benchmark
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    defaults = Settings()
+    p = argparse.ArgumentParser(prog="python -m benchmarks.throughput",
+                                description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--events", type=int, default=defaults.events,
+                   help="messages published, duplicates included (default %(default)s)")
+    p.add_argument("--keys", type=int, default=defaults.keys, help="default %(default)s")
+    p.add_argument("--dup-rate", type=float, default=defaults.dup_rate,
+                   help="share of messages that re-publish an earlier event (default 0.05)")
+    p.add_argument("--runs", type=int, default=defaults.runs, help="default %(default)s")
+    p.add_argument("--partitions", type=int, default=defaults.partitions,
+                   help="default %(default)s")
+    p.add_argument("--deadline", type=float, default=defaults.deadline,
+                   help="seconds one peer may take for one run (default %(default)s)")
+    p.add_argument("--peers", default=",".join(PEERS),
+                   help="comma-separated subset of: " + ", ".join(PEERS))
+    p.add_argument("--postgres", help="DSN (else $CONSUMERKIT_TEST_POSTGRES_DSN, else embedded)")
+    p.add_argument("--kafka", help="bootstrap (else $CONSUMERKIT_TEST_KAFKA_BOOTSTRAP, else "
+                                   "an embedded Tansu broker)")
+    p.add_argument("--uvloop", action="store_true", help="run on uvloop (must be installed)")
+    p.add_argument("--json", type=Path, help="also write the results and context here")
+    args = p.parse_args(argv)
+    unknown = set(args.peers.split(",")) - set(PEERS)
+    if unknown:
+        p.error(f"unknown peers: {', '.join(sorted(unknown))}")
+    if args.runs < 1 or args.events < 1 or args.keys < 1 or not 0 <= args.dup_rate < 1:
+        p.error("need --runs >= 1, --events >= 1, --keys >= 1 and 0 <= --dup-rate < 1")
+    return args
+
+
+def _log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    settings = Settings(events=args.events, keys=args.keys, dup_rate=args.dup_rate,
+                        runs=args.runs, partitions=args.partitions, deadline=args.deadline)
+    peers = [PEERS[name] for name in args.peers.split(",")]
+    loop_factory: Any = None
+    if args.uvloop:
+        loop_factory = importlib.import_module("uvloop").new_event_loop
+    with services(args.postgres, args.kafka) as svc, \
+            asyncio.Runner(loop_factory=loop_factory) as runner:
+        context = runner.run(collect(svc, args.uvloop))
+        _log("\n".join(f"{k}: {v}" for k, v in context.items()))
+        summaries: list[Summary] = runner.run(
+            benchmark(svc.dsn, svc.bootstrap, settings, peers, _log))
+    workload = (f"{settings.events} messages over {settings.keys} keys, "
+                f"{settings.dup_rate:.0%} duplicates, {settings.partitions} partitions, "
+                f"one upsert per distinct event; median of {settings.runs} runs")
+    print(f"\n{workload}\n\n{table(summaries)}\n\n{context_lines(context)}")
+    if args.json:
+        write_json(args.json, to_json(summaries, context,
+                                      {**dataclasses.asdict(settings), "peers": args.peers}))
+    return 0 if all(s.exact for s in summaries) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
