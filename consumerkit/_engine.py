@@ -58,6 +58,8 @@ class Engine:
         """Abandon queued work of the revoked partitions, give running handlers
         ``revoke_timeout`` to finish, cancel the rest (they roll back; the new owner applies
         them), commit what is done, then forget the partitions."""
+        if not partitions:
+            return  # aiokafka announces an empty revocation before the first join
         states = [s for p in partitions if (s := self.states.get(p)) is not None]
         for state in states:
             state.abandon.set()
@@ -70,6 +72,7 @@ class Engine:
         await self.commit(states)
         for state in states:
             self.states.pop(state.partition, None)
+        self.stats.revocations += 1
         log.info("revoked %s", sorted(partitions))
 
     # -- the fetch loop ---------------------------------------------------------------------

@@ -24,4 +24,5 @@ class ConsumerStats:
     retries: int = 0
     abandoned: int = 0
     commits: int = 0
+    revocations: int = 0
     dead_letter_reasons: Counter[str] = field(default_factory=Counter)
