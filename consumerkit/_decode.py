@@ -4,12 +4,12 @@ code says why not (the pipeline dead-letters it). The one place that reads the w
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from .envelope import Envelope, IdSource, RecordLike, WireFormat, record_time
+from .envelope import Envelope, IdSource, RecordLike, WireFormat
 from .errors import DecodeError
 from .registry import Route, RouteTable
 
@@ -130,6 +130,27 @@ def _key(raw: bytes | None) -> str | None:
         return raw.decode()
     except UnicodeDecodeError as exc:
         raise DecodeError("invalid_key", "the record key is not UTF-8") from exc
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def record_time(timestamp_ms: int | None) -> datetime | None:
+    """A record timestamp (milliseconds since the epoch) as an aware UTC datetime.
+
+    ``None`` when the record has no time: missing, or negative (Kafka's ``-1`` means unknown);
+    read as a time it would be 1969 and every such event would look expired. A time outside
+    ``datetime``'s range (year 1 to 9999) is a broken record, reported as a decode failure so
+    the record is dead-lettered instead of crashing the consumer. Integer arithmetic, not
+    ``fromtimestamp``: exact to the millisecond and the same on every platform.
+    """
+    if timestamp_ms is None or timestamp_ms < 0:
+        return None
+    try:
+        return _EPOCH + timedelta(milliseconds=timestamp_ms)
+    except (OverflowError, ValueError) as exc:
+        raise DecodeError(
+            "invalid_timestamp", f"record timestamp {timestamp_ms} ms is out of range") from exc
 
 
 def _timestamp(text: str | None) -> datetime | None:

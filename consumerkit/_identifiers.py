@@ -7,7 +7,7 @@ passes through :func:`identifier` first.
 from __future__ import annotations
 
 import re
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from .errors import ConfigurationError
 
@@ -40,16 +40,41 @@ def check_name(value: str, what: str) -> str:
     return value
 
 
+_URL = re.compile(r"\s*[A-Za-z][A-Za-z0-9+.-]*://")
+_KEYWORD_PASSWORD = re.compile(
+    r"""(\w*password\s*=\s*)   # password=, sslpassword=, any case, spaces around '='
+        ('(?:\\.?|[^'\\])*'?     # a quoted value (backslash escapes; unterminated: to the end)
+        |(?:\\.?|[^\s\\])*)     # or an unquoted one, up to unescaped white space
+    """,
+    re.IGNORECASE | re.VERBOSE | re.DOTALL,
+)
+
+
 def redact_dsn(dsn: str) -> str:
-    """A DSN with its password replaced by ``***`` (for logs and error messages)."""
+    """A DSN with every password replaced by ``***`` (for logs and error messages).
+
+    Both libpq forms are covered: a URL (the password of the user info, and ``password=`` or
+    ``sslpassword=`` in the query, percent-encoded keys included since libpq decodes them) and
+    ``key=value`` pairs (quoted or not, with libpq's backslash escapes). Any key ending in
+    ``password`` counts, whatever its case: redacting too much is harmless, too little is not.
+    """
+    if not _URL.match(dsn):
+        return _KEYWORD_PASSWORD.sub(r"\1***", dsn)
     try:
         parts = urlsplit(dsn)
     except ValueError:
         return "<unparseable dsn>"
-    redacted = re.sub(r"(?i)(password=)[^&]*", r"\1***", parts.query)
+    query = "&".join(_redact_pair(pair) for pair in parts.query.split("&")) if parts.query else ""
     netloc = parts.netloc
     if "@" in netloc:
         userinfo, _, host = netloc.rpartition("@")
         user = userinfo.split(":", 1)[0]
         netloc = f"{user}:***@{host}" if ":" in userinfo else f"{user}@{host}"
-    return urlunsplit((parts.scheme, netloc, parts.path, redacted, parts.fragment))
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def _redact_pair(pair: str) -> str:
+    key, sep, _value = pair.partition("=")
+    if sep and unquote(key).strip().lower().endswith("password"):
+        return f"{key}=***"
+    return pair

@@ -199,6 +199,7 @@ class Pipeline:
         )
         if not await self.dead_letters.write(entry, abandon):
             return self._abandoned()
+        self.stats.dead_letter_failures = self.dead_letters.failures
         self.stats.dead_lettered += 1
         self.stats.dead_letter_reasons[reason] += 1
         log.warning("dead-lettered %s/%d/%d: %s: %s", record.topic, record.partition,

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal, Protocol
 
 IdSource = Literal["header", "payload", "position"]
 
 
 class RecordLike(Protocol):
-    """What consumerkit reads from a broker record (aiokafka's ``ConsumerRecord`` fits)."""
+    """What consumerkit reads from a broker record (aiokafka's ``ConsumerRecord`` fits).
+
+    Kafka allows a null header value, and a record may carry no timestamp (``None``, or ``-1``
+    from old message formats): both are typed so that every reader has to handle them.
+    """
 
     @property
     def topic(self) -> str: ...
@@ -26,13 +30,13 @@ class RecordLike(Protocol):
     @property
     def offset(self) -> int: ...
     @property
-    def timestamp(self) -> int: ...
+    def timestamp(self) -> int | None: ...
     @property
     def key(self) -> bytes | None: ...
     @property
     def value(self) -> bytes | None: ...
     @property
-    def headers(self) -> Sequence[tuple[str, bytes]]: ...
+    def headers(self) -> Sequence[tuple[str, bytes | None]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +48,8 @@ class Record:
     offset: int
     key: bytes | None
     value: bytes | None
-    headers: Sequence[tuple[str, bytes]] = ()
-    timestamp: int = 0
+    headers: Sequence[tuple[str, bytes | None]] = ()
+    timestamp: int | None = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +76,11 @@ class WireFormat:
 
 @dataclass(frozen=True, slots=True)
 class Envelope:
-    """One event as a handler sees it: identity, routing, position and metadata."""
+    """One event as a handler sees it: identity, routing, position and metadata.
+
+    ``timestamp`` is ``None`` when the record carries no usable time (none at all, or Kafka's
+    ``-1`` for "unknown"): inventing one would make the event look decades old and expire it.
+    """
 
     event_id: str
     id_source: IdSource
@@ -81,7 +89,7 @@ class Envelope:
     topic: str
     partition: int
     offset: int
-    timestamp: datetime
+    timestamp: datetime | None
     occurred_at: datetime | None = None
     aggregate_type: str | None = None
     correlation_id: str | None = None
@@ -90,11 +98,7 @@ class Envelope:
     headers: Mapping[str, bytes] = field(default_factory=dict)
 
     @property
-    def event_time(self) -> datetime:
-        """When the event happened: ``occurred_at`` if sent, else the record timestamp."""
+    def event_time(self) -> datetime | None:
+        """When the event happened: ``occurred_at`` if sent, else the record timestamp, else
+        ``None`` (unknown: the dedup window is then not enforced for this event)."""
         return self.occurred_at or self.timestamp
-
-
-def record_time(timestamp_ms: int) -> datetime:
-    """A record timestamp (milliseconds since the epoch) as an aware UTC datetime."""
-    return datetime.fromtimestamp(timestamp_ms / 1000, tz=UTC)

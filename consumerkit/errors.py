@@ -7,6 +7,7 @@ Every exception the library raises derives from :class:`ConsumerKitError`::
     │   └── HandlerDefinitionError    a handler cannot be registered or resolved
     ├── StartupError              a service is unreachable, a topic is missing, a migration failed
     ├── TransportError            the broker failed an operation (commit, fetch); retriable
+    │   └── RecordTooLargeError       the broker or producer refuses a record's size; permanent
     ├── DecodeError               a record cannot become an event (reason code; dead-lettered)
     └── HandlerSignal             control flow raised BY handlers, not a failure
         ├── Retry                     retry this message after ``delay`` seconds
@@ -38,6 +39,16 @@ class StartupError(ConsumerKitError):
 
 class TransportError(ConsumerKitError):
     """The broker failed an operation such as an offset commit; the caller may retry."""
+
+
+class RecordTooLargeError(TransportError):
+    """A record exceeds the producer's ``max_request_size`` or the broker's size limit.
+
+    Sending the same record again can never succeed, so unlike other transport errors it is
+    not retriable: the dead-letter writer sends a reduced entry instead (value dropped).
+    """
+
+    retriable = False
 
 
 class DecodeError(ConsumerKitError):

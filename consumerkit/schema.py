@@ -22,7 +22,7 @@ from ._identifiers import identifier, qualified
 from .deadletter.table import dead_letter_ddl
 from .dedup.partitions import LOCK_SEED, maintain
 from .dedup.policy import DedupPolicy
-from .dedup.postgres import DEFAULT_POLICY, check_dedup_names, dedup_ddl
+from .dedup.postgres import DEFAULT_POLICY, check_dedup_names, claim_ddl, dedup_ddl
 from .dedup.retention import retention_ddl
 from .errors import StartupError
 from .types import DbConnection
@@ -45,6 +45,7 @@ CORE_STEPS = (
 )
 DEDUP_STEPS = (
     Step(1, "partitioned dedup table and claim function", dedup_ddl),
+    Step(2, "claim function with a bounded lock wait", claim_ddl),
 )
 
 

@@ -20,6 +20,7 @@ class ConsumerStats:
     applied: int = 0
     duplicates: int = 0
     dead_lettered: int = 0
+    dead_letter_failures: int = 0  # entries a sink rejected for good, even reduced
     expired_skipped: int = 0
     retries: int = 0
     abandoned: int = 0

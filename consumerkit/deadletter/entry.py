@@ -13,9 +13,10 @@ class DeadLetterEntry:
 
     ``reason`` is a stable code (``empty_value``, ``oversized``, ``invalid_header``,
     ``missing_event_type``, ``unknown_event_type``, ``missing_event_id``, ``invalid_event_id``,
-    ``invalid_json``, ``invalid_payload``, ``invalid_key``, ``handler_failed``,
-    ``dead_lettered_by_handler``, ``expired``);
-    ``detail`` is the human-readable explanation.
+    ``invalid_timestamp``, ``invalid_json``, ``invalid_payload``, ``invalid_key``,
+    ``handler_failed``, ``dead_lettered_by_handler``, ``expired``);
+    ``detail`` is the human-readable explanation. A header value may be ``None``: Kafka
+    allows null header values, and the entry keeps the record as it was.
     """
 
     consumer: str
@@ -24,7 +25,7 @@ class DeadLetterEntry:
     offset: int
     key: bytes | None
     value: bytes | None
-    headers: Sequence[tuple[str, bytes]]
+    headers: Sequence[tuple[str, bytes | None]]
     reason: str
     detail: str
     attempts: int = 0

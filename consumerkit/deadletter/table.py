@@ -3,7 +3,15 @@
 A row keeps the record's exact bytes (key, value and headers), its position and why it failed,
 so it can be inspected with SQL and replayed after a fix. Headers are stored as a JSON array of
 ``[name, base64(value)]`` pairs: order and repeated names survive (Kafka allows both), and any
-byte value fits in JSON. Base64 rather than hex because it is a third smaller.
+byte value fits in JSON. Base64 rather than hex because it is a third smaller. A null header
+value (legal in Kafka) is stored as JSON ``null`` and read back as ``None``.
+
+PostgreSQL ``text`` and ``jsonb`` cannot hold the NUL character, and asyncpg cannot encode a
+lone surrogate as UTF-8; either would make the insert fail on every retry. Both can reach a
+dead letter (an event id with control characters is exactly what ``invalid_event_id``
+reports), so text columns and header names are escaped instead: NUL becomes the four
+characters ``\\x00`` and a surrogate its ``\\udcXX`` escape. Only the text is escaped; key,
+value and header values are ``bytea``/base64 and stay exact.
 
 ``send`` is idempotent per (consumer, topic, partition, offset): a consumer that crashes after
 writing a dead letter but before committing the offset writes it again on redelivery, and the
@@ -55,14 +63,31 @@ def dead_letter_ddl(schema: str) -> list[str]:
     ]
 
 
-def encode_headers(headers: Sequence[tuple[str, bytes]]) -> str:
-    """Headers as the JSON text stored in the ``headers`` column."""
-    return json.dumps([[name, base64.b64encode(value).decode("ascii")] for name, value in headers])
+def pg_text(text: str) -> str:
+    """``text`` as PostgreSQL can store it: NUL and lone surrogates escaped (see above)."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def decode_headers(text: str) -> list[tuple[str, bytes]]:
-    """The inverse of :func:`encode_headers`."""
-    return [(name, base64.b64decode(value)) for name, value in json.loads(text)]
+def _pg_optional(text: str | None) -> str | None:
+    return None if text is None else pg_text(text)
+
+
+def encode_headers(headers: Sequence[tuple[str, bytes | None]]) -> str:
+    """Headers as the JSON text stored in the ``headers`` column (a null value stays null)."""
+    return json.dumps([
+        [pg_text(name), None if value is None else base64.b64encode(value).decode("ascii")]
+        for name, value in headers
+    ])
+
+
+def decode_headers(text: str) -> list[tuple[str, bytes | None]]:
+    """The inverse of :func:`encode_headers` (header names are returned as stored)."""
+    return [
+        (name, None if value is None else base64.b64decode(value))
+        for name, value in json.loads(text)
+    ]
 
 
 class DeadLetterTable:
@@ -88,8 +113,9 @@ class DeadLetterTable:
             raise ConsumerKitError("DeadLetterTable is not open: call open() first")
         await self._pool.execute(
             self._insert_sql, entry.consumer, entry.topic, entry.partition, entry.offset,
-            entry.key, entry.value, encode_headers(entry.headers), entry.reason, entry.detail,
-            entry.attempts, entry.event_id, entry.event_type, entry.failed_at)
+            entry.key, entry.value, encode_headers(entry.headers), pg_text(entry.reason),
+            pg_text(entry.detail), entry.attempts, _pg_optional(entry.event_id),
+            _pg_optional(entry.event_type), entry.failed_at)
 
     async def close(self) -> None:
         self._pool = None

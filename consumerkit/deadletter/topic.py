@@ -16,6 +16,24 @@ DETAIL_HEADER = "consumerkit.detail"
 ORIGIN_HEADER = "consumerkit.origin"
 CONSUMER_HEADER = "consumerkit.consumer"
 ATTEMPTS_HEADER = "consumerkit.attempts"
+DETAIL_MAX_BYTES = 4000
+
+
+def utf8(text: str) -> bytes:
+    """``text`` as UTF-8; a lone surrogate (from a surrogate-escaped exception message, say)
+    becomes its ``\\udcXX`` escape rather than an encoding error that no retry could fix."""
+    return text.encode("utf-8", "backslashreplace")
+
+
+def cut_utf8(text: str, limit: int = DETAIL_MAX_BYTES) -> bytes:
+    """At most ``limit`` bytes of ``text`` as UTF-8, never ending inside a character, so
+    consumers of the header can always decode it."""
+    # A character is at most 4 bytes once encoded: cut by characters first, so a huge detail
+    # is not encoded whole; then drop the partial character a byte cut may leave at the end.
+    encoded = utf8(text[:limit])
+    if len(encoded) <= limit:
+        return encoded
+    return encoded[:limit].decode("utf-8", "ignore").encode("utf-8")
 
 
 class DeadLetterTopic:
@@ -26,6 +44,10 @@ class DeadLetterTopic:
     ``consumerkit.consumer`` and ``consumerkit.attempts``. Delivery is at least once: a crash
     after publishing but before the offset commit publishes the entry again, with the same
     origin header to deduplicate on.
+
+    A record the producer or broker refuses for its size (above the producer's
+    ``max_request_size``, 1 MiB by default, or the topic's ``max.message.bytes``) raises
+    :class:`~consumerkit.errors.RecordTooLargeError`, which the writer treats as permanent.
     """
 
     def __init__(
@@ -59,10 +81,10 @@ class DeadLetterTopic:
         if self._producer is None:
             raise StartupError("DeadLetterTopic used before open()")
         extra = [
-            (REASON_HEADER, entry.reason.encode()),
-            (DETAIL_HEADER, entry.detail.encode()[:4000]),
-            (ORIGIN_HEADER, f"{entry.topic}/{entry.partition}/{entry.offset}".encode()),
-            (CONSUMER_HEADER, entry.consumer.encode()),
+            (REASON_HEADER, utf8(entry.reason)),
+            (DETAIL_HEADER, cut_utf8(entry.detail)),
+            (ORIGIN_HEADER, utf8(f"{entry.topic}/{entry.partition}/{entry.offset}")),
+            (CONSUMER_HEADER, utf8(entry.consumer)),
             (ATTEMPTS_HEADER, str(entry.attempts).encode()),
         ]
         await self._producer.send(

@@ -154,11 +154,14 @@ async def maintain(
 ) -> MaintenanceReport:
     """Create the partitions the next ``premake`` intervals need and drop expired ones.
 
-    A partition is dropped when its upper bound is at or before ``now - retention``, where
-    ``retention`` is the longest of ``policy.retention`` and every retention registered for the
-    table (:mod:`~consumerkit.dedup.retention`); ``namespace``, if given, first registers
-    ``policy.retention`` for itself. ``now`` defaults to the database's ``now()``; tests pass a
-    time. One transaction, so a failure leaves the table as it was.
+    A partition is dropped when its upper bound is at or before
+    ``now - (retention + policy.clock_skew)``, where ``retention`` is the longest of
+    ``policy.retention`` and every retention registered for the table
+    (:mod:`~consumerkit.dedup.retention`); ``namespace``, if given, first registers
+    ``policy.retention`` for itself. The skew margin keeps a row until a redelivery stamped by
+    a fast producer clock counts as expired (see :class:`DedupPolicy`). ``now`` defaults to
+    the database's ``now()``; tests pass a time. One transaction, so a failure leaves the table
+    as it was.
     """
     parent = qualified(schema, policy.table)
     check_partition_names(policy.table)
@@ -187,8 +190,9 @@ async def maintain(
                 created.append(name)
         if namespace is not None:
             await register(conn, schema, policy.table, namespace, policy.retention)
-        horizon = moment - max(policy.retention, await longest(conn, schema, policy.table)
-                               or policy.retention)
+        retention = max(policy.retention,
+                        await longest(conn, schema, policy.table) or policy.retention)
+        horizon = moment - (retention + policy.clock_skew)
         for part in existing:
             if part.upper is None or part.upper > horizon:
                 continue

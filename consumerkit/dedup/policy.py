@@ -30,6 +30,21 @@ class DedupPolicy:
     ``"dead_letter"`` (default) parks it in the dead-letter destination; ``"skip"`` treats it
     as a duplicate (no effect, counted and logged); ``"apply"`` runs the handler anyway,
     accepting a possible second effect. Never a silent second effect.
+
+    ``clock_skew``: how far a producer's clock may run ahead of the database's (default 1
+    hour). Rows are dropped by ``seen_at``, the database's time of the first delivery, but a
+    redelivery is judged expired by its event time, the producer's clock. If the producer runs
+    ``s`` ahead, an event first seen at ``T`` counts as expired only after ``T + retention + s``
+    while its row may be gone from ``T + retention``: a redelivery in between finds no row and
+    is not expired, so it would be applied twice. Maintenance therefore keeps partitions
+    ``clock_skew`` longer than ``retention``. A clock running behind is harmless (the event
+    expires early instead).
+
+    ``claim_lock_timeout``: how long a claim waits for another transaction holding the same
+    event id (default 30 s). The holder is normally the same event's previous owner finishing
+    up after a rebalance; a holder that never finishes (a zombie consumer stopped mid
+    transaction) would otherwise block the new owner forever. Past the timeout the claim
+    raises ``asyncpg.LockNotAvailableError`` (SQLSTATE 55P03) and the attempt is retried.
     """
 
     retention: timedelta = timedelta(days=7)
@@ -37,6 +52,8 @@ class DedupPolicy:
     premake: int = 3
     expired: ExpiredPolicy = "dead_letter"
     table: str = "processed_events"
+    clock_skew: timedelta = timedelta(hours=1)
+    claim_lock_timeout: timedelta = timedelta(seconds=30)
 
     def __post_init__(self) -> None:
         identifier(self.table, "dedup table name")
@@ -54,3 +71,8 @@ class DedupPolicy:
             raise ConfigurationError("premake must be between 1 and 100")
         if self.expired not in ("dead_letter", "skip", "apply"):
             raise ConfigurationError(f"unknown expired policy {self.expired!r}")
+        if self.clock_skew < timedelta(0):
+            raise ConfigurationError("clock_skew must not be negative")
+        # 0 would mean "wait forever" to PostgreSQL, and the setting has millisecond precision
+        if self.claim_lock_timeout < timedelta(milliseconds=1):
+            raise ConfigurationError("claim_lock_timeout must be at least 1 millisecond")

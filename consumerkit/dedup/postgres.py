@@ -9,7 +9,11 @@ function enforces it instead:
 
 1. ``pg_advisory_xact_lock`` on a hash of (namespace, event_id): a second claim of the same id
    (a zombie consumer still working a revoked partition, say) waits until the first
-   transaction commits or rolls back;
+   transaction commits or rolls back. The wait is bounded by ``policy.claim_lock_timeout``:
+   a holder that never ends (a zombie stopped inside its transaction) must not block the new
+   owner forever. ``lock_timeout`` is set for the lock alone and restored right after, so the
+   handler's own statements keep the session's setting. A timeout raises
+   ``asyncpg.LockNotAvailableError`` (55P03), which aborts the transaction; the caller retries;
 2. it then looks the id up in every partition. The function is ``VOLATILE``, so under READ
    COMMITTED this statement takes a fresh snapshot and sees the first transaction's commit;
 3. an id not found whose event time is older than the retention window is ``expired`` (its
@@ -23,7 +27,7 @@ Under REPEATABLE READ or SERIALIZABLE the transaction's snapshot predates the lo
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from .._identifiers import identifier, qualified
 from ..envelope import Envelope
@@ -37,6 +41,7 @@ DEFAULT_POLICY = DedupPolicy()
 _CLAIM_BODY = """
 DECLARE
     v_seen_at timestamptz;
+    v_lock_timeout text := current_setting('lock_timeout');
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'consumerkit dedup claims need READ COMMITTED isolation, not %%',
@@ -44,7 +49,9 @@ BEGIN
             USING ERRCODE = 'feature_not_supported',
                   HINT = 'a snapshot older than the claim lock can miss a concurrent claim';
     END IF;
+    PERFORM set_config('lock_timeout', p_lock_timeout, true);
     PERFORM pg_advisory_xact_lock(hashtextextended(p_namespace || chr(31) || p_event_id, %(seed)d));
+    PERFORM set_config('lock_timeout', v_lock_timeout, true);
     SELECT min(t.seen_at) INTO v_seen_at FROM %(table)s AS t
      WHERE t.namespace = p_namespace AND t.event_id = p_event_id;
     IF v_seen_at IS NOT NULL THEN
@@ -62,6 +69,18 @@ BEGIN
     RETURN QUERY SELECT 'claimed'::text, NULL::timestamptz;
 END
 """
+
+
+_OLD_SIGNATURES = (
+    "text, text, timestamptz, interval, text, text, text, text, integer, bigint",
+)
+"""Parameter lists of earlier claim functions (before ``p_lock_timeout``)."""
+
+
+def lock_timeout_setting(timeout: timedelta) -> str:
+    """``timeout`` as a ``lock_timeout`` value: whole milliseconds, at least 1 (0 would mean
+    no timeout at all)."""
+    return f"{max(1, timeout // timedelta(milliseconds=1))}ms"
 
 
 def claim_function(schema: str, table: str) -> str:
@@ -90,7 +109,6 @@ def dedup_ddl(schema: str, policy: DedupPolicy) -> list[str]:
     check_dedup_names(schema, policy)
     table = qualified(schema, policy.table)
     index = identifier(f"{policy.table}_event_idx", "dedup index name")
-    body = _CLAIM_BODY % {"seed": LOCK_SEED, "table": table}
     return [
         f"""CREATE TABLE IF NOT EXISTS {table} (
             namespace text NOT NULL,
@@ -105,10 +123,24 @@ def dedup_ddl(schema: str, policy: DedupPolicy) -> list[str]:
             event_time timestamptz
         ) PARTITION BY RANGE (seen_at)""",
         f"CREATE INDEX IF NOT EXISTS {index} ON {table} (namespace, event_id)",
-        f"""CREATE OR REPLACE FUNCTION {claim_function(schema, policy.table)}(
+        *claim_ddl(schema, policy),
+    ]
+
+
+def claim_ddl(schema: str, policy: DedupPolicy) -> list[str]:
+    """Statements (re)creating the claim function of ``policy.table``: the current version,
+    whatever version was there before."""
+    check_dedup_names(schema, policy)
+    function = claim_function(schema, policy.table)
+    body = _CLAIM_BODY % {"seed": LOCK_SEED, "table": qualified(schema, policy.table)}
+    return [
+        # CREATE OR REPLACE with other parameters would add an overload next to the old
+        # function, not replace it: drop every earlier signature first.
+        *(f"DROP FUNCTION IF EXISTS {function}({signature})" for signature in _OLD_SIGNATURES),
+        f"""CREATE OR REPLACE FUNCTION {function}(
             p_namespace text, p_event_id text, p_event_time timestamptz, p_retention interval,
             p_handler text, p_event_type text, p_id_source text, p_topic text,
-            p_partition integer, p_offset bigint)
+            p_partition integer, p_offset bigint, p_lock_timeout text)
         RETURNS TABLE (status text, original_seen_at timestamptz)
         LANGUAGE plpgsql VOLATILE
         AS $claim$ {body} $claim$""",
@@ -130,7 +162,8 @@ class PostgresDedupStore:
         function = claim_function(schema, self.policy.table)
         self._claim_sql = (
             f"SELECT status, original_seen_at FROM {function}"
-            "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)")
+            "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)")
+        self._lock_timeout = lock_timeout_setting(self.policy.claim_lock_timeout)
         self._seen_sql = (
             f"SELECT min(seen_at) FROM {qualified(schema, self.policy.table)} "
             "WHERE namespace = $1 AND event_id = $2")
@@ -144,13 +177,17 @@ class PostgresDedupStore:
 
         With ``enforce_window`` an event older than ``policy.retention`` comes back
         ``EXPIRED``; without it, such an event is claimed like any other (and its event time is
-        not recorded, since it was not checked).
+        not recorded, since it was not checked). An event without a known time
+        (``envelope.event_time is None``) cannot be judged either and is claimed the same way.
+
+        Raises ``asyncpg.LockNotAvailableError`` when another transaction holds the same id for
+        longer than ``policy.claim_lock_timeout``; ``tx`` is then aborted.
         """
+        event_time = envelope.event_time if enforce_window else None
         row = await tx.fetchrow(
-            self._claim_sql, namespace, envelope.event_id,
-            envelope.event_time if enforce_window else None, self.policy.retention,
+            self._claim_sql, namespace, envelope.event_id, event_time, self.policy.retention,
             handler, envelope.event_type, envelope.id_source, envelope.topic,
-            envelope.partition, envelope.offset)
+            envelope.partition, envelope.offset, self._lock_timeout)
         assert row is not None  # the function returns exactly one row
         return Claim(ClaimStatus(row["status"]), row["original_seen_at"])
 

@@ -15,10 +15,10 @@ from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 
 from ..envelope import RecordLike
-from ..errors import ConfigurationError, StartupError, TransportError
+from ..errors import ConfigurationError, RecordTooLargeError, StartupError, TransportError
 
 Partition = tuple[str, int]
 
@@ -149,9 +149,12 @@ class KafkaProducer:
 
     async def send(
         self, topic: str, *, key: bytes | None, value: bytes | None,
-        headers: Sequence[tuple[str, bytes]],
+        headers: Sequence[tuple[str, bytes | None]],
     ) -> None:
-        await self._producer.send_and_wait(topic, value=value, key=key, headers=list(headers))
+        try:
+            await self._producer.send_and_wait(topic, value=value, key=key, headers=list(headers))
+        except MessageSizeTooLargeError as exc:
+            raise RecordTooLargeError(f"record refused for its size: {exc}") from exc
 
     async def stop(self) -> None:
         await self._producer.stop()

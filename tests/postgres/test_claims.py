@@ -11,6 +11,7 @@ import pytest
 from consumerkit.dedup import DedupPolicy, PostgresDedupStore, maintain
 from consumerkit.envelope import Envelope
 from consumerkit.errors import ConfigurationError
+from consumerkit.schema import migrate
 from consumerkit.types import Claim, ClaimStatus
 
 from .conftest import Conn, Connect
@@ -18,8 +19,10 @@ from .conftest import Conn, Connect
 DAY = timedelta(days=1)
 
 
-def _envelope(event_id: str, event_time: datetime | None = None, offset: int = 7) -> Envelope:
-    stamp = event_time or datetime.now().astimezone()
+def _envelope(
+    event_id: str, event_time: datetime | None = None, offset: int = 7, *, timeless: bool = False,
+) -> Envelope:
+    stamp = None if timeless else event_time or datetime.now().astimezone()
     return Envelope(
         event_id=event_id, id_source="header", event_type="order.created", key="order-1",
         topic="orders", partition=2, offset=offset, timestamp=stamp)
@@ -111,6 +114,18 @@ async def test_events_older_than_the_window_expire_unless_the_window_is_off(
     assert row["event_time"] == now - 6 * DAY
 
 
+async def test_an_event_without_a_time_is_claimed_without_the_window(
+    conn: Conn, migrated: str,
+) -> None:
+    store = PostgresDedupStore(migrated)
+    timeless = _envelope("e-5b", timeless=True)
+    assert timeless.event_time is None
+    assert await _claim(store, conn, timeless) == Claim(ClaimStatus.CLAIMED)
+    [row] = await _rows(conn, migrated, "e-5b")
+    assert row["event_time"] is None
+    assert (await _claim(store, conn, timeless)).status is ClaimStatus.DUPLICATE
+
+
 async def test_a_known_event_is_a_duplicate_even_when_its_time_is_outside_the_window(
     conn: Conn, migrated: str,
 ) -> None:
@@ -180,3 +195,64 @@ async def test_a_concurrent_claim_waits_for_the_first_transaction(
     assert rows[0]["offset"] == (7 if first_commits else 9)
     if first_commits:
         assert result.original_seen_at == rows[0]["seen_at"]
+
+
+async def test_a_claim_stops_waiting_after_the_claim_lock_timeout(
+    connect: Connect, migrated: str,
+) -> None:
+    """A holder that never ends (a zombie stopped inside its transaction) cannot block the
+    new owner forever: the wait ends with LockNotAvailableError (55P03)."""
+    zombie, owner = await connect(), await connect()
+    tx = zombie.transaction()
+    await tx.start()
+    try:
+        held = await PostgresDedupStore(migrated).claim(zombie, "billing", _envelope("e-11"), "c")
+        assert held.status is ClaimStatus.CLAIMED
+        impatient = PostgresDedupStore(
+            migrated, DedupPolicy(claim_lock_timeout=timedelta(milliseconds=200)))
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(asyncpg.LockNotAvailableError):
+            await asyncio.wait_for(_claim(impatient, owner, _envelope("e-11")), timeout=10)
+        assert asyncio.get_running_loop().time() - started >= 0.2
+    finally:
+        await tx.rollback()
+    # The zombie's claim rolled back: the owner now claims at once.
+    assert (await _claim(impatient, owner, _envelope("e-11"))).status is ClaimStatus.CLAIMED
+
+
+@pytest.mark.parametrize("session_timeout", [None, "7s"])
+async def test_the_claim_leaves_the_sessions_lock_timeout_to_the_handler(
+    conn: Conn, migrated: str, session_timeout: str | None,
+) -> None:
+    if session_timeout is not None:
+        await conn.execute(f"SET lock_timeout = '{session_timeout}'")
+    original = await conn.fetchval("SELECT current_setting('lock_timeout')")
+    store = PostgresDedupStore(migrated, DedupPolicy(claim_lock_timeout=timedelta(seconds=3)))
+    async with conn.transaction():
+        claim = await store.claim(conn, "billing", _envelope("e-12"), "charge")
+        assert claim.status is ClaimStatus.CLAIMED
+        assert await conn.fetchval("SELECT current_setting('lock_timeout')") == original
+    assert await conn.fetchval("SELECT current_setting('lock_timeout')") == original
+
+
+async def _claim_functions(conn: Conn, schema: str) -> list[str]:
+    rows = await conn.fetch(
+        "SELECT pg_get_function_identity_arguments(p.oid) AS args FROM pg_proc p"
+        " JOIN pg_namespace n ON n.oid = p.pronamespace"
+        " WHERE n.nspname = $1 AND p.proname = 'processed_events_claim'", schema)
+    return [row["args"] for row in rows]
+
+
+async def test_migration_leaves_no_stale_claim_function(conn: Conn, schema: str) -> None:
+    """An earlier claim function (without ``p_lock_timeout``) would stay as an overload next
+    to the new one; the migration drops it."""
+    await conn.execute(f'CREATE SCHEMA "{schema}"')
+    await conn.execute(
+        f'CREATE FUNCTION "{schema}".processed_events_claim(p_namespace text, p_event_id text,'
+        " p_event_time timestamptz, p_retention interval, p_handler text, p_event_type text,"
+        " p_id_source text, p_topic text, p_partition integer, p_offset bigint)"
+        " RETURNS TABLE (status text, original_seen_at timestamptz)"
+        " LANGUAGE sql AS $$ SELECT 'claimed', NULL::timestamptz $$")
+    await migrate(conn, schema)
+    [args] = await _claim_functions(conn, schema)
+    assert args.endswith("p_offset bigint, p_lock_timeout text")

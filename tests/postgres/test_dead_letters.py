@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 import asyncpg
@@ -76,3 +77,34 @@ async def test_send_needs_an_open_table(sink: DeadLetterTable) -> None:
         await sink.send(_entry(1))
     with pytest.raises(ConsumerKitError, match="not open"):
         await DeadLetterTable().send(_entry(1))
+
+
+async def test_null_header_values_are_kept(
+    sink: DeadLetterTable, pg_pool: asyncpg.Pool, pg_schema: str,
+) -> None:
+    entry = dataclasses.replace(
+        _entry(44), headers=[("id", b"e-1"), ("gone", None), ("empty", b""), ("gone", None)])
+    await sink.send(entry)
+    async with pg_pool.acquire() as conn:
+        assert await list_dead_letters(conn, pg_schema) == [entry]
+        stored = await conn.fetchval(f'SELECT headers::text FROM "{pg_schema}".dead_letters')
+    assert '["gone", null]' in stored
+
+
+async def test_text_postgresql_cannot_store_is_escaped(
+    sink: DeadLetterTable, pg_pool: asyncpg.Pool, pg_schema: str,
+) -> None:
+    """NUL (refused by text and jsonb) and lone surrogates (not encodable as UTF-8) in any
+    text: the row is stored with the characters escaped, the bytes columns stay exact."""
+    entry = dataclasses.replace(
+        _entry(45), headers=[("a\x00b", b"\x00"), ("x\udc80", b"v")],
+        reason="invalid\x00event_id", detail="id 'e\x00\x01' has \udcff control characters",
+        event_id="e\x00\x01", event_type="order\x00created")
+    await sink.send(entry)
+    async with pg_pool.acquire() as conn:
+        [back] = await list_dead_letters(conn, pg_schema)
+    assert (back.reason, back.event_id, back.event_type) == (
+        "invalid\\x00event_id", "e\\x00\x01", "order\\x00created")
+    assert back.detail == "id 'e\\x00\x01' has \\udcff control characters"
+    assert list(back.headers) == [("a\\x00b", b"\x00"), ("x\\udc80", b"v")]
+    assert (back.key, back.value) == (entry.key, entry.value)

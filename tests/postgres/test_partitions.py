@@ -17,7 +17,8 @@ from consumerkit.errors import ConfigurationError, StartupError
 from .conftest import Conn, Connect
 
 DAY = timedelta(days=1)
-POLICY = DedupPolicy()  # 7 days of retention, daily partitions, 3 made ahead
+POLICY = DedupPolicy()  # 7 days of retention, daily partitions, 3 made ahead, 1 hour of skew
+KEPT = POLICY.retention + POLICY.clock_skew  # how long past its upper bound a partition stays
 
 
 async def _db_now(conn: Conn) -> datetime:
@@ -78,8 +79,9 @@ async def test_expired_partitions_are_dropped_and_retained_ones_stay(
     report = await maintain(conn, migrated, POLICY, now=now + 6 * DAY)
     assert report.dropped == []
 
-    # Eight days on, the previous and the current partition lie wholly before now - 7 days.
-    later = now + 8 * DAY
+    # Eight days and the skew on, the previous and the current partition lie wholly before
+    # now - (7 days + skew).
+    later = now + 8 * DAY + POLICY.clock_skew
     report = await maintain(conn, migrated, POLICY, now=later)
     assert report.dropped == original[:2]
     names = await _names(conn, migrated)
@@ -96,10 +98,36 @@ async def test_a_partition_is_dropped_exactly_when_its_upper_bound_leaves_the_wi
     now = await _db_now(conn)
     original = _expected(now)
     floor = partition_floor(now, DAY)  # the upper bound of the previous partition
-    just_before = floor + POLICY.retention - timedelta(microseconds=1)
+    just_before = floor + KEPT - timedelta(microseconds=1)
     assert (await maintain(conn, migrated, POLICY, now=just_before)).dropped == []
-    report = await maintain(conn, migrated, POLICY, now=floor + POLICY.retention)
+    report = await maintain(conn, migrated, POLICY, now=floor + KEPT)
     assert report.dropped == original[:1]
+
+
+async def test_the_clock_skew_margin_keeps_partitions_past_the_retention(
+    conn: Conn, migrated: str,
+) -> None:
+    """A producer clock ``skew`` ahead makes a redelivery expire ``skew`` late: until then its
+    row must still be there, so the partition holding it outlives the retention by ``skew``."""
+    skew = timedelta(hours=5)
+    policy = DedupPolicy(clock_skew=skew)
+    now = await _db_now(conn)
+    original = _expected(now)
+    floor = partition_floor(now, DAY)  # the upper bound of the previous partition
+    just_before = floor + policy.retention + skew - timedelta(microseconds=1)
+    assert (await maintain(conn, migrated, policy, now=just_before)).dropped == []
+    report = await maintain(conn, migrated, policy, now=floor + policy.retention + skew)
+    assert report.dropped == original[:1]
+
+
+async def test_without_a_skew_margin_a_partition_goes_at_the_retention(
+    conn: Conn, migrated: str,
+) -> None:
+    policy = DedupPolicy(clock_skew=timedelta(0))
+    now = await _db_now(conn)
+    floor = partition_floor(now, DAY)
+    report = await maintain(conn, migrated, policy, now=floor + policy.retention)
+    assert report.dropped == _expected(now)[:1]
 
 
 async def test_concurrent_maintenance_creates_and_drops_each_partition_once(
@@ -138,7 +166,7 @@ async def test_a_drop_blocked_by_an_open_transaction_is_deferred_then_done(
 ) -> None:
     holder, maintainer = await connect(), await connect()
     now = await _db_now(maintainer)
-    later = now + 8 * DAY
+    later = now + 8 * DAY + POLICY.clock_skew
     tx = holder.transaction()
     await tx.start()
     await holder.execute(f'SELECT count(*) FROM "{migrated}".processed_events')

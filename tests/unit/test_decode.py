@@ -1,10 +1,11 @@
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import pytest
 from pydantic import BaseModel, field_validator
 
 from consumerkit import DecodeError, HandlerContext, Record, WireFormat, handler
-from consumerkit._decode import Decoder
+from consumerkit._decode import Decoder, record_time
 from consumerkit.registry import RouteTable
 
 
@@ -22,11 +23,13 @@ ROUTES = RouteTable.build([charge])
 GOOD = b'{"order_id": "o-1", "amount": 5}'
 
 
-def record(value: bytes | None = GOOD, headers: list[tuple[str, bytes]] | None = None,
-           key: bytes | None = b"o-1", offset: int = 7) -> Record:
+def record(value: bytes | None = GOOD,
+           headers: Sequence[tuple[str, bytes | None]] | None = None,
+           key: bytes | None = b"o-1", offset: int = 7,
+           timestamp: int | None = 1_700_000_000_000) -> Record:
     if headers is None:
         headers = [("id", b"evt-1"), ("event_type", b"order.created")]
-    return Record("orders", 2, offset, key, value, headers, timestamp=1_700_000_000_000)
+    return Record("orders", 2, offset, key, value, headers, timestamp=timestamp)
 
 
 def decode(rec: Record, wire: WireFormat | None = None, limit: int = 1000) -> object:
@@ -70,6 +73,8 @@ def test_a_good_record_becomes_an_envelope_and_a_model() -> None:
     (record(headers=[("id", b"\xff"), ("event_type", b"order.created")]), "invalid_header"),
     (record(headers=[("id", b"x" * 201), ("event_type", b"order.created")]),
      "invalid_event_id"),
+    (record(timestamp=253_402_300_800_000), "invalid_timestamp"),  # 10000-01-01
+    (record(timestamp=2**63 - 1), "invalid_timestamp"),  # the largest Kafka timestamp
 ])
 def test_bad_input_has_a_reason(rec: Record, expected: str) -> None:
     assert reason(rec) == expected
@@ -130,3 +135,39 @@ def test_a_validator_raising_any_exception_is_an_invalid_payload() -> None:
         decoder.decode(rec)
     assert info.value.reason == "invalid_payload"
     assert "KeyError" in info.value.detail
+
+
+@pytest.mark.parametrize(("millis", "expected"), [
+    (0, datetime(1970, 1, 1, tzinfo=UTC)),
+    (1_700_000_000_123, datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=UTC)),  # exact ms
+    (253_402_300_799_999, datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC)),
+    (-1, None),  # Kafka's "no timestamp"
+    (-1_000, None),
+    (None, None),
+])
+def test_record_time(millis: int | None, expected: datetime | None) -> None:
+    assert record_time(millis) == expected
+
+
+@pytest.mark.parametrize("millis", [None, -1])
+def test_a_record_without_a_time_decodes_with_no_event_time(millis: int | None) -> None:
+    env = Decoder(ROUTES, WireFormat(), 1000).decode(record(timestamp=millis)).envelope
+    assert (env.timestamp, env.event_time) == (None, None)
+
+
+def test_occurred_at_is_the_event_time_even_without_a_record_time() -> None:
+    headers: list[tuple[str, bytes | None]] = [
+        ("id", b"evt-1"), ("event_type", b"order.created"),
+        ("occurred_at", b"2026-11-20T10:00:00+01:00")]
+    env = Decoder(ROUTES, WireFormat(), 1000).decode(record(headers=headers, timestamp=-1)).envelope
+    assert env.timestamp is None
+    assert env.event_time == datetime(2026, 11, 20, 9, tzinfo=UTC)
+
+
+def test_null_header_values_are_ignored() -> None:
+    headers: list[tuple[str, bytes | None]] = [
+        ("id", b"evt-1"), ("event_type", b"order.created"), ("correlation_id", None),
+        ("trace", None)]
+    env = Decoder(ROUTES, WireFormat(), 1000).decode(record(headers=headers)).envelope
+    assert env.correlation_id is None
+    assert "trace" not in env.headers

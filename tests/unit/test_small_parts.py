@@ -49,6 +49,7 @@ def test_passwords_never_appear_in_redacted_dsns() -> None:
 
 def test_dedup_policy_validation() -> None:
     DedupPolicy(partition_interval=timedelta(hours=6), retention=timedelta(days=2))
+    DedupPolicy(clock_skew=timedelta(0), claim_lock_timeout=timedelta(milliseconds=1))
     for bad in (
         {"partition_interval": timedelta(hours=5)},
         {"partition_interval": timedelta(minutes=30)},
@@ -56,6 +57,9 @@ def test_dedup_policy_validation() -> None:
         {"retention": timedelta(hours=1)},
         {"table": "Bad-Name"},
         {"premake": 0},
+        {"clock_skew": timedelta(seconds=-1)},
+        {"claim_lock_timeout": timedelta(0)},
+        {"claim_lock_timeout": timedelta(microseconds=999)},
     ):
         with pytest.raises(ConfigurationError):
             DedupPolicy(**bad)
@@ -70,3 +74,32 @@ def test_signals_and_retriability() -> None:
         retriable = False
 
     assert not is_retriable(Permanent())
+
+
+@pytest.mark.parametrize(("dsn", "expected"), [
+    # key=value (libpq "conninfo"), with the quoting and escapes libpq accepts
+    ("host=db password=S3CRET dbname=x", "host=db password=*** dbname=x"),
+    ("host=db password='S3 CRET' dbname=x", "host=db password=*** dbname=x"),
+    (r"host=db password='it\'s S3CRET' dbname=x", "host=db password=*** dbname=x"),
+    (r"host=db password=S3\ CRET dbname=x", "host=db password=*** dbname=x"),
+    ("host=db password = S3CRET dbname=x", "host=db password = *** dbname=x"),
+    ("host=db\tPASSWORD=S3CRET\nuser=bob", "host=db\tPASSWORD=***\nuser=bob"),
+    ("sslpassword=S3CRET host=db", "sslpassword=*** host=db"),
+    ("host=db password='S3CRET unterminated", "host=db password=***"),
+    ("host=db password=", "host=db password=***"),
+    ("host=/tmp port=5432 user=bob", "host=/tmp port=5432 user=bob"),
+    # URLs: user info and query parameters, percent-encoded keys included
+    ("postgresql://bob:S3CRET@db:5432/app", "postgresql://bob:***@db:5432/app"),
+    ("postgresql://bob:S3@CRET@h1:5432,h2/app", "postgresql://bob:***@h1:5432,h2/app"),
+    ("postgresql://db/app?user=bob&password=S3CRET&x=1",
+     "postgresql://db/app?user=bob&password=***&x=1"),
+    ("postgres://db/app?Password=S3CRET", "postgres://db/app?Password=***"),
+    ("postgresql://db/app?sslpassword=S3CRET&pass%77ord=S3CRET",
+     "postgresql://db/app?sslpassword=***&pass%77ord=***"),
+    ("postgresql://bob@db/app?sslmode=require", "postgresql://bob@db/app?sslmode=require"),
+])
+def test_passwords_are_redacted_in_every_dsn_form(dsn: str, expected: str) -> None:
+    redacted = redact_dsn(dsn)
+    assert redacted == expected
+    assert "S3" not in redacted
+    assert "CRET" not in redacted
