@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from pydantic import BaseModel
 
 from consumerkit import Consumer, HandlerContext, RetryPolicy, handler
@@ -150,6 +150,32 @@ def build(name: str, schema: str, topic: str, dsn: str, bootstrap: str,
 
 def group(name: str, topic: str) -> str:
     return f"{name}.{topic}"
+
+
+async def settled(consumer: Consumer, value: int) -> bool:
+    """Whether ``value`` records have reached an outcome (applied, absorbed, parked, skipped)."""
+    s = consumer.stats
+    return s.applied + s.duplicates + s.dead_lettered + s.expired_skipped >= value
+
+
+Read = tuple[bytes | None, list[tuple[str, bytes | None]]]
+
+
+async def read_topic(bootstrap: str, topic: str, expected: int) -> list[Read]:
+    """The first ``expected`` records of ``topic`` as (value, headers), within 60 s."""
+    reader = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                              enable_auto_commit=False, group_id=None)
+    await reader.start()
+    found: list[Read] = []
+    try:
+        async with asyncio.timeout(60):
+            while len(found) < expected:
+                batch = await reader.getmany(timeout_ms=200)
+                for records in batch.values():
+                    found.extend((r.value, list(r.headers)) for r in records)
+    finally:
+        await reader.stop()
+    return found
 
 
 class Running:

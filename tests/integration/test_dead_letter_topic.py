@@ -9,15 +9,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import asyncpg
 import pytest
-from aiokafka import AIOKafkaConsumer
 
 from consumerkit.deadletter import DeadLetterEntry, DeadLetterTopic
 from consumerkit.deadletter.topic import DETAIL_HEADER, DETAIL_MAX_BYTES
 from consumerkit.deadletter.writer import DeadLetterWriter
 from consumerkit.types import SinkResources
 
+from .ledger import read_topic
+
 MakeTopic = Callable[..., Awaitable[str]]
-Read = tuple[bytes | None, list[tuple[str, bytes | None]]]
 
 
 ENTRY = DeadLetterEntry(
@@ -44,22 +44,6 @@ async def open_sink(
         await sink.close()
 
 
-async def _read(bootstrap: str, topic: str, expected: int) -> list[Read]:
-    reader = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                              enable_auto_commit=False, group_id=None)
-    await reader.start()
-    found: list[Read] = []
-    try:
-        async with asyncio.timeout(60):
-            while len(found) < expected:
-                batch = await reader.getmany(timeout_ms=200)
-                for records in batch.values():
-                    found.extend((r.value, list(r.headers)) for r in records)
-    finally:
-        await reader.stop()
-    return found
-
-
 async def test_null_header_values_and_a_detail_cut_between_characters(
     kafka_bootstrap: str, make_topic: MakeTopic,
     open_sink: Callable[..., Awaitable[DeadLetterTopic]],
@@ -69,7 +53,7 @@ async def test_null_header_values_and_a_detail_cut_between_characters(
     # 3999 ASCII bytes, then a 2-byte character across the 4000-byte limit
     detail = "x" * (DETAIL_MAX_BYTES - 1) + "é and more"
     await sink.send(dataclasses.replace(ENTRY, detail=detail))
-    [(value, headers)] = await _read(kafka_bootstrap, dlq, 1)
+    [(value, headers)] = await read_topic(kafka_bootstrap, dlq, 1)
     assert value == b'{"n": 1}'
     assert headers[:2] == [("id", b"e-5"), ("gone", None)]
     cut = dict(headers)[DETAIL_HEADER]
@@ -92,7 +76,7 @@ async def test_a_record_too_large_for_the_producer_is_published_without_its_valu
     assert await writer.write(big, abandon)
     assert not abandon.is_set()
     assert writer.failures == 0
-    [(value, headers)] = await _read(kafka_bootstrap, dlq, 1)
+    [(value, headers)] = await read_topic(kafka_bootstrap, dlq, 1)
     assert value is None
     names = [name for name, _ in headers]
     assert "id" not in names

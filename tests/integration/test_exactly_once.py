@@ -17,11 +17,11 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from consumerkit import Consumer
 
+from .conftest import LedgerTopic
 from .ledger import (
     Event,
     Running,
     build,
-    create_ledger,
     group,
     ledger_rows,
     make_events,
@@ -48,12 +48,10 @@ async def rows(pool: asyncpg.Pool, schema: str) -> list[asyncpg.Record]:
 
 
 async def test_2000_events_with_duplicates_apply_once_in_key_order(
-    postgres_dsn: str, kafka_bootstrap: str, make_topic: MakeTopic, pg_schema: str,
+    postgres_dsn: str, kafka_bootstrap: str, ledger_topic: LedgerTopic, pg_schema: str,
     pg_pool: asyncpg.Pool,
 ) -> None:
-    topic = await make_topic(partitions=4)
-    async with pg_pool.acquire() as conn:
-        await create_ledger(conn, pg_schema)
+    topic = await ledger_topic(partitions=4)
     events = make_events(keys=50, per_key=40)
     rng = random.Random(2000)
     now_ms = int(time.time() * 1000)
@@ -72,12 +70,10 @@ async def test_2000_events_with_duplicates_apply_once_in_key_order(
 
 
 async def test_sigkill_mid_stream_loses_nothing_and_applies_nothing_twice(
-    postgres_dsn: str, kafka_bootstrap: str, make_topic: MakeTopic, pg_schema: str,
+    postgres_dsn: str, kafka_bootstrap: str, ledger_topic: LedgerTopic, pg_schema: str,
     pg_pool: asyncpg.Pool,
 ) -> None:
-    topic = await make_topic(partitions=3)
-    async with pg_pool.acquire() as conn:
-        await create_ledger(conn, pg_schema)
+    topic = await ledger_topic(partitions=3)
     events = make_events(keys=20, per_key=60)
     await publish(kafka_bootstrap, topic, events)
     args = [sys.executable, "-m", "tests.integration.worker", "--dsn", postgres_dsn,
@@ -108,12 +104,10 @@ async def test_sigkill_mid_stream_loses_nothing_and_applies_nothing_twice(
 
 
 async def test_rebalance_mid_stream_loses_nothing_and_applies_nothing_twice(
-    postgres_dsn: str, kafka_bootstrap: str, make_topic: MakeTopic, pg_schema: str,
+    postgres_dsn: str, kafka_bootstrap: str, ledger_topic: LedgerTopic, pg_schema: str,
     pg_pool: asyncpg.Pool,
 ) -> None:
-    topic = await make_topic(partitions=4)
-    async with pg_pool.acquire() as conn:
-        await create_ledger(conn, pg_schema)
+    topic = await ledger_topic(partitions=4)
     events = make_events(keys=30, per_key=50)
     await publish(kafka_bootstrap, topic, events)
     first = build("inventory", pg_schema, topic, postgres_dsn, kafka_bootstrap,
@@ -132,12 +126,10 @@ async def test_rebalance_mid_stream_loses_nothing_and_applies_nothing_twice(
 
 
 async def test_graceful_stop_commits_every_finished_offset(
-    postgres_dsn: str, kafka_bootstrap: str, make_topic: MakeTopic, pg_schema: str,
+    postgres_dsn: str, kafka_bootstrap: str, ledger_topic: LedgerTopic, pg_schema: str,
     pg_pool: asyncpg.Pool,
 ) -> None:
-    topic = await make_topic(partitions=2)
-    async with pg_pool.acquire() as conn:
-        await create_ledger(conn, pg_schema)
+    topic = await ledger_topic(partitions=2)
     events = make_events(keys=10, per_key=20)
     await publish(kafka_bootstrap, topic, events)
     first = build("stopper", pg_schema, topic, postgres_dsn, kafka_bootstrap)

@@ -15,6 +15,7 @@ from consumerkit import Consumer, HandlerContext
 from consumerkit.testing.services import start_tansu
 from consumerkit.transport.kafka import create_topic
 
+from .conftest import LedgerTopic
 from .ledger import (
     FAST_GROUP,
     Running,
@@ -24,6 +25,7 @@ from .ledger import (
     ledger_rows,
     make_events,
     publish,
+    settled,
     verify,
     wait_for,
 )
@@ -31,20 +33,13 @@ from .ledger import (
 MakeTopic = Callable[..., Awaitable[str]]
 
 
-async def settled(consumer: Consumer, value: int) -> bool:
-    s = consumer.stats
-    return int(s.applied + s.duplicates + s.dead_lettered) >= value
-
-
 async def test_a_full_consumer_keeps_polling_and_stays_in_its_group(
-    postgres_dsn: str, kafka_bootstrap: str, make_topic: MakeTopic, pg_schema: str,
+    postgres_dsn: str, kafka_bootstrap: str, ledger_topic: LedgerTopic, pg_schema: str,
     pg_pool: asyncpg.Pool,
 ) -> None:
     """max_in_flight is reached while one key's handler takes longer than the poll interval:
     the partitions are paused, the member keeps polling and is not thrown out."""
-    topic = await make_topic(partitions=1)
-    async with pg_pool.acquire() as conn:
-        await create_ledger(conn, pg_schema)
+    topic = await ledger_topic(partitions=1)
     release = asyncio.Event()
 
     async def slow(event: Step, ctx: HandlerContext) -> None:
@@ -74,12 +69,10 @@ async def _in_flight(consumer: Consumer, value: int) -> bool:
 
 
 async def test_a_stuck_handler_of_a_revoked_partition_is_cut_short(
-    postgres_dsn: str, kafka_bootstrap: str, make_topic: MakeTopic, pg_schema: str,
+    postgres_dsn: str, kafka_bootstrap: str, ledger_topic: LedgerTopic, pg_schema: str,
     pg_pool: asyncpg.Pool,
 ) -> None:
-    topic = await make_topic(partitions=2)
-    async with pg_pool.acquire() as conn:
-        await create_ledger(conn, pg_schema)
+    topic = await ledger_topic(partitions=2)
     stuck_in = asyncio.Event()
     first_seen: list[str] = []
 

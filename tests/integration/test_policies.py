@@ -14,7 +14,6 @@ import asyncpg
 import pytest
 
 from consumerkit import (
-    Consumer,
     DeadLetter,
     DedupPolicy,
     HandlerContext,
@@ -24,15 +23,16 @@ from consumerkit import (
 from consumerkit.deadletter.table import list_dead_letters
 from consumerkit.dedup.policy import ExpiredPolicy
 
+from .conftest import LedgerTopic
 from .ledger import (
     Event,
     Running,
     Step,
     build,
-    create_ledger,
     ledger_rows,
     make_events,
     publish,
+    settled,
     verify,
     wait_for,
 )
@@ -42,19 +42,12 @@ Hook = Callable[[Step, HandlerContext], Awaitable[None]]
 
 
 
-async def settled(consumer: Consumer, value: int) -> bool:
-    s = consumer.stats
-    return s.applied + s.duplicates + s.dead_lettered + s.expired_skipped >= value
-
-
 @pytest.mark.parametrize("policy", ["dead_letter", "skip", "apply"])
 async def test_events_older_than_the_window_follow_the_expired_policy(
-    policy: ExpiredPolicy, postgres_dsn: str, kafka_bootstrap: str, make_topic: MakeTopic,
+    policy: ExpiredPolicy, postgres_dsn: str, kafka_bootstrap: str, ledger_topic: LedgerTopic,
     pg_schema: str, pg_pool: asyncpg.Pool,
 ) -> None:
-    topic = await make_topic(partitions=1)
-    async with pg_pool.acquire() as conn:
-        await create_ledger(conn, pg_schema)
+    topic = await ledger_topic(partitions=1)
     old = (datetime.now(UTC) - timedelta(days=3)).isoformat().encode()
     stale = [Event(f"old-{n}", "k", n + 1, headers=(("occurred_at", old),)) for n in range(3)]
     fresh = [Event("new-1", "j", 1)]
@@ -80,12 +73,10 @@ async def test_events_older_than_the_window_follow_the_expired_policy(
 
 
 async def test_terminated_database_connections_are_waited_out_not_dead_lettered(
-    postgres_dsn: str, kafka_bootstrap: str, make_topic: MakeTopic, pg_schema: str,
+    postgres_dsn: str, kafka_bootstrap: str, ledger_topic: LedgerTopic, pg_schema: str,
     pg_pool: asyncpg.Pool,
 ) -> None:
-    topic = await make_topic(partitions=2)
-    async with pg_pool.acquire() as conn:
-        await create_ledger(conn, pg_schema)
+    topic = await ledger_topic(partitions=2)
     events = make_events(keys=10, per_key=30)
     await publish(kafka_bootstrap, topic, events)
     # one attempt only: a terminated connection mistaken for a handler failure dead-letters
@@ -108,12 +99,10 @@ async def test_terminated_database_connections_are_waited_out_not_dead_lettered(
 
 
 async def test_each_consumer_name_is_its_own_dedup_namespace(
-    postgres_dsn: str, kafka_bootstrap: str, make_topic: MakeTopic, pg_schema: str,
+    postgres_dsn: str, kafka_bootstrap: str, ledger_topic: LedgerTopic, pg_schema: str,
     pg_pool: asyncpg.Pool,
 ) -> None:
-    topic = await make_topic(partitions=2)
-    async with pg_pool.acquire() as conn:
-        await create_ledger(conn, pg_schema)
+    topic = await ledger_topic(partitions=2)
     events = make_events(keys=5, per_key=10)
     await publish(kafka_bootstrap, topic, [*events, *events[:10]])
     billing = build("billing", pg_schema, topic, postgres_dsn, kafka_bootstrap)
@@ -129,12 +118,10 @@ async def test_each_consumer_name_is_its_own_dedup_namespace(
 
 
 async def test_handler_signals_retry_after_a_delay_and_dead_letter_at_once(
-    postgres_dsn: str, kafka_bootstrap: str, make_topic: MakeTopic, pg_schema: str,
+    postgres_dsn: str, kafka_bootstrap: str, ledger_topic: LedgerTopic, pg_schema: str,
     pg_pool: asyncpg.Pool,
 ) -> None:
-    topic = await make_topic(partitions=1)
-    async with pg_pool.acquire() as conn:
-        await create_ledger(conn, pg_schema)
+    topic = await ledger_topic(partitions=1)
     calls: Counter[int] = Counter()
 
     async def signal(event: Step, ctx: HandlerContext) -> None:
@@ -182,14 +169,12 @@ async def test_stop_before_run_and_twice_is_harmless(
 
 
 async def test_a_swallowed_database_error_is_retried_never_silently_lost(
-    postgres_dsn: str, kafka_bootstrap: str, make_topic: MakeTopic, pg_schema: str,
+    postgres_dsn: str, kafka_bootstrap: str, ledger_topic: LedgerTopic, pg_schema: str,
     pg_pool: asyncpg.Pool,
 ) -> None:
     """A handler that catches a database error and returns leaves its transaction aborted:
     COMMIT would roll back without a word. The pipeline notices, and retries the event."""
-    topic = await make_topic(partitions=1)
-    async with pg_pool.acquire() as conn:
-        await create_ledger(conn, pg_schema)
+    topic = await ledger_topic(partitions=1)
 
     async def swallow(event: Step, ctx: HandlerContext) -> None:
         if ctx.attempt == 1:  # the mistake: swallowing leaves the transaction aborted
