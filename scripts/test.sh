@@ -9,18 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-python="${PYTHON:-python3}"
-if [ ! -x .venv/bin/python ]; then
-    "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || {
-        echo "consumerkit needs Python 3.11 or newer; set PYTHON=/path/to/python3.11" >&2
-        exit 1
-    }
-    echo "== creating .venv"
-    "$python" -m venv .venv
-fi
-
-echo "== installing consumerkit[dev] into .venv"
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+. scripts/venv.sh dev
 
 echo "== ruff"
 .venv/bin/ruff check .
