@@ -27,9 +27,11 @@ def build(kafka: str, postgres: str, kafka_password: str) -> Consumer:
         kafka_consumer_options={  # the consumer only
             "session_timeout_ms": 30_000,
             "heartbeat_interval_ms": 3_000,
-            "max_poll_interval_ms": 300_000,
+            "rebalance_timeout_ms": 60_000,  # a revocation waits at most half of it
+            "max_poll_records": 500,         # the most records one fetch asks for
         },
-        concurrency=32,         # handlers running at once (the pool holds 34 connections)
+        concurrency=32,         # transactions at once (the pool holds 34 connections)
         max_in_flight=2_000,    # records fetched and not yet settled
-        shutdown_timeout=20.0,  # how long stop() and a revocation wait for running handlers
+        handler_timeout=30.0,   # a handler call still running after 30 s fails its attempt
+        shutdown_timeout=20.0,  # how long stop() waits for running handlers
     )

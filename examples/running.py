@@ -1,5 +1,5 @@
-"""Running a consumer: in the foreground, in the background of another program, and with
-its tables migrated by a separate deploy step."""
+"""Running a consumer: in the foreground, in the background of another program, several in
+one process, and with its tables migrated by a separate deploy step."""
 
 from __future__ import annotations
 
@@ -31,6 +31,14 @@ async def running(consumer: Consumer) -> AsyncIterator[Consumer]:
     finally:
         await consumer.stop()
         await task
+
+
+async def serve_all(consumers: list[Consumer]) -> None:
+    # several consumers in one process: each SIGTERM or SIGINT reaches all of them; if one
+    # of them fails, the task group cancels the others, which then shut down gracefully
+    async with asyncio.TaskGroup() as group:
+        for consumer in consumers:
+            group.create_task(consumer.run())
 
 
 async def migrate_only(consumer: Consumer) -> None:

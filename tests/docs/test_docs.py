@@ -2,8 +2,9 @@
 
 Every file under ``examples/`` is imported and the handlers and consumers it defines are built;
 every ```python (and ```json) block in ``docs/*.md`` must appear verbatim in an example file;
-the tables that restate code (Consumer defaults, dead-letter reasons, statistics, loggers, CLI
-commands) are compared with the code. None of these tests needs a service.
+the tables that restate code (Consumer defaults, Kafka settings, dead-letter reasons,
+statistics, loggers, migration steps, CLI commands and options) are compared with the code.
+None of these tests needs a service.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ from consumerkit.cli import _parser, duration
 from consumerkit.cli import main as cli_main
 from consumerkit.errors import is_retriable
 from consumerkit.registry import RouteTable
+from consumerkit.schema import CORE_STEPS, DEDUP_STEPS
+from consumerkit.transport import kafka as kafka_transport
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -54,6 +57,7 @@ HANDLER_MODULES = [p.stem for p in EXAMPLE_FILES if p.suffix == ".py"
                    and re.search(r"^@(\w+\.)?handler\(", p.read_text(), re.MULTILINE)]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 LINK = re.compile(r"\]\(([a-z0-9-]+\.md)(?:#([a-z0-9-]+))?\)")
+OUTSIDE_LINK = re.compile(r"\]\((\.\./[^)#\s]+)(?:#[^)]*)?\)")
 EXPECTED_PAGES = {
     "index.md", "guarantees.md", "handlers.md", "consumer.md", "dedup.md",
     "ordering-and-offsets.md", "failures.md", "wire-format.md", "operations.md",
@@ -119,6 +123,15 @@ def test_every_link_between_pages_has_a_target() -> None:
             assert target in anchors, f"{p.name} links to missing page {target}"
             if anchor:
                 assert anchor in anchors[target], f"{p.name} links to {target}#{anchor}"
+
+
+def test_every_link_out_of_the_docs_has_a_target() -> None:
+    found = 0
+    for p in PAGES:
+        for target in OUTSIDE_LINK.findall(p.read_text()):
+            found += 1
+            assert (DOCS / target).resolve().is_file(), f"{p.name} links to missing {target}"
+    assert found  # the benchmarks are linked
 
 
 def test_the_index_lists_every_example_file() -> None:
@@ -204,6 +217,11 @@ def test_example_consumers_build() -> None:
     assert settings.kafka_consumer_options["session_timeout_ms"] == 30_000
     assert "session_timeout_ms" not in settings.kafka_options
     assert "secret" not in repr(settings)
+    assert (settings.handler_timeout, settings.batch_size) == (30.0, 500)
+    # "a revocation waits at most half of rebalance_timeout_ms", or shutdown_timeout if shorter
+    assert settings.revoke_timeout == min(20.0, 60_000 / 2 / 1000) == 20.0
+    assert billing.revoke_timeout == min(30.0, 60_000 / 2 / 1000) == 30.0
+    assert billing.handler_timeout == 60.0
 
 
 def test_retry_policy_waits_are_as_documented() -> None:
@@ -322,6 +340,31 @@ def test_consumer_arguments_table_matches_the_signature() -> None:
             assert ast.literal_eval(first_code(default)) == expected, name
 
 
+def _setting_rows() -> dict[str, tuple[Any, str]]:
+    """``{name: (value, can it be changed?)}`` from the Kafka settings table; producer rows are
+    keyed ``producer <name>``."""
+    rows = table_rows(section(page("consumer.md"), "Kafka options"))
+    settings: dict[str, tuple[Any, str]] = {}
+    for name_cell, value_cell, change in rows:
+        name = re.findall(r"`([^`]+)`", name_cell)[-1]
+        if name_cell.startswith("producer"):
+            name = f"producer {name}"
+        settings[name] = (ast.literal_eval(first_code(value_cell)), change)
+    return settings
+
+
+def test_kafka_settings_table_matches_the_code() -> None:
+    settings = _setting_rows()
+    fixed = {**kafka_transport._CONSUMER_FIXED,
+             **{f"producer {k}": v for k, v in kafka_transport._PRODUCER_FIXED.items()}}
+    defaults = {**kafka_transport._CONSUMER_DEFAULTS,
+                **{f"producer {k}": v for k, v in kafka_transport._PRODUCER_DEFAULTS.items()}}
+    assert set(settings) == set(fixed) | set(defaults)
+    for name, (value, change) in settings.items():
+        assert value == {**defaults, **fixed}[name], name
+        assert change.startswith("no" if name in fixed else "yes"), name
+
+
 def _reason_codes_in_code() -> set[str]:
     """Reason codes: the first argument of ``DecodeError(...)``, the reason argument of
     ``self._dead_letter(...)``, and string constants assigned to a variable ``reason``."""
@@ -374,6 +417,14 @@ def test_every_logger_is_documented() -> None:
     assert {first_code(r[0]) for r in rows} == names
 
 
+def test_migration_steps_table_matches_the_code() -> None:
+    rows = table_rows(section(page("operations.md"), "Migrations"))
+    documented = {(first_code(r[0]).split(":")[0], int(r[1])) for r in rows if r[1]}
+    in_code = ({("core", s.version) for s in CORE_STEPS}
+               | {("dedup", s.version) for s in DEDUP_STEPS})
+    assert documented == in_code
+
+
 # -- the command line --------------------------------------------------------------------------
 
 def test_cli_commands_are_documented() -> None:
@@ -384,6 +435,17 @@ def test_cli_commands_are_documented() -> None:
     usage = section(page("operations.md"), "Command line")
     for command in commands:
         assert f"consumerkit {command}" in usage
+
+
+def test_cli_usage_lists_the_options_of_each_command() -> None:
+    subparsers = next(a for a in _parser()._actions
+                      if isinstance(a, argparse._SubParsersAction))
+    usage = section(page("operations.md"), "Command line")
+    for command, parser in subparsers.choices.items():
+        line = next(x for x in usage.splitlines() if x.startswith(f"consumerkit {command} "))
+        options = {o for a in parser._actions for o in a.option_strings
+                   if o.startswith("--") and o != "--help"}
+        assert set(re.findall(r"--[a-z-]+", line)) == options, command
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["dedup", "--help"], ["migrate", "--help"],

@@ -1,12 +1,16 @@
 """The examples against real services: the billing consumer end to end (a failing handler
-dead-lettered, fixed and replayed, a duplicate absorbed), the signal handlers on PostgreSQL, the
-documented hazard of swallowing a database error, and the command line."""
+dead-lettered, fixed and replayed, a duplicate absorbed), several consumers stopped by one
+signal, the signal handlers on PostgreSQL, what happens to handlers that misuse ``ctx.tx`` as
+docs/handlers.md describes it, and the command line."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
+import os
+import signal
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -17,10 +21,28 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg
 import pytest
 from aiokafka import AIOKafkaProducer
+from pydantic import BaseModel
 
-from consumerkit import DeadLetterEntry, Envelope, HandlerContext, Retry
+from consumerkit import (
+    DeadLetterEntry,
+    Envelope,
+    HandlerContext,
+    Record,
+    Retry,
+    RetryPolicy,
+    WireFormat,
+    handler,
+)
+from consumerkit._decode import Decoder
+from consumerkit._pipeline import Outcome, Pipeline
 from consumerkit.cli import main as cli_main
+from consumerkit.deadletter.writer import DeadLetterWriter
+from consumerkit.dedup.postgres import PostgresDedupStore
+from consumerkit.registry import RouteTable
+from consumerkit.schema import migrate
+from consumerkit.stats import ConsumerStats
 from consumerkit.testing.services import MakeTopic
+from consumerkit.types import SinkResources
 
 T = TypeVar("T")
 Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record]"
@@ -110,6 +132,23 @@ async def test_billing_example_end_to_end(
         await conn.close()
 
 
+async def test_one_signal_stops_every_consumer_of_the_process(
+    postgres_dsn: str, pg_schema: str, kafka_bootstrap: str, make_topic: MakeTopic,
+) -> None:
+    billing, running = example("billing"), example("running")
+    topics = [await make_topic(partitions=1), await make_topic(partitions=1)]
+    dsn = with_search_path(postgres_dsn, pg_schema)
+    consumers = [billing.build(kafka_bootstrap, dsn, [topic]) for topic in topics]
+    serving = asyncio.create_task(running.serve_all(consumers))
+    started = asyncio.gather(*(c.started.wait() for c in consumers))
+    await asyncio.wait({serving, started}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
+    assert not serving.done(), serving.exception()
+    assert started.done(), "the consumers did not start"
+    os.kill(os.getpid(), signal.SIGTERM)  # both installed a handler: it reaches them both
+    await asyncio.wait_for(serving, 60)
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the default is back
+
+
 # -- handlers called directly, on a real transaction -------------------------------------------
 
 def context(conn: Conn, event_type: str) -> HandlerContext:
@@ -189,3 +228,100 @@ async def test_cli_against_postgres(
     assert capsys.readouterr().out.strip() == "created none; dropped none; deferred none"
     assert await asyncio.to_thread(cli, "dead-letters", "--consumer", "billing") == 0
     assert capsys.readouterr().out.strip() == "0 dead letters"
+
+
+# -- handlers that misuse ctx.tx, as docs/handlers.md describes them ---------------------------
+
+class Misuse(BaseModel):
+    mode: str
+
+
+@handler("misuse")
+async def misuse(event: Misuse, ctx: HandlerContext) -> None:
+    await ctx.tx.execute("INSERT INTO effects VALUES ($1, 'first')", event.mode)
+    if event.mode == "swallow":
+        with contextlib.suppress(asyncpg.DivisionByZeroError):  # the mistake
+            await ctx.tx.execute("SELECT 1 / 0")
+    elif event.mode == "commit":
+        await ctx.tx.execute("COMMIT")
+    elif event.mode == "rollback":
+        await ctx.tx.execute("ROLLBACK")
+        await ctx.tx.execute("INSERT INTO effects VALUES ($1, 'after')", event.mode)
+    elif event.mode == "rollback-begin":
+        await ctx.tx.execute("ROLLBACK")
+        await ctx.tx.execute("BEGIN")
+        await ctx.tx.execute("INSERT INTO effects VALUES ($1, 'after')", event.mode)
+    elif event.mode == "cancel":
+        raise asyncio.CancelledError
+    elif event.mode == "hang":
+        await asyncio.sleep(60)
+
+
+class ListSink:
+    def __init__(self) -> None:
+        self.entries: list[DeadLetterEntry] = []
+
+    async def open(self, resources: SinkResources) -> None:
+        del resources
+
+    async def send(self, entry: DeadLetterEntry) -> None:
+        self.entries.append(entry)
+
+    async def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("mode", "outcome", "dead_letter", "effects", "claimed"), [
+    # a swallowed database error fails the attempt; nothing commits
+    ("swallow", Outcome.DEAD_LETTERED, ("handler_failed", 3, "InFailedSQLTransactionError"),
+     [], False),
+    # COMMIT: the effect and the dedup row are committed, and the record is dead-lettered
+    ("commit", Outcome.DEAD_LETTERED, ("handler_failed", 1, "HandlerEndedTransaction"),
+     ["first"], True),
+    # ROLLBACK: the claim is gone, later statements commit on their own
+    ("rollback", Outcome.DEAD_LETTERED, ("handler_failed", 1, "HandlerEndedTransaction"),
+     ["after"], False),
+    # ROLLBACK then BEGIN is not noticed: applied without a dedup row (assumption A1)
+    ("rollback-begin", Outcome.APPLIED, None, ["after"], False),
+    # CancelledError raised by the handler itself is an ordinary failure
+    ("cancel", Outcome.DEAD_LETTERED, ("handler_failed", 3, "CancelledError"), [], False),
+    # past handler_timeout: cancelled, a failed attempt
+    ("hang", Outcome.DEAD_LETTERED, ("handler_failed", 3, "TimeoutError"), [], False),
+])
+async def test_handlers_that_misuse_ctx_tx(
+    postgres_dsn: str, pg_schema: str, mode: str, outcome: Outcome,
+    dead_letter: tuple[str, int, str] | None, effects: list[str], claimed: bool,
+) -> None:
+    dsn = with_search_path(postgres_dsn, pg_schema)
+    conn: Conn = await asyncpg.connect(dsn)
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
+    try:
+        await migrate(conn, pg_schema)
+        await conn.execute("CREATE TABLE effects (mode text, step text)")
+        sink, stats = ListSink(), ConsumerStats()
+        pipeline = Pipeline(
+            consumer="misuse", namespace="misuse", pool=pool,
+            dedup=PostgresDedupStore(pg_schema),
+            decoder=Decoder(RouteTable.build([misuse]), WireFormat(), 1 << 20),
+            retry=RetryPolicy(max_attempts=3, initial_delay=0.01, max_delay=0.02),
+            dead_letters=DeadLetterWriter([sink]), expired="dead_letter", stats=stats,
+            concurrency=1, handler_timeout=0.5)
+        value = Misuse(mode=mode).model_dump_json().encode()
+        record = Record("t", 0, 0, b"k", value, [("id", b"evt-1"), ("event_type", b"misuse")],
+                        timestamp=None)
+        assert await pipeline.process(record, asyncio.Event()) is outcome
+        letters = [(e.reason, e.attempts, e.detail) for e in sink.entries]
+        if dead_letter is None:
+            assert letters == []
+        else:
+            [(reason, attempts, detail)] = letters
+            assert (reason, attempts) == dead_letter[:2]
+            assert dead_letter[2] in detail
+        steps = await conn.fetch("SELECT step FROM effects WHERE mode = $1", mode)
+        assert [r["step"] for r in steps] == effects
+        rows = await conn.fetchval(
+            f'SELECT count(*) FROM "{pg_schema}".processed_events WHERE event_id = $1', "evt-1")
+        assert rows == (1 if claimed else 0)
+    finally:
+        await pool.close()
+        await conn.close()
