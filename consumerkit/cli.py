@@ -1,7 +1,7 @@
 """The ``consumerkit`` command line.
 
     consumerkit demo [--orders N] [--kafka HOST:PORT] [--postgres DSN]
-    consumerkit migrate [--postgres DSN] [--schema S] [--table T]
+    consumerkit migrate [--postgres DSN] [--schema S] [--table T] [--retention 7d] [--interval 1d]
     consumerkit dedup partitions|maintain [--postgres DSN] [--schema S] [--table T]
                                           [--retention 7d] [--interval 1d]
     consumerkit dead-letters [--postgres DSN] [--schema S] [--consumer NAME] [--limit N]

@@ -28,7 +28,7 @@ from .registry import HandlerSource, RouteTable
 from .retry import RetryPolicy
 from .schema import check_synchronous_commit, migrate
 from .stats import ConsumerStats
-from .transport.kafka import KafkaSource, Partition, consumer_options
+from .transport.kafka import KafkaSource, Partition, consumer_options, producer_options
 from .types import DeadLetterSink, SinkResources
 
 log = logging.getLogger("consumerkit.consumer")
@@ -90,6 +90,14 @@ class Consumer:
         self.revoke_timeout = min(shutdown_timeout, options["rebalance_timeout_ms"] / 2000)
         if handler_timeout is not None and handler_timeout <= 0:
             raise ConfigurationError("handler_timeout must be positive (or None for no limit)")
+        if shutdown_timeout <= 0:
+            raise ConfigurationError("shutdown_timeout must be positive")
+        try:
+            producer_options(self.kafka_options)  # dead-letter producers share these
+        except ConfigurationError as exc:
+            raise ConfigurationError(
+                f"{exc} (kafka_options go to every Kafka client; options of the consumer "
+                "alone belong in kafka_consumer_options)") from None
         self.handler_timeout = handler_timeout
         self.shutdown_timeout = shutdown_timeout
         self.handle_signals = handle_signals

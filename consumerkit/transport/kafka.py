@@ -10,6 +10,7 @@ brokers without it).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -52,10 +53,33 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
 
 
 def consumer_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The consumer's aiokafka settings: the safe defaults, ``options``, then the fixed ones.
+    Unknown names and unsafe values are refused here, before anything connects."""
     for name, value in _CONSUMER_FIXED.items():
         if name in options and options[name] != value:
             raise ConfigurationError(f"kafka option {name}={options[name]!r} is not allowed")
-    return {**_CONSUMER_DEFAULTS, **options, **_CONSUMER_FIXED}
+    _known(options, AIOKafkaConsumer, "consumer")
+    merged = {**_CONSUMER_DEFAULTS, **options, **_CONSUMER_FIXED}
+    for name in ("max_poll_records", "rebalance_timeout_ms"):
+        if not isinstance(merged[name], int) or isinstance(merged[name], bool) or (
+                merged[name] < 1):
+            raise ConfigurationError(f"kafka option {name} must be a positive integer")
+    return merged
+
+
+def producer_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """A producer's aiokafka settings (``acks="all"`` always), checked like the consumer's."""
+    if options.get("acks", "all") not in ("all", -1):
+        raise ConfigurationError(f"kafka option acks={options['acks']!r} is not allowed")
+    _known(options, AIOKafkaProducer, "producer")
+    return {**_PRODUCER_DEFAULTS, **options, **_PRODUCER_FIXED}
+
+
+def _known(options: Mapping[str, Any], client: type, what: str) -> None:
+    accepted = set(inspect.signature(client).parameters)
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise ConfigurationError(f"unknown Kafka {what} options: {', '.join(unknown)}")
 
 
 class KafkaSource:
@@ -122,11 +146,9 @@ class KafkaProducer:
     """A small producer with safe settings (``acks="all"``, idempotence unless disabled)."""
 
     def __init__(self, bootstrap: str, options: Mapping[str, Any]) -> None:
-        if options.get("acks", "all") not in ("all", -1):
-            raise ConfigurationError(f"kafka option acks={options['acks']!r} is not allowed")
         try:
             self._producer = AIOKafkaProducer(
-                bootstrap_servers=bootstrap, **{**_PRODUCER_DEFAULTS, **options, **_PRODUCER_FIXED})
+                bootstrap_servers=bootstrap, **producer_options(options))
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(f"invalid Kafka producer option: {exc}") from None
         self.bootstrap = bootstrap

@@ -54,6 +54,11 @@ def test_a_valid_consumer_freezes_its_registry_and_hides_the_password() -> None:
     ({"dead_letter": []}, "dead-letter destination"),
     ({"kafka_consumer_options": {"enable_auto_commit": True}}, "enable_auto_commit"),
     ({"kafka_options": {"isolation_level": "read_uncommitted"}}, "isolation_level"),
+    ({"kafka_consumer_options": {"sesion_timeout_ms": 1}}, "unknown Kafka consumer options"),
+    ({"kafka_options": {"session_timeout_ms": 1}}, "belong in kafka_consumer_options"),
+    ({"kafka_options": {"acks": 1}}, "unknown Kafka consumer options: acks"),
+    ({"kafka_consumer_options": {"max_poll_records": "many"}}, "positive integer"),
+    ({"shutdown_timeout": 0}, "shutdown_timeout"),
 ])
 def test_bad_configuration_is_refused(overrides: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
@@ -61,12 +66,15 @@ def test_bad_configuration_is_refused(overrides: dict[str, Any], message: str) -
 
 
 def test_unsafe_kafka_options_are_refused() -> None:
-    from consumerkit.transport.kafka import consumer_options
+    from consumerkit.transport.kafka import consumer_options, producer_options
 
     with pytest.raises(ConfigurationError, match="enable_auto_commit"):
         consumer_options({"enable_auto_commit": True})
     with pytest.raises(ConfigurationError, match="isolation_level"):
         consumer_options({"isolation_level": "read_uncommitted"})
+    with pytest.raises(ConfigurationError, match="acks=1 is not allowed"):
+        producer_options({"acks": 1})
+    assert producer_options({"enable_idempotence": False})["acks"] == "all"
     safe = consumer_options({"session_timeout_ms": 3000})
     assert safe["enable_auto_commit"] is False
     assert safe["auto_offset_reset"] == "earliest"
