@@ -7,6 +7,7 @@ import asyncio
 import logging
 from collections.abc import Iterable
 from functools import partial
+from typing import Any
 
 from ._assignment import PartitionState
 from ._ordering import KeyedExecutor
@@ -28,7 +29,8 @@ class Engine:
 
     def __init__(
         self, *, pipeline: Pipeline, max_in_flight: int, batch_size: int,
-        revoke_timeout: float, stats: ConsumerStats, poll_timeout_ms: int = 100,
+        revoke_timeout: float, keepalive: float, stats: ConsumerStats,
+        poll_timeout_ms: int = 100,
     ) -> None:
         self.pipeline = pipeline
         # lanes never outnumber records in flight; the pipeline bounds transactions
@@ -36,6 +38,7 @@ class Engine:
         self.max_in_flight = max_in_flight
         self.batch_size = batch_size
         self.revoke_timeout = revoke_timeout
+        self.keepalive = keepalive
         self.stats = stats
         self.poll_timeout_ms = poll_timeout_ms
         self.source: KafkaSource | None = None
@@ -45,6 +48,7 @@ class Engine:
         self.assigned = asyncio.Event()
         self._commit_wanted = asyncio.Event()
         self._commit_lock = asyncio.Lock()
+        self._room = asyncio.Event()
 
     # -- rebalance callbacks (called by the transport during a group rebalance) ------------
 
@@ -68,7 +72,7 @@ class Engine:
                         self.revoke_timeout)
             for state in states:
                 state.kill()
-            await _drained(states, COMMIT_TIMEOUT)
+            await _drained(states, self.revoke_timeout / 2)
         await self.commit(states)
         for state in states:
             self.states.pop(state.partition, None)
@@ -79,32 +83,45 @@ class Engine:
 
     async def run(self, source: KafkaSource) -> None:
         """Fetch and dispatch until ``stopping`` is set; raise a lane's failure if one broke.
-        When ``max_in_flight`` records are in flight the partitions are paused but still
-        polled, so the member stays in its group."""
+        With ``max_in_flight`` records in flight it waits for room; if none comes within
+        ``keepalive`` seconds it polls with every partition paused, so the member stays in
+        its group (pausing drops prefetched records, hence only then)."""
         self.source = source
         committer = asyncio.create_task(self._commit_loop(), name="consumerkit-commit")
         stop = asyncio.ensure_future(self.stopping.wait())
+        fetch: asyncio.Future[dict[Partition, list[RecordLike]]] | None = None
         try:
             while not self.stopping.is_set():
                 if self.executor.errors:
                     raise self.executor.errors[0]
                 room = self.max_in_flight - self.in_flight
+                if room <= 0 and await self._room_within(self.keepalive, stop):
+                    continue
                 source.pause(room <= 0)
                 fetch = asyncio.ensure_future(
                     source.fetch(self.poll_timeout_ms, max(1, min(room, self.batch_size))))
                 await asyncio.wait({fetch, stop}, return_when=asyncio.FIRST_COMPLETED)
                 if not fetch.done():  # stopping: do not wait for a rebalance or a fetch
-                    fetch.cancel()
-                    await asyncio.gather(fetch, return_exceptions=True)
                     break
                 for part, records in fetch.result().items():
                     self._dispatch(part, records)
         finally:
-            stop.cancel()
-            committer.cancel()
-            await asyncio.gather(committer, stop, return_exceptions=True)
+            for task in (fetch, stop, committer):
+                if task is not None:
+                    task.cancel()
+            await asyncio.gather(*(t for t in (fetch, stop, committer) if t is not None),
+                                 return_exceptions=True)
         if self.executor.errors:
             raise self.executor.errors[0]
+
+    async def _room_within(self, timeout: float, stop: asyncio.Future[Any]) -> bool:
+        """Wait until a record settles or we stop; False if ``timeout`` passed first."""
+        self._room.clear()
+        room: asyncio.Future[Any] = asyncio.ensure_future(self._room.wait())
+        done, _ = await asyncio.wait({room, stop}, timeout=timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        room.cancel()
+        return bool(done)
 
     def _dispatch(self, part: Partition, records: Iterable[RecordLike]) -> None:
         state = self.states.get(part)
@@ -113,8 +130,9 @@ class Engine:
         for record in records:
             state.submitted(record.offset)
             self.in_flight += 1
-            lane = (record.topic, record.partition, record.key)
-            self.executor.submit(lane, partial(self._job, state, record))
+            # one lane per key of this ownership of the partition: a zombie left by an earlier
+            # ownership never holds up (or breaks) the lanes of the current one
+            self.executor.submit((state, record.key), partial(self._job, state, record))
 
     async def _job(self, state: PartitionState, record: RecordLike) -> None:
         task = asyncio.current_task()
@@ -138,11 +156,12 @@ class Engine:
             state.running.discard(task)
             state.settled()
             self.in_flight -= 1
+            self._room.set()
 
     # -- offsets ----------------------------------------------------------------------------
 
     async def _commit_loop(self) -> None:
-        while True:
+        while not self.stopping.is_set():
             await self._commit_wanted.wait()
             self._commit_wanted.clear()
             if not await self.commit(list(self.states.values())):
@@ -160,9 +179,15 @@ class Engine:
             if not offsets:
                 return True
             try:
-                await asyncio.wait_for(self.source.commit(offsets), COMMIT_TIMEOUT)
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow our own cancel
+                async with asyncio.timeout(COMMIT_TIMEOUT):
+                    await self.source.commit(offsets)
             except (TransportError, TimeoutError) as exc:
-                log.warning("offset commit failed (%s); it will be retried", exc or "timeout")
+                log.warning("offset commit failed (%s); it will be retried",
+                            exc if str(exc) else type(exc).__name__)
+                return False
+            except Exception:  # never let the committer die silently
+                log.exception("offset commit failed; it will be retried")
                 return False
             for part, off in offsets.items():
                 if (state := self.states.get(part)) is not None:

@@ -21,7 +21,12 @@ class ClaimBlocked(HandlerFailure):
 
 
 class ConnectionLost(HandlerFailure):
-    """The connection was closed while the attempt ran (terminated, network, server crash)."""
+    """The connection was closed while the attempt ran (terminated, network, server crash);
+    ``during_handler`` when it died under the handler's own statements."""
+
+    def __init__(self, cause: BaseException, *, during_handler: bool) -> None:
+        super().__init__(cause)
+        self.during_handler = during_handler
 
 
 class HandlerEndedTransaction(Exception):
@@ -48,10 +53,10 @@ def judge(raised: Exception) -> tuple[BaseException, bool]:
         return raised.cause, True
     if isinstance(raised, HandlerFailure):
         return raised.cause, isinstance(raised.cause, _OUTAGES)
-    # outside the handler (acquiring a connection, BEGIN, the claim, COMMIT) a client-side
-    # error means the connection broke: asyncpg reports a backend terminated while idle in the
-    # pool as an InternalClientError on the next statement. Server errors raised there (a
-    # deferred constraint failing at COMMIT) stay the handler's.
+    # before the handler (acquiring a connection, BEGIN, the claim) a client-side error means
+    # the connection broke: asyncpg reports a backend terminated while idle in the pool as an
+    # InternalClientError on the next statement. (Errors after the handler ran arrive wrapped
+    # in HandlerFailure, see Pipeline._transaction.)
     return raised, isinstance(raised, (*_OUTAGES, *_BROKEN_CONNECTION))
 
 

@@ -14,6 +14,7 @@ import logging
 from enum import StrEnum
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from ._decode import Decoded, Decoder, header_map
 from ._failures import (
@@ -86,8 +87,8 @@ class Pipeline:
                 claim = await self._attempt(decoded, attempt)
             except Exception as raised:
                 error, outage = judge(raised)
-                if isinstance(raised, ConnectionLost):
-                    lost += 1  # a message that keeps killing its connection is not an outage
+                if isinstance(raised, ConnectionLost) and raised.during_handler:
+                    lost += 1  # a handler that keeps killing its connection is no outage
                     outage = lost <= _LOST_CONNECTIONS_PER_MESSAGE
             else:
                 return await self._settle(claim, record, decoded, attempt, abandon)
@@ -119,30 +120,53 @@ class Pipeline:
         return self.retry.delay(attempt)
 
     async def _attempt(self, decoded: Decoded, attempt: int) -> Claim:
-        async with self.slots, self.pool.acquire() as conn:
+        async with self.slots:
+            conn = await self.pool.acquire()
             try:
                 return await self._transaction(conn, decoded, attempt)
             except Exception as exc:
                 if connection_lost(conn):  # whoever raised, the connection died under us
+                    failure = isinstance(exc, HandlerFailure)
                     cause = exc.cause if isinstance(exc, HandlerFailure) else exc
-                    raise ConnectionLost(cause) from exc
+                    raise ConnectionLost(cause, during_handler=failure) from exc
                 raise
+            finally:
+                await self._release(conn)
+
+    async def _release(self, conn: PoolConnectionProxy[asyncpg.Record]) -> None:
+        """Give the connection back. If asyncpg cannot reset it (a query the handler left
+        running, a dead socket) it has already terminated it; the attempt's own outcome,
+        success or failure, is what counts, not this."""
+        try:
+            await self.pool.release(conn)
+        except Exception as exc:
+            log.warning("discarded a connection that could not be reset: %s", describe(exc))
 
     async def _transaction(self, conn: DbConnection, decoded: Decoded, attempt: int) -> Claim:
         env = decoded.envelope
-        # pinned: the claim's lock-then-look-up needs a fresh snapshot per statement
-        async with conn.transaction(isolation="read_committed"):
-            try:
-                claim = await self.dedup.claim(conn, self.namespace, env, decoded.route.name,
-                                               enforce_window=self.expired != "apply")
-            except asyncpg.CheckViolationError as exc:  # no partition for now()
-                self.maintenance_wanted.set()
-                raise ClaimBlocked(exc) from exc
-            except asyncpg.LockNotAvailableError as exc:  # a stalled holder of the same event
-                raise ClaimBlocked(exc) from exc
-            if claim.status is ClaimStatus.CLAIMED:
-                await self._handle(conn, decoded, attempt)
-            return claim
+        handled = False
+        try:
+            # pinned: the claim's lock-then-look-up needs a fresh snapshot per statement
+            async with conn.transaction(isolation="read_committed"):
+                try:
+                    claim = await self.dedup.claim(
+                        conn, self.namespace, env, decoded.route.name,
+                        enforce_window=self.expired != "apply")
+                except asyncpg.CheckViolationError as exc:  # no partition for now()
+                    self.maintenance_wanted.set()
+                    raise ClaimBlocked(exc) from exc
+                except asyncpg.LockNotAvailableError as exc:  # a stalled holder of the event
+                    raise ClaimBlocked(exc) from exc
+                if claim.status is ClaimStatus.CLAIMED:
+                    handled = True
+                    await self._handle(conn, decoded, attempt)
+                return claim
+        except HandlerFailure:
+            raise
+        except Exception as exc:
+            if handled:  # COMMIT failed after the handler ran: a deferred constraint, or a
+                raise HandlerFailure(exc) from exc  # query the handler left running
+            raise
 
     async def _handle(self, conn: DbConnection, decoded: Decoded, attempt: int) -> None:
         ctx = HandlerContext(conn, decoded.envelope, attempt, _event_log(decoded))

@@ -88,6 +88,8 @@ class Consumer:
         # a revocation must end well within the group's rebalance timeout, or the member is
         # thrown out of the group mid-revoke and every partition rebalances again
         self.revoke_timeout = min(shutdown_timeout, options["rebalance_timeout_ms"] / 2000)
+        # while full, poll (with partitions paused) well within max_poll_interval_ms
+        self.keepalive = options.get("max_poll_interval_ms", 300_000) / 4000
         if handler_timeout is not None and handler_timeout <= 0:
             raise ConfigurationError("handler_timeout must be positive (or None for no limit)")
         if shutdown_timeout <= 0:
@@ -158,7 +160,8 @@ class Consumer:
             stack.push_async_callback(sink.close)
         engine = self._engine = Engine(
             pipeline=self._pipeline(pool), max_in_flight=self.max_in_flight,
-            batch_size=self.batch_size, revoke_timeout=self.revoke_timeout, stats=self.stats)
+            batch_size=self.batch_size, revoke_timeout=self.revoke_timeout,
+            keepalive=self.keepalive, stats=self.stats)
         source = KafkaSource(
             topics=self.topics, group_id=self.name, bootstrap=self.kafka_bootstrap,
             options=self.kafka_consumer_options, rebalance=engine)
@@ -205,7 +208,8 @@ class Consumer:
         interval = self.maintenance_interval.total_seconds()
         while not self._stop_requested.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wanted.wait(), interval)
+                async with asyncio.timeout(interval):
+                    await wanted.wait()
             wanted.clear()
             try:
                 async with pool.acquire() as conn:

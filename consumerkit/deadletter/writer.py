@@ -118,7 +118,8 @@ async def wait_or_abandon(abandon: asyncio.Event, delay: float) -> bool:
     if abandon.is_set():
         return True
     try:
-        await asyncio.wait_for(abandon.wait(), delay)
+        async with asyncio.timeout(delay):  # not wait_for: it can swallow a cancel on 3.11
+            await abandon.wait()
     except TimeoutError:
         return False
     return True

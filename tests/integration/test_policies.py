@@ -193,3 +193,31 @@ async def test_a_swallowed_database_error_is_retried_never_silently_lost(
         verify(await ledger_rows(conn, pg_schema), events)
     assert consumer.stats.applied == 2
     assert consumer.stats.retries == 2
+
+
+async def test_a_handler_leaving_a_query_running_fails_and_is_dead_lettered(
+    postgres_dsn: str, kafka_bootstrap: str, ledger_topic: LedgerTopic, pg_schema: str,
+    pg_pool: asyncpg.Pool,
+) -> None:
+    """A query started on ctx.tx but not awaited is a handler bug, not a database outage:
+    the attempts are spent and the record ends in the dead letters instead of looping."""
+    topic = await ledger_topic(partitions=1)
+    strays: list[asyncio.Task[str]] = []
+
+    async def stray(event: Step, ctx: HandlerContext) -> None:
+        if event.seq == 1:
+            strays.append(asyncio.ensure_future(ctx.tx.execute("SELECT pg_sleep(0.05)")))
+            await asyncio.sleep(0)  # let it start: the connection is now busy
+
+    events = make_events(keys=1, per_key=2)
+    await publish(kafka_bootstrap, topic, events)
+    consumer = build("stray", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=stray)
+    async with Running(consumer):
+        await wait_for(lambda: settled(consumer, 2), 60, "both records settled")
+    await asyncio.gather(*strays, return_exceptions=True)
+    async with pg_pool.acquire() as conn:
+        letters = await list_dead_letters(conn, pg_schema)
+        applied = [r["seq"] for r in await ledger_rows(conn, pg_schema)]
+    assert [(x.event_id, x.reason, x.attempts) for x in letters] == [
+        ("evt-0-1", "handler_failed", 4)]
+    assert applied == [2]
