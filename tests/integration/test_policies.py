@@ -221,3 +221,33 @@ async def test_a_handler_leaving_a_query_running_fails_and_is_dead_lettered(
     assert [(x.event_id, x.reason, x.attempts) for x in letters] == [
         ("evt-0-1", "handler_failed", 4)]
     assert applied == [2]
+
+
+async def test_a_missing_dedup_partition_is_recreated_and_nothing_is_dead_lettered(
+    postgres_dsn: str, kafka_bootstrap: str, ledger_topic: LedgerTopic, pg_schema: str,
+    pg_pool: asyncpg.Pool,
+) -> None:
+    """Someone dropped the partitions the consumer writes to: claims fail for want of a
+    partition, the consumer runs maintenance at once and the records go through."""
+    topic = await ledger_topic(partitions=1)
+    first = make_events(keys=1, per_key=1, prefix="before")
+    await publish(kafka_bootstrap, topic, first)
+    consumer = build("heal", pg_schema, topic, postgres_dsn, kafka_bootstrap,
+                     maintenance_interval=timedelta(hours=1))
+    async with Running(consumer):
+        await wait_for(lambda: settled(consumer, 1), 60, "the first record")
+        parts = await pg_pool.fetch(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "JOIN pg_class p ON p.oid = i.inhparent JOIN pg_namespace n "
+            "ON n.oid = p.relnamespace WHERE n.nspname = $1 AND p.relname = 'processed_events'",
+            pg_schema)
+        for part in parts:
+            await pg_pool.execute(f'DROP TABLE "{pg_schema}"."{part["relname"]}"')
+        later = make_events(keys=2, per_key=3, prefix="after")
+        await publish(kafka_bootstrap, topic, later)
+        await wait_for(lambda: settled(consumer, 1 + len(later)), 60, "the later records")
+    async with pg_pool.acquire() as conn:
+        assert await list_dead_letters(conn, pg_schema) == []
+        applied = {r["event_id"] for r in await ledger_rows(conn, pg_schema)}
+    assert applied == {e.event_id for e in [*first, *later]}
+    assert consumer.stats.retries == 0  # waited out as an outage, no attempt spent
