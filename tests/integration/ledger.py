@@ -108,10 +108,18 @@ async def ledger_rows(conn: DbConnection, schema: str) -> list[asyncpg.Record]:
         f"SELECT event_id, key, seq FROM {identifier(schema)}.ledger ORDER BY id"))
 
 
+_RUNNING: set[asyncio.Task[None]] = set()  # consumers started by Running, for wait_for
+
+
 async def wait_for(check: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
-    """Poll ``check`` until it holds; fail with ``what`` after ``timeout`` seconds."""
+    """Poll ``check`` until it holds; fail with ``what`` after ``timeout`` seconds, or at once
+    with its error if a consumer started by :class:`Running` has died meanwhile."""
     deadline = time.monotonic() + timeout
     while not await check():
+        for task in _RUNNING:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                raise AssertionError(f"a consumer died while waiting for {what}") from (
+                    task.exception())
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.05)
@@ -188,16 +196,21 @@ class Running:
 
     async def __aenter__(self) -> Any:
         self.task = asyncio.create_task(self.consumer.run())
+        _RUNNING.add(self.task)
         started = asyncio.create_task(self.consumer.started.wait())
         await asyncio.wait({self.task, started}, timeout=60,
                            return_when=asyncio.FIRST_COMPLETED)
         if self.task.done():
             started.cancel()
+            _RUNNING.discard(self.task)
             self.task.result()
         assert started.done(), "consumer did not start within 60s"
         return self.consumer
 
     async def __aexit__(self, *exc: object) -> None:
         assert self.task is not None
-        await asyncio.wait_for(self.consumer.stop(), 60)
-        await self.task
+        try:
+            await asyncio.wait_for(self.consumer.stop(), 60)
+            await self.task
+        finally:
+            _RUNNING.discard(self.task)
