@@ -45,7 +45,6 @@ class Engine:
         self.states: dict[Partition, PartitionState] = {}
         self.in_flight = 0
         self.stopping = asyncio.Event()
-        self.assigned = asyncio.Event()
         self._commit_wanted = asyncio.Event()
         self._commit_lock = asyncio.Lock()
         self._room = asyncio.Event()
@@ -56,7 +55,6 @@ class Engine:
         for part in partitions:  # always fresh: aiokafka resumes from the committed offset
             self.states[part] = PartitionState(part)
         log.info("assigned %s", sorted(partitions))
-        self.assigned.set()
 
     async def on_revoked(self, partitions: list[Partition]) -> None:
         """Abandon queued work of the revoked partitions, give running handlers

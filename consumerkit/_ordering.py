@@ -54,10 +54,6 @@ class KeyedExecutor:
         if not self._tasks:
             self._idle.set()
 
-    @property
-    def lanes(self) -> int:
-        return len(self._lanes)
-
     async def join(self) -> None:
         """Wait until every submitted job has run."""
         await self._idle.wait()

@@ -13,12 +13,10 @@ import pytest
 from consumerkit.deadletter import DeadLetterEntry, DeadLetterTopic
 from consumerkit.deadletter.topic import DETAIL_HEADER, DETAIL_MAX_BYTES
 from consumerkit.deadletter.writer import DeadLetterWriter
+from consumerkit.testing.services import MakeTopic
 from consumerkit.types import SinkResources
 
 from .ledger import read_topic
-
-MakeTopic = Callable[..., Awaitable[str]]
-
 
 ENTRY = DeadLetterEntry(
     consumer="billing", topic="source", partition=0, offset=5, key=b"k", value=b'{"n": 1}',

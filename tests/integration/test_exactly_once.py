@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import asyncpg
@@ -32,7 +31,6 @@ from .ledger import (
 
 ROOT = Path(__file__).resolve().parents[2]
 DAY_MS = 86_400_000
-MakeTopic = Callable[..., Awaitable[str]]
 
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Awaitable, Callable
 
 import asyncpg
 import pytest
@@ -19,6 +18,7 @@ from consumerkit import (
     StartupError,
 )
 from consumerkit.deadletter.table import list_dead_letters
+from consumerkit.testing.services import MakeTopic
 
 from .conftest import LedgerTopic
 from .ledger import (
@@ -34,9 +34,6 @@ from .ledger import (
     verify,
     wait_for,
 )
-
-MakeTopic = Callable[..., Awaitable[str]]
-
 
 
 async def dead_letters(pool: asyncpg.Pool, schema: str) -> list[DeadLetterEntry]:

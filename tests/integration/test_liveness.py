@@ -7,7 +7,6 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable
 
 import asyncpg
 
@@ -29,8 +28,6 @@ from .ledger import (
     verify,
     wait_for,
 )
-
-MakeTopic = Callable[..., Awaitable[str]]
 
 
 async def test_a_full_consumer_keeps_polling_and_stays_in_its_group(

@@ -22,6 +22,7 @@ from consumerkit import (
 )
 from consumerkit.deadletter.table import list_dead_letters
 from consumerkit.dedup.policy import ExpiredPolicy
+from consumerkit.testing.services import MakeTopic
 
 from .conftest import LedgerTopic
 from .ledger import (
@@ -37,7 +38,6 @@ from .ledger import (
     wait_for,
 )
 
-MakeTopic = Callable[..., Awaitable[str]]
 Hook = Callable[[Step, HandlerContext], Awaitable[None]]
 
 
