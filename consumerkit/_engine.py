@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from functools import partial
 from typing import Any
 
 from ._assignment import PartitionState
+from ._batch import Batcher
 from ._ordering import KeyedExecutor
 from ._pipeline import Outcome, Pipeline
 from .envelope import RecordLike
@@ -28,13 +29,17 @@ class Engine:
     """Owns the partition states, the keyed executor and the offset commits."""
 
     def __init__(
-        self, *, pipeline: Pipeline, max_in_flight: int, batch_size: int,
+        self, *, pipeline: Pipeline, max_in_flight: int, batch_size: int, max_batch: int,
         revoke_timeout: float, keepalive: float, stats: ConsumerStats,
         poll_timeout_ms: int = 100,
     ) -> None:
         self.pipeline = pipeline
+        # with max_batch 1 every record has a transaction of its own, else lanes hand groups of
+        # records to the batcher, which applies the groups of many lanes in one transaction
+        self.batcher = Batcher(pipeline, max_batch) if max_batch > 1 else None
         # lanes never outnumber records in flight; the pipeline bounds transactions
-        self.executor = KeyedExecutor(max_in_flight)
+        self.executor: KeyedExecutor[RecordLike] = KeyedExecutor(
+            self._run_group, max_in_flight, max_group=max_batch)
         self.max_in_flight = max_in_flight
         self.batch_size = batch_size
         self.revoke_timeout = revoke_timeout
@@ -130,31 +135,41 @@ class Engine:
             self.in_flight += 1
             # one lane per key of this ownership of the partition: a zombie left by an earlier
             # ownership never holds up (or breaks) the lanes of the current one
-            self.executor.submit((state, record.key), partial(self._job, state, record))
+            self.executor.submit((state, record.key), record)
 
-    async def _job(self, state: PartitionState, record: RecordLike) -> None:
+    async def _run_group(self, lane: Hashable, records: list[RecordLike]) -> None:
+        state = lane[0]  # type: ignore[index]
+        assert isinstance(state, PartitionState)
         task = asyncio.current_task()
         assert task is not None
         state.running.add(task)
+        report = partial(self._report, state)
         try:
             if state.abandon.is_set():
                 return
             try:
-                outcome = await self.pipeline.process(record, state.abandon)
+                if self.batcher is None:
+                    for record in records:
+                        report(record, await self.pipeline.process(record, state.abandon))
+                else:
+                    await self.batcher.process(records, state.abandon, report)
             except asyncio.CancelledError:
                 if not state.killed or task.cancelling() > 1:
                     raise
-                task.uncancel()  # only this record was cut short: its lane goes on
+                task.uncancel()  # only these records were cut short: their lane goes on
                 self.stats.abandoned += 1
                 return
-            if outcome is not Outcome.ABANDONED:
-                state.offsets.finished(record.offset)
-                self._commit_wanted.set()
         finally:
             state.running.discard(task)
-            state.settled()
-            self.in_flight -= 1
+            for _ in records:
+                state.settled()
+            self.in_flight -= len(records)
             self._room.set()
+
+    def _report(self, state: PartitionState, record: RecordLike, outcome: Outcome) -> None:
+        if outcome is not Outcome.ABANDONED:
+            state.offsets.finished(record.offset)
+            self._commit_wanted.set()
 
     # -- offsets ----------------------------------------------------------------------------
 
@@ -207,6 +222,8 @@ class Engine:
             join.cancel()
             log.warning("cancelling %d in-flight messages at shutdown", self.in_flight)
             await self.executor.cancel()
+        if self.batcher is not None:
+            await self.batcher.close()
         await self.commit(list(self.states.values()))
 
 

@@ -10,7 +10,9 @@ returns an outcome other than ``ABANDONED``, and commits offsets after that.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from enum import StrEnum
 
 import asyncpg
@@ -34,7 +36,7 @@ from .envelope import RecordLike
 from .errors import DeadLetter, DecodeError, Retry, is_retriable
 from .retry import RetryPolicy
 from .stats import ConsumerStats
-from .types import Claim, ClaimStatus, DbConnection, DedupStore
+from .types import Claim, ClaimRequest, ClaimStatus, DbConnection, DedupCache, DedupStore
 
 log = logging.getLogger("consumerkit.pipeline")
 
@@ -56,12 +58,13 @@ class Pipeline:
         self, *, consumer: str, namespace: str, pool: asyncpg.Pool, dedup: DedupStore,
         decoder: Decoder, retry: RetryPolicy, dead_letters: DeadLetterWriter,
         expired: ExpiredPolicy, stats: ConsumerStats, concurrency: int,
-        handler_timeout: float | None,
+        handler_timeout: float | None, cache: DedupCache | None = None,
     ) -> None:
         self.consumer = consumer
         self.namespace = namespace
         self.pool = pool
         self.dedup = dedup
+        self.cache = cache
         self.decoder = decoder
         self.retry = retry
         self.dead_letters = dead_letters
@@ -79,7 +82,15 @@ class Pipeline:
         try:
             decoded = self.decoder.decode(record)
         except DecodeError as exc:
-            return await self._dead_letter(record, exc.reason, exc.detail, 0, None, abandon)
+            return await self.dead_letter(record, exc.reason, exc.detail, 0, None, abandon)
+        return await self.process_decoded(record, decoded, abandon)
+
+    async def process_decoded(
+        self, record: RecordLike, decoded: Decoded, abandon: asyncio.Event,
+    ) -> Outcome:
+        """Apply a decoded record in a transaction of its own, retrying as the policy says."""
+        if await self._known(decoded.envelope.event_id):
+            return await self.settle(Claim(ClaimStatus.DUPLICATE), record, decoded, 0, abandon)
         attempt = outages = lost = 0
         while True:
             attempt += 1
@@ -91,7 +102,7 @@ class Pipeline:
                     lost += 1  # a handler that keeps killing its connection is no outage
                     outage = lost <= _LOST_CONNECTIONS_PER_MESSAGE
             else:
-                return await self._settle(claim, record, decoded, attempt, abandon)
+                return await self.settle(claim, record, decoded, attempt, abandon)
             if outage:
                 attempt -= 1  # the database is away: wait for it, do not spend attempts
                 outages += 1
@@ -101,11 +112,11 @@ class Pipeline:
             elif isinstance(error, DeadLetter) or not is_retriable(error):
                 reason = ("dead_lettered_by_handler" if isinstance(error, DeadLetter)
                           else "handler_failed")
-                return await self._dead_letter(
+                return await self.dead_letter(
                     record, reason, describe(error), attempt, decoded, abandon)
             elif attempt >= self.retry.max_attempts:
                 detail = f"gave up after {attempt} attempts: {describe(error)}"
-                return await self._dead_letter(
+                return await self.dead_letter(
                     record, "handler_failed", detail, attempt, decoded, abandon)
             else:
                 delay = self._retry_delay(error, attempt)
@@ -133,6 +144,14 @@ class Pipeline:
             finally:
                 await self._release(conn)
 
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
+        conn = await self.pool.acquire()
+        try:
+            yield conn
+        finally:
+            await self._release(conn)
+
     async def _release(self, conn: PoolConnectionProxy[asyncpg.Record]) -> None:
         """Give the connection back. If asyncpg cannot reset it (a query the handler left
         running, a dead socket) it has already terminated it; the attempt's own outcome,
@@ -144,31 +163,90 @@ class Pipeline:
 
     async def _transaction(self, conn: DbConnection, decoded: Decoded, attempt: int) -> Claim:
         env = decoded.envelope
-        handled = False
+        request = ClaimRequest(env, decoded.route.name)
+        handled = committed = False
+        claim: Claim | None = None
         try:
             # pinned: the claim's lock-then-look-up needs a fresh snapshot per statement
             async with conn.transaction(isolation="read_committed"):
-                try:
-                    claim = await self.dedup.claim(
-                        conn, self.namespace, env, decoded.route.name,
-                        enforce_window=self.expired != "apply")
-                except asyncpg.CheckViolationError as exc:  # no partition for now()
-                    self.maintenance_wanted.set()
-                    raise ClaimBlocked(exc) from exc
-                except asyncpg.LockNotAvailableError as exc:  # a stalled holder of the event
-                    raise ClaimBlocked(exc) from exc
+                (claim,) = await self._claim(conn, [request])
                 if claim.status is ClaimStatus.CLAIMED:
                     handled = True
                     await self._handle(conn, decoded, attempt)
-                return claim
+            committed = True
         except HandlerFailure:
             raise
         except Exception as exc:
             if handled:  # COMMIT failed after the handler ran: a deferred constraint, or a
                 raise HandlerFailure(exc) from exc  # query the handler left running
             raise
+        finally:
+            if claim is not None and claim.status is ClaimStatus.CLAIMED:
+                await self._ended(conn, [request], committed)
+        return claim
 
-    async def _handle(self, conn: DbConnection, decoded: Decoded, attempt: int) -> None:
+    async def apply_batch(self, items: list[Decoded]) -> list[Claim]:
+        """Apply ``items`` in one transaction: one bulk claim, each claimed item's handler in
+        order, one COMMIT. Raises if anything fails; nothing of the batch is applied then."""
+        known = await self._known_many([d.envelope.event_id for d in items])
+        todo = [d for d in items if d.envelope.event_id not in known]
+        fresh: list[Claim] = []
+        if todo:
+            async with self._connection() as conn:  # the batcher holds the slot
+                fresh = await self._batch_transaction(conn, todo)
+            self.stats.batches += 1
+        claims = iter(fresh)
+        return [Claim(ClaimStatus.DUPLICATE) if d.envelope.event_id in known else next(claims)
+                for d in items]
+
+    async def _batch_transaction(self, conn: DbConnection, items: list[Decoded]) -> list[Claim]:
+        requests = [ClaimRequest(d.envelope, d.route.name) for d in items]
+        claimed: list[ClaimRequest] = []
+        committed = False
+        try:
+            async with conn.transaction(isolation="read_committed"):
+                claims = await self._claim(conn, requests)
+                for decoded, request, claim in zip(items, requests, claims, strict=True):
+                    if claim.status is ClaimStatus.CLAIMED:
+                        claimed.append(request)
+                        await self._handle(conn, decoded, 1, confirm=False)
+                if claimed:  # once for all: no handler left the transaction aborted
+                    await conn.execute(_STILL_OPEN)
+            committed = True
+        finally:
+            if claimed:
+                await self._ended(conn, claimed, committed)
+        return claims
+
+    async def _claim(self, conn: DbConnection, requests: list[ClaimRequest]) -> list[Claim]:
+        try:
+            return await self.dedup.claim_many(
+                conn, self.namespace, requests, enforce_window=self.expired != "apply")
+        except asyncpg.CheckViolationError as exc:  # no partition for now()
+            self.maintenance_wanted.set()
+            raise ClaimBlocked(exc) from exc
+        except asyncpg.LockNotAvailableError as exc:  # a stalled holder of the event
+            raise ClaimBlocked(exc) from exc
+
+    async def _ended(self, conn: DbConnection, claimed: list[ClaimRequest], committed: bool,
+                     ) -> None:
+        await self.dedup.ended(conn, self.namespace, claimed, committed)
+        if committed and self.cache is not None:
+            await self.cache.remember(self.namespace, [r.envelope.event_id for r in claimed])
+
+    async def _known(self, event_id: str) -> bool:
+        return bool(await self._known_many([event_id]))
+
+    async def _known_many(self, event_ids: list[str]) -> set[str]:
+        if self.cache is None:
+            return set()
+        known = await self.cache.known(self.namespace, event_ids)
+        self.stats.cache_hits += len(known)
+        return known
+
+    async def _handle(
+        self, conn: DbConnection, decoded: Decoded, attempt: int, *, confirm: bool = True,
+    ) -> None:
         ctx = HandlerContext(conn, decoded.envelope, attempt, _event_log(decoded))
         try:
             async with asyncio.timeout(self.handler_timeout):
@@ -177,7 +255,8 @@ class Pipeline:
                 raise HandlerEndedTransaction("the handler ended the transaction itself")
             # a handler that swallowed a database error leaves the transaction aborted;
             # COMMIT would then silently roll back and the event would be lost
-            await conn.execute(_STILL_OPEN)
+            if confirm:
+                await conn.execute(_STILL_OPEN)
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -186,7 +265,7 @@ class Pipeline:
         except Exception as exc:
             raise HandlerFailure(exc) from exc
 
-    async def _settle(
+    async def settle(
         self, claim: Claim, record: RecordLike, decoded: Decoded, attempt: int,
         abandon: asyncio.Event,
     ) -> Outcome:
@@ -205,9 +284,9 @@ class Pipeline:
         when = decoded.envelope.event_time
         detail = (f"event time {when.isoformat() if when else '?'} is older than the dedup "
                   "retention; the original may have been forgotten")
-        return await self._dead_letter(record, "expired", detail, attempt, decoded, abandon)
+        return await self.dead_letter(record, "expired", detail, attempt, decoded, abandon)
 
-    async def _dead_letter(
+    async def dead_letter(
         self, record: RecordLike, reason: str, detail: str, attempts: int,
         decoded: Decoded | None, abandon: asyncio.Event,
     ) -> Outcome:

@@ -29,7 +29,7 @@ from .retry import RetryPolicy
 from .schema import check_synchronous_commit, migrate
 from .stats import ConsumerStats
 from .transport.kafka import KafkaSource, Partition, consumer_options, producer_options
-from .types import DeadLetterSink, SinkResources
+from .types import DeadLetterSink, DedupCache, SinkResources
 
 log = logging.getLogger("consumerkit.consumer")
 
@@ -46,10 +46,11 @@ class Consumer:
     def __init__(
         self, *, name: str, handlers: Iterable[HandlerSource], topics: Sequence[str],
         kafka_bootstrap: str, postgres_dsn: str, schema: str = "consumerkit",
-        dedup: DedupPolicy | None = None, retry: RetryPolicy | None = None,
-        wire: WireFormat | None = None,
+        dedup: DedupPolicy | None = None, dedup_cache: DedupCache | None = None,
+        retry: RetryPolicy | None = None, wire: WireFormat | None = None,
         dead_letter: DeadLetterSink | Sequence[DeadLetterSink] | None = None,
-        concurrency: int = 16, max_in_flight: int = 1000, max_message_bytes: int = 1 << 20,
+        concurrency: int = 16, max_batch: int = 100, max_in_flight: int = 1000,
+        max_message_bytes: int = 1 << 20,
         migrate: bool = True, kafka_options: Mapping[str, Any] | None = None,
         kafka_consumer_options: Mapping[str, Any] | None = None,
         handler_timeout: float | None = 60.0, shutdown_timeout: float = 30.0,
@@ -61,12 +62,13 @@ class Consumer:
         if not self.topics:
             raise ConfigurationError("at least one topic is required")
         identifier(schema, "schema name")
-        if concurrency < 1 or max_in_flight < 1 or max_message_bytes < 1:
+        if min(concurrency, max_batch, max_in_flight, max_message_bytes) < 1:
             raise ConfigurationError(
-                "concurrency, max_in_flight and max_message_bytes must be at least 1")
+                "concurrency, max_batch, max_in_flight and max_message_bytes must be at least 1")
         self.routes = RouteTable.build(handlers)
         self.schema = schema
         self.dedup = dedup or DedupPolicy()
+        self.dedup_cache = dedup_cache
         self.retry = retry or RetryPolicy()
         self.wire = wire or WireFormat()
         sinks = dead_letter if dead_letter is not None else DeadLetterTable()
@@ -77,6 +79,7 @@ class Consumer:
         self.kafka_bootstrap = kafka_bootstrap
         self._dsn = postgres_dsn
         self.concurrency = concurrency
+        self.max_batch = max_batch
         self.max_in_flight = max_in_flight
         self.max_message_bytes = max_message_bytes
         self.auto_migrate = migrate
@@ -158,10 +161,13 @@ class Consumer:
         for sink in self.dead_letter:
             await sink.open(resources)
             stack.push_async_callback(sink.close)
+        if self.dedup_cache is not None:
+            await self.dedup_cache.open()
+            stack.push_async_callback(self.dedup_cache.close)
         engine = self._engine = Engine(
             pipeline=self._pipeline(pool), max_in_flight=self.max_in_flight,
-            batch_size=self.batch_size, revoke_timeout=self.revoke_timeout,
-            keepalive=self.keepalive, stats=self.stats)
+            batch_size=self.batch_size, max_batch=self.max_batch,
+            revoke_timeout=self.revoke_timeout, keepalive=self.keepalive, stats=self.stats)
         source = KafkaSource(
             topics=self.topics, group_id=self.name, bootstrap=self.kafka_bootstrap,
             options=self.kafka_consumer_options, rebalance=engine)
@@ -189,7 +195,7 @@ class Consumer:
             decoder=Decoder(self.routes, self.wire, self.max_message_bytes),
             retry=self.retry, dead_letters=DeadLetterWriter(self.dead_letter),
             expired=self.dedup.expired, stats=self.stats, concurrency=self.concurrency,
-            handler_timeout=self.handler_timeout)
+            handler_timeout=self.handler_timeout, cache=self.dedup_cache)
 
     async def _prepare_database(self, pool: asyncpg.Pool) -> None:
         async with pool.acquire() as conn:

@@ -22,7 +22,13 @@ from ._identifiers import identifier, qualified
 from .deadletter.table import dead_letter_ddl
 from .dedup.partitions import LOCK_SEED, maintain
 from .dedup.policy import DedupPolicy
-from .dedup.postgres import DEFAULT_POLICY, check_dedup_names, claim_ddl, dedup_ddl
+from .dedup.postgres import (
+    DEFAULT_POLICY,
+    check_dedup_names,
+    claim_ddl,
+    claim_many_ddl,
+    dedup_ddl,
+)
 from .dedup.retention import retention_ddl
 from .errors import StartupError
 from .types import DbConnection
@@ -46,6 +52,7 @@ CORE_STEPS = (
 DEDUP_STEPS = (
     Step(1, "partitioned dedup table and claim function", dedup_ddl),
     Step(2, "claim function with a bounded lock wait", claim_ddl),
+    Step(3, "bulk claim function", claim_many_ddl),
 )
 
 

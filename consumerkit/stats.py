@@ -26,4 +26,7 @@ class ConsumerStats:
     abandoned: int = 0
     commits: int = 0
     revocations: int = 0
+    batches: int = 0  # transactions that applied several records at once
+    batch_fallbacks: int = 0  # batches rolled back and applied again record by record
+    cache_hits: int = 0  # deliveries the dedup cache recognised without a transaction
     dead_letter_reasons: Counter[str] = field(default_factory=Counter)

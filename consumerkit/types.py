@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -34,18 +34,56 @@ class Claim:
     original_seen_at: datetime | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """One event id to claim, and the handler that is about to apply it."""
+
+    envelope: Envelope
+    handler: str
+
+
 class DedupStore(Protocol):
-    """Records processed event ids in the handler's own transaction."""
+    """Records processed event ids in the handler's own transaction.
 
-    async def claim(
-        self, tx: DbConnection, namespace: str, envelope: Envelope, handler: str, *,
+    ``claim_many`` runs as the first statement of ``tx``; the rows it writes commit or roll back
+    with the handlers' effects. A concurrent claim of an id held by an open transaction waits
+    until that transaction ends, then sees its outcome.
+    """
+
+    async def claim_many(
+        self, tx: DbConnection, namespace: str, requests: Sequence[ClaimRequest], *,
         enforce_window: bool = True,
-    ) -> Claim:
-        """Claim ``envelope.event_id`` in ``namespace``; must be the first statement of ``tx``.
-
-        A concurrent claim of the same id waits until this transaction ends, then sees it.
-        """
+    ) -> list[Claim]:
+        """Claim each request's event id, one :class:`Claim` per request, in order. An id
+        that appears twice in ``requests`` is claimed by its first occurrence; later ones come
+        back ``DUPLICATE``. With ``enforce_window`` an event older than the store's retention
+        comes back ``EXPIRED`` (its original may have been forgotten)."""
         ...
+
+    async def ended(
+        self, tx: DbConnection, namespace: str, claimed: Sequence[ClaimRequest], committed: bool,
+    ) -> None:
+        """Called once ``tx`` has committed or rolled back, with the requests it claimed.
+        Must not raise. Stores that live in the database itself have nothing to do."""
+        ...
+
+
+class DedupCache(Protocol):
+    """A cache of applied event ids in front of a :class:`DedupStore` (Redis, say).
+
+    The store stays the source of truth: ``known`` is asked before the transaction, and only
+    ids whose transaction committed are ``remember``-ed, with a time to live no longer than the
+    store's retention. Neither method raises: an unavailable cache answers "nothing known"
+    and the consumer carries on with the store alone.
+    """
+
+    async def open(self) -> None: ...
+
+    async def known(self, namespace: str, event_ids: Sequence[str]) -> set[str]: ...
+
+    async def remember(self, namespace: str, event_ids: Sequence[str]) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,11 +27,12 @@ Under REPEATABLE READ or SERIALIZABLE the transaction's snapshot predates the lo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from .._identifiers import identifier, qualified
 from ..envelope import Envelope
-from ..types import Claim, ClaimStatus, DbConnection
+from ..types import Claim, ClaimRequest, ClaimStatus, DbConnection
 from .partitions import LOCK_SEED, check_partition_names
 from .policy import DedupPolicy
 
@@ -71,6 +72,67 @@ END
 """
 
 
+_CLAIM_MANY_BODY = """
+DECLARE
+    v_lock_timeout text := current_setting('lock_timeout');
+    v_hash bigint;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'consumerkit dedup claims need READ COMMITTED isolation, not %%',
+            current_setting('transaction_isolation')
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'a snapshot older than the claim lock can miss a concurrent claim';
+    END IF;
+    -- one lock per distinct id, always taken in the same (sorted) order: two batches that
+    -- share ids wait for each other instead of deadlocking
+    PERFORM set_config('lock_timeout', p_lock_timeout, true);
+    FOR v_hash IN
+        SELECT DISTINCT hashtextextended(p_namespace || chr(31) || e, %(seed)d)
+          FROM unnest(p_event_ids) AS e ORDER BY 1
+    LOOP
+        PERFORM pg_advisory_xact_lock(v_hash);
+    END LOOP;
+    PERFORM set_config('lock_timeout', v_lock_timeout, true);
+    -- this statement takes a fresh snapshot (READ COMMITTED, VOLATILE): it sees every
+    -- transaction that held one of our locks before us
+    RETURN QUERY
+    WITH input AS (
+        SELECT u.ord::integer AS ord, u.event_id, u.event_time, u.handler, u.event_type,
+               u.id_source, u.topic, u.part, u.off
+          FROM unnest(p_event_ids, p_event_times, p_handlers, p_event_types, p_id_sources,
+                      p_topics, p_partitions, p_offsets)
+               WITH ORDINALITY AS u(event_id, event_time, handler, event_type, id_source,
+                                    topic, part, off, ord)
+    ), seen AS (
+        SELECT t.event_id, min(t.seen_at) AS seen_at FROM %(table)s AS t
+         WHERE t.namespace = p_namespace AND t.event_id = ANY (p_event_ids)
+         GROUP BY t.event_id
+    ), judged AS (
+        SELECT i.*, s.seen_at,
+               CASE WHEN s.seen_at IS NOT NULL THEN 'duplicate'
+                    WHEN i.event_time IS NOT NULL AND i.event_time < now() - p_retention
+                        THEN 'expired'
+                    ELSE 'fresh' END AS verdict
+          FROM input AS i LEFT JOIN seen AS s ON s.event_id = i.event_id
+    ), ranked AS (
+        SELECT j.*,
+               CASE WHEN j.verdict <> 'fresh' THEN j.verdict
+                    WHEN row_number() OVER (PARTITION BY j.event_id, j.verdict = 'fresh'
+                                            ORDER BY j.ord) = 1 THEN 'claimed'
+                    ELSE 'duplicate' END AS status
+          FROM judged AS j
+    ), inserted AS (
+        INSERT INTO %(table)s (namespace, event_id, seen_at, handler, event_type, id_source,
+                               topic, "partition", "offset", event_time)
+        SELECT p_namespace, r.event_id, now(), r.handler, r.event_type, r.id_source, r.topic,
+               r.part, r.off, r.event_time
+          FROM ranked AS r WHERE r.status = 'claimed'
+    )
+    SELECT r.ord, r.status, r.seen_at FROM ranked AS r ORDER BY r.ord;
+END
+"""
+
+
 _OLD_SIGNATURES = (
     "text, text, timestamptz, interval, text, text, text, text, integer, bigint",
 )
@@ -83,9 +145,10 @@ def lock_timeout_setting(timeout: timedelta) -> str:
     return f"{max(1, timeout // timedelta(milliseconds=1))}ms"
 
 
-def claim_function(schema: str, table: str) -> str:
+def claim_function(schema: str, table: str, suffix: str = "claim") -> str:
     """The quoted, schema-qualified name of ``table``'s claim function (validated)."""
-    return f"{identifier(schema, 'schema name')}.{identifier(f'{table}_claim', 'claim function')}"
+    name = identifier(f"{table}_{suffix}", "claim function")
+    return f"{identifier(schema, 'schema name')}.{name}"
 
 
 def check_dedup_names(schema: str, policy: DedupPolicy) -> None:
@@ -94,6 +157,7 @@ def check_dedup_names(schema: str, policy: DedupPolicy) -> None:
     qualified(schema, policy.table)
     identifier(f"{policy.table}_event_idx", "dedup index name")
     claim_function(schema, policy.table)
+    claim_function(schema, policy.table, "claim_many")
     check_partition_names(policy.table)
 
 
@@ -147,6 +211,23 @@ def claim_ddl(schema: str, policy: DedupPolicy) -> list[str]:
     ]
 
 
+def claim_many_ddl(schema: str, policy: DedupPolicy) -> list[str]:
+    """The statement (re)creating the bulk claim function of ``policy.table``: a batch of ids
+    claimed in one round trip, with the same locking as the single claim."""
+    check_dedup_names(schema, policy)
+    function = claim_function(schema, policy.table, "claim_many")
+    body = _CLAIM_MANY_BODY % {"seed": LOCK_SEED, "table": qualified(schema, policy.table)}
+    return [
+        f"""CREATE OR REPLACE FUNCTION {function}(
+            p_namespace text, p_event_ids text[], p_event_times timestamptz[],
+            p_retention interval, p_handlers text[], p_event_types text[], p_id_sources text[],
+            p_topics text[], p_partitions integer[], p_offsets bigint[], p_lock_timeout text)
+        RETURNS TABLE (ord integer, status text, original_seen_at timestamptz)
+        LANGUAGE plpgsql VOLATILE
+        AS $claim$ {body} $claim$""",
+    ]
+
+
 class PostgresDedupStore:
     """:class:`~consumerkit.types.DedupStore` over the partitioned table of ``policy``.
 
@@ -162,6 +243,10 @@ class PostgresDedupStore:
         function = claim_function(schema, self.policy.table)
         self._claim_sql = (
             f"SELECT status, original_seen_at FROM {function}"
+            "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)")
+        many = claim_function(schema, self.policy.table, "claim_many")
+        self._claim_many_sql = (
+            f"SELECT ord, status, original_seen_at FROM {many}"
             "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)")
         self._lock_timeout = lock_timeout_setting(self.policy.claim_lock_timeout)
         self._seen_sql = (
@@ -183,13 +268,34 @@ class PostgresDedupStore:
         Raises ``asyncpg.LockNotAvailableError`` when another transaction holds the same id for
         longer than ``policy.claim_lock_timeout``; ``tx`` is then aborted.
         """
-        event_time = envelope.event_time if enforce_window else None
-        row = await tx.fetchrow(
-            self._claim_sql, namespace, envelope.event_id, event_time, self.policy.retention,
-            handler, envelope.event_type, envelope.id_source, envelope.topic,
-            envelope.partition, envelope.offset, self._lock_timeout)
-        assert row is not None  # the function returns exactly one row
-        return Claim(ClaimStatus(row["status"]), row["original_seen_at"])
+        claims = await self.claim_many(
+            tx, namespace, [ClaimRequest(envelope, handler)], enforce_window=enforce_window)
+        return claims[0]
+
+    async def claim_many(
+        self, tx: DbConnection, namespace: str, requests: Sequence[ClaimRequest], *,
+        enforce_window: bool = True,
+    ) -> list[Claim]:
+        """Claim every request's event id in one round trip (see
+        :meth:`consumerkit.types.DedupStore.claim_many`); the same locks, window and errors as
+        :meth:`claim`. Locks are taken in a fixed order, so overlapping batches never
+        deadlock on them."""
+        if not requests:
+            return []
+        envs = [r.envelope for r in requests]
+        rows = await tx.fetch(
+            self._claim_many_sql, namespace, [e.event_id for e in envs],
+            [e.event_time if enforce_window else None for e in envs], self.policy.retention,
+            [r.handler for r in requests], [e.event_type for e in envs],
+            [e.id_source for e in envs], [e.topic for e in envs], [e.partition for e in envs],
+            [e.offset for e in envs], self._lock_timeout)
+        assert len(rows) == len(requests)  # one row per request, in request order
+        return [Claim(ClaimStatus(row["status"]), row["original_seen_at"]) for row in rows]
+
+    async def ended(
+        self, tx: DbConnection, namespace: str, claimed: Sequence[ClaimRequest], committed: bool,
+    ) -> None:
+        """Nothing to do: the claims live in the transaction itself."""
 
     async def seen(self, conn: DbConnection, namespace: str, event_id: str) -> datetime | None:
         """When ``event_id`` was first claimed in ``namespace`` (committed claims only, as

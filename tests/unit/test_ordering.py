@@ -1,12 +1,24 @@
 import asyncio
 import functools
 import random
+from collections.abc import Awaitable, Callable, Hashable
 
 from consumerkit._ordering import KeyedExecutor
 
+Job = Callable[[], Awaitable[None]]
+
+
+async def _each(_key: Hashable, jobs: list[Job]) -> None:
+    for job in jobs:
+        await job()
+
+
+def _executor(concurrency: int, max_group: int = 1) -> KeyedExecutor[Job]:
+    return KeyedExecutor(_each, concurrency, max_group)
+
 
 async def test_one_key_runs_in_order_and_keys_overlap() -> None:
-    executor = KeyedExecutor(concurrency=8)
+    executor = _executor(8)
     seen: dict[str, list[int]] = {}
     running = 0
     peak = 0
@@ -32,7 +44,7 @@ async def test_one_key_runs_in_order_and_keys_overlap() -> None:
 
 
 async def test_concurrency_is_bounded() -> None:
-    executor = KeyedExecutor(concurrency=3)
+    executor = _executor(3)
     running = 0
     peak = 0
     rng = random.Random(7)
@@ -52,7 +64,7 @@ async def test_concurrency_is_bounded() -> None:
 
 
 async def test_a_raising_job_stops_its_lane_and_is_reported() -> None:
-    executor = KeyedExecutor(concurrency=2)
+    executor = _executor(2)
     ran: list[str] = []
 
     async def boom() -> None:
@@ -68,6 +80,25 @@ async def test_a_raising_job_stops_its_lane_and_is_reported() -> None:
     assert ran == ["other"]
     assert isinstance(executor.errors[0], RuntimeError)
     assert executor.failed.is_set()
+
+
+async def test_groups_take_consecutive_items_of_one_key_in_order() -> None:
+    groups: list[tuple[Hashable, list[int]]] = []
+    gate = asyncio.Event()
+
+    async def run(key: Hashable, items: list[int]) -> None:
+        groups.append((key, list(items)))
+        await gate.wait()
+
+    executor: KeyedExecutor[int] = KeyedExecutor(run, concurrency=4, max_group=3)
+    for n in range(8):
+        executor.submit("a", n)
+    executor.submit("b", 100)
+    await asyncio.wait_for(_until(lambda: len(groups) == 2), 5)
+    gate.set()
+    await asyncio.wait_for(executor.join(), 5)
+    assert [items for key, items in groups if key == "a"] == [[0, 1, 2], [3, 4, 5], [6, 7]]
+    assert ("b", [100]) in groups
 
 
 async def _until(predicate: object) -> None:

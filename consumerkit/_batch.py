@@ -1,0 +1,152 @@
+"""Many records, one transaction: the fast path of the pipeline.
+
+Lanes hand in groups of decoded records (consecutive records of one key, in order). The
+batcher gathers the groups of many lanes into one batch and applies it in one transaction on
+one connection: one bulk dedup claim, the handlers one after another, one COMMIT (one WAL flush
+for the whole batch). At most ``concurrency`` batches run at once; while they run, the next
+batch fills up, so batches grow with load and stay small when it is light.
+
+A batch that fails in any way (a handler raising, a swallowed database error, a deadlock, an
+outage) has rolled back as a whole: nothing of it is applied. Its records are then applied one
+by one through the per-record path, with its retries, back-off and dead letters, so one bad
+record costs its neighbours a second try and nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from ._decode import Decoded
+from ._failures import describe
+from ._pipeline import Outcome, Pipeline
+from .envelope import RecordLike
+from .errors import DecodeError
+from .types import Claim
+
+log = logging.getLogger("consumerkit.pipeline")
+
+Report = Callable[[RecordLike, Outcome], None]
+
+
+@dataclass(slots=True)
+class _Group:
+    items: list[Decoded]
+    abandon: asyncio.Event
+    done: asyncio.Future[list[Claim] | None] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class Batcher:
+    def __init__(self, pipeline: Pipeline, max_batch: int) -> None:
+        self.pipeline = pipeline
+        self.max_batch = max_batch
+        self._pending: deque[_Group] = deque()
+        self._wanted = asyncio.Event()
+        self._running: set[asyncio.Task[None]] = set()
+        self._runner: asyncio.Task[None] | None = None
+
+    async def process(
+        self, records: Sequence[RecordLike], abandon: asyncio.Event, report: Report,
+    ) -> None:
+        """Apply ``records`` (consecutive records of one key) in order, calling ``report``
+        with each record's outcome as soon as it is final."""
+        pipeline = self.pipeline
+        good: list[tuple[RecordLike, Decoded]] = []
+        for record in records:
+            pipeline.stats.delivered += 1
+            try:
+                good.append((record, pipeline.decoder.decode(record)))
+            except DecodeError as exc:
+                report(record, await pipeline.dead_letter(
+                    record, exc.reason, exc.detail, 0, None, abandon))
+        if not good:
+            return
+        claims = await self._apply([decoded for _, decoded in good], abandon)
+        if claims is None:  # the batch rolled back: one by one, with retries
+            for record, decoded in good:
+                if abandon.is_set():
+                    return
+                report(record, await pipeline.process_decoded(record, decoded, abandon))
+            return
+        for (record, decoded), claim in zip(good, claims, strict=True):
+            report(record, await pipeline.settle(claim, record, decoded, 1, abandon))
+
+    async def _apply(self, items: list[Decoded], abandon: asyncio.Event) -> list[Claim] | None:
+        group = _Group(items, abandon)
+        self._pending.append(group)
+        self._wanted.set()
+        if self._runner is None:
+            self._runner = asyncio.create_task(self._run(), name="consumerkit-batcher")
+        return await group.done
+
+    async def _run(self) -> None:
+        slots = self.pipeline.slots
+        while True:
+            if not self._pending:
+                self._wanted.clear()
+                await self._wanted.wait()
+            await slots.acquire()
+            await asyncio.sleep(0)  # lanes woken together join the same batch
+            batch = self._take()
+            if not batch:
+                slots.release()
+                continue
+            task = asyncio.create_task(self._apply_batch(batch))
+            self._running.add(task)
+            task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        self.pipeline.slots.release()
+
+    def _take(self) -> list[_Group]:
+        batch: list[_Group] = []
+        size = 0
+        while self._pending:
+            group = self._pending[0]
+            if group.done.done() or group.abandon.is_set():  # gone, or not wanted any more
+                self._pending.popleft()
+                if not group.done.done():
+                    group.done.set_result(None)
+                continue
+            if batch and size + len(group.items) > self.max_batch:
+                break
+            batch.append(self._pending.popleft())
+            size += len(group.items)
+        return batch
+
+    async def _apply_batch(self, batch: list[_Group]) -> None:
+        items = [item for group in batch for item in group.items]
+        try:
+            claims = await self.pipeline.apply_batch(items)
+        except asyncio.CancelledError:
+            for group in batch:
+                group.done.cancel()
+            raise
+        except Exception as exc:
+            self.pipeline.stats.batch_fallbacks += 1
+            log.info("a batch of %d records rolled back (%s); applying them one by one",
+                     len(items), describe(exc))
+            for group in batch:
+                if not group.done.done():
+                    group.done.set_result(None)
+            return
+        start = 0
+        for group in batch:
+            if not group.done.done():  # its lane was cancelled: its offsets stay uncommitted
+                group.done.set_result(claims[start:start + len(group.items)])
+            start += len(group.items)
+
+    async def close(self) -> None:
+        """Cancel the batches still running (they roll back) and the gathering task."""
+        tasks = [*self._running, *([self._runner] if self._runner else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for group in self._pending:
+            group.done.cancel()
+        self._pending.clear()
