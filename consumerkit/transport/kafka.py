@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError
+from aiokafka.partitioner import DefaultPartitioner
 
 from ..envelope import RecordLike
 from ..errors import ConfigurationError, RecordTooLargeError, StartupError, TransportError
@@ -177,6 +178,43 @@ class KafkaProducer:
             await self._producer.send_and_wait(topic, value=value, key=key, headers=list(headers))
         except MessageSizeTooLargeError as exc:
             raise RecordTooLargeError(f"record refused for its size: {exc}") from exc
+
+    async def partition_for(self, topic: str, key: bytes) -> int:
+        """The partition Kafka's default partitioner (murmur2, as in every Kafka client) gives
+        ``key`` in ``topic``, once the topic's metadata is known."""
+        try:
+            partitions = sorted(await self._producer.partitions_for(topic))
+        except KafkaError as exc:
+            raise TransportError(f"no metadata for topic {topic}: {exc!r}") from exc
+        return int(DefaultPartitioner()(key, partitions, partitions))
+
+    async def send_batch(
+        self, topic: str, partition: int,
+        records: Sequence[tuple[bytes | None, bytes | None, int | None,
+                                Sequence[tuple[str, bytes]]]],
+    ) -> int:
+        """Send the longest prefix of ``records`` (key, value, timestamp ms, headers) that fits
+        one record batch to ``partition`` and wait for the broker's acknowledgement; returns
+        how many records the batch held (at least one). The broker appends a record batch
+        whole or not at all. A refused batch raises :class:`TransportError` (its cause is the
+        client's error, whose ``retriable`` says whether sending again can help), or
+        :class:`RecordTooLargeError`."""
+        batch = self._producer.create_batch()
+        count = 0
+        for key, value, timestamp, headers in records:
+            if batch.append(key=key, value=value, timestamp=timestamp,
+                            headers=list(headers)) is None:
+                break
+            count += 1
+        batch.close()
+        try:
+            future = await self._producer.send_batch(batch, topic, partition=partition)
+            await future
+        except MessageSizeTooLargeError as exc:
+            raise RecordTooLargeError(f"record batch refused for its size: {exc}") from exc
+        except KafkaError as exc:
+            raise TransportError(f"send to {topic}/{partition} failed: {exc!r}") from exc
+        return count
 
     async def stop(self) -> None:
         await self._producer.stop()

@@ -1,0 +1,47 @@
+"""The transactional outbox: write events in your transaction, publish them with a relay.
+
+Writer: :class:`Outbox` (``add``, ``add_many``). Relay: :class:`Relay` with a sink,
+:class:`KafkaSink` or your own :class:`OutboxSink`. Tables: :func:`migrate_outbox`.
+Operations: :func:`failed_events`, :func:`count_failed`, :func:`retry_failed`,
+:func:`skip_failed`, :func:`cleanup`, :func:`live_relays`.
+"""
+
+from .admin import (
+    FailedEvent,
+    cleanup,
+    count_failed,
+    failed_events,
+    live_relays,
+    retry_failed,
+    skip_failed,
+)
+from .event import OutboxEvent
+from .kafka import KafkaSink
+from .relay import DEFAULT_RETRY, Relay
+from .routing import TopicRoute
+from .sink import OutboxSink, PermanentSendError
+from .table import SLOTS, OutboxTable, migrate_outbox
+from .writer import NewEvent, NotInTransactionError, Outbox
+
+__all__ = [
+    "DEFAULT_RETRY",
+    "SLOTS",
+    "FailedEvent",
+    "KafkaSink",
+    "NewEvent",
+    "NotInTransactionError",
+    "Outbox",
+    "OutboxEvent",
+    "OutboxSink",
+    "OutboxTable",
+    "PermanentSendError",
+    "Relay",
+    "TopicRoute",
+    "cleanup",
+    "count_failed",
+    "failed_events",
+    "live_relays",
+    "migrate_outbox",
+    "retry_failed",
+    "skip_failed",
+]

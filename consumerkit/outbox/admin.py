@@ -1,0 +1,119 @@
+"""Operating an outbox: failed rows (list, count, retry, skip), live relays, and the batched
+retention delete for tables that Debezium reads (no built-in relay)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from ..errors import ConfigurationError
+from ..types import DbConnection
+from .table import OutboxTable
+
+
+@dataclass(frozen=True, slots=True)
+class FailedEvent:
+    """A row that stopped being retried: it blocks the later rows of its aggregate."""
+
+    event_id: UUID
+    event_type: str
+    aggregate_type: str
+    aggregate_id: str
+    attempts: int
+    last_error: str
+    failed_at: datetime
+
+
+async def failed_events(conn: DbConnection, table: OutboxTable | None = None,
+                        limit: int = 100) -> list[FailedEvent]:
+    """FAILED rows, oldest first."""
+    t = table or OutboxTable()
+    rows = await conn.fetch(
+        f"""SELECT event_id, event_type, aggregatetype, aggregateid, attempts, last_error,
+                   updated_at FROM {t.failures} WHERE failed ORDER BY seq LIMIT $1""", limit)
+    return [FailedEvent(*r.values()) for r in rows]
+
+
+async def count_failed(conn: DbConnection, table: OutboxTable | None = None) -> int:
+    """How many rows are FAILED: alert when it is above zero."""
+    t = table or OutboxTable()
+    count: int = await conn.fetchval(f"SELECT count(*) FROM {t.failures} WHERE failed")
+    return count
+
+
+def _which(event_ids: Sequence[UUID] | None, all_failed: bool) -> list[UUID] | None:
+    if all_failed == (event_ids is not None):
+        raise ConfigurationError("pass event ids, or all_failed=True, not both")
+    return None if all_failed else list(event_ids or [])
+
+
+async def retry_failed(conn: DbConnection, event_ids: Sequence[UUID] | None = None, *,
+                       all_failed: bool = False, table: OutboxTable | None = None) -> int:
+    """Clear the failure state of FAILED rows: they are published again at once, attempts
+    counted from zero. Returns how many rows were retried."""
+    t = table or OutboxTable()
+    ids = _which(event_ids, all_failed)
+    status = await conn.execute(
+        f"DELETE FROM {t.failures} WHERE failed AND ($1::uuid[] IS NULL OR event_id = ANY($1))",
+        ids)
+    await conn.execute("SELECT pg_notify($1, '')", t.channel)
+    return int(status.split()[-1])
+
+
+async def skip_failed(conn: DbConnection, event_ids: Sequence[UUID] | None = None, *,
+                      all_failed: bool = False, table: OutboxTable | None = None) -> int:
+    """Delete FAILED rows without publishing them, which unblocks their aggregates. Their
+    events are never sent. Returns how many rows were skipped."""
+    t = table or OutboxTable()
+    ids = _which(event_ids, all_failed)
+    async with conn.transaction():
+        seqs = [r["seq"] for r in await conn.fetch(
+            f"""DELETE FROM {t.failures} WHERE failed
+                AND ($1::uuid[] IS NULL OR event_id = ANY($1)) RETURNING seq""", ids)]
+        await conn.execute(f"DELETE FROM {t.events} WHERE seq = ANY($1::bigint[])", seqs)
+        await conn.execute("SELECT pg_notify($1, '')", t.channel)
+    return len(seqs)
+
+
+async def live_relays(conn: DbConnection, table: OutboxTable | None = None) -> int:
+    """How many relays of this outbox are connected now (holders of its member lock)."""
+    t = table or OutboxTable()
+    cls, obj = t.members_lock
+    count: int = await conn.fetchval(
+        """SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted
+           AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+           AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 2""",
+        cls, obj)
+    return count
+
+
+async def cleanup(conn: DbConnection, older_than: timedelta, *,
+                  table: OutboxTable | None = None, batch: int = 5000) -> int:
+    """Delete outbox rows and idempotency keys older than ``older_than``, ``batch`` rows per
+    short transaction (no long lock, no long snapshot). For outboxes read by Debezium: a
+    table with a built-in relay needs none (published rows are deleted), and the call is
+    refused while a relay of this outbox is connected. Returns the outbox rows deleted."""
+    t = table or OutboxTable()
+    if batch < 1:
+        raise ConfigurationError("cleanup batch must be at least 1")
+    if conn.is_in_transaction():
+        raise ConfigurationError("cleanup runs its own short transactions: call it outside one")
+    if await live_relays(conn, t):
+        raise ConfigurationError(
+            f"a relay of {t.schema}.{t.table} is running: its pending rows are not garbage")
+    deleted = 0
+    for target, column, key in ((t.events, "occurred_at", "seq"),
+                                (t.keys, "created_at", "dedup_key")):
+        while True:
+            status = await conn.execute(
+                f"""DELETE FROM {target} WHERE {key} IN (
+                        SELECT {key} FROM {target} WHERE {column} < now() - $1::interval
+                        LIMIT $2)""", older_than, batch)
+            n = int(status.split()[-1])
+            if target == t.events:
+                deleted += n
+            if n < batch:
+                break
+    return deleted

@@ -1,0 +1,111 @@
+"""The Kafka sink: publishes outbox events in the wire format and reports each ack.
+
+Per partition the events go out as consecutive record batches, each one awaited before the
+next is sent, while partitions proceed concurrently. The broker appends a record batch whole
+or not at all, so when one fails nothing after it on that partition has been sent: a later
+event of an aggregate can never reach the broker ahead of an earlier one that failed, with or
+without the idempotent producer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..errors import RecordTooLargeError, TransportError, is_retriable
+from ..transport.kafka import KafkaProducer
+from .event import OutboxEvent
+from .routing import TopicRoute
+from .sink import PermanentSendError
+
+SINK_DEFAULTS: dict[str, Any] = {
+    "max_batch_size": 1_048_576,  # one record batch per partition and relay batch, usually
+    "linger_ms": 0,
+    "request_timeout_ms": 15_000,
+}
+
+_Record = tuple[bytes | None, bytes | None, int | None, Sequence[tuple[str, bytes]]]
+
+
+def wire_record(event: OutboxEvent) -> _Record:
+    """Key = aggregate id, value = payload, timestamp = occurred_at, headers ``id``,
+    ``event_type``, ``occurred_at`` (RFC 3339), ``aggregate_type``, then the writer's."""
+    headers = [
+        ("id", str(event.event_id).encode()),
+        ("event_type", event.event_type.encode()),
+        ("occurred_at", event.occurred_at.isoformat().encode()),
+        ("aggregate_type", event.aggregate_type.encode()),
+        *((k, v.encode()) for k, v in event.headers.items()),
+    ]
+    return (event.aggregate_id.encode(), event.payload,
+            int(event.occurred_at.timestamp() * 1000), headers)
+
+
+def _refused(exc: TransportError) -> bool:
+    """Whether the broker refused for good: an error response (it has an ``errno``) that the
+    client marks not retriable, such as an invalid topic or a denied authorization. Timeouts
+    and lost connections are outages, never refusals."""
+    cause = exc.__cause__
+    return cause is not None and hasattr(cause, "errno") and not is_retriable(cause)
+
+
+class KafkaSink:
+    """Sends outbox events to the topic ``route`` names, with ``acks="all"``.
+
+    ``kafka_options`` go to aiokafka's producer (TLS, SASL, sizes); the idempotent producer is
+    on unless ``enable_idempotence=False`` (needed for brokers without it, such as Tansu).
+    """
+
+    def __init__(self, bootstrap: str, *, route: TopicRoute | str = "{aggregate_type}",
+                 kafka_options: Mapping[str, Any] | None = None) -> None:
+        self.route = route if isinstance(route, TopicRoute) else TopicRoute(route)
+        self._producer = KafkaProducer(bootstrap, {**SINK_DEFAULTS, **(kafka_options or {})})
+
+    async def open(self) -> None:
+        await self._producer.start()
+
+    async def close(self) -> None:
+        await self._producer.stop()
+
+    async def send(self, events: Sequence[OutboxEvent]) -> list[BaseException | None]:
+        results: list[BaseException | None] = [None] * len(events)
+        lanes: dict[tuple[str, int], list[int]] = {}
+        for i, event in enumerate(events):
+            try:
+                topic = self.route.topic(event)
+                partition = await self._producer.partition_for(
+                    topic, event.aggregate_id.encode())
+            except (PermanentSendError, TransportError) as exc:
+                results[i] = exc
+                continue
+            lanes.setdefault((topic, partition), []).append(i)
+        records = [wire_record(e) for e in events]
+        await asyncio.gather(*(self._lane(topic, partition, indexes, records, results)
+                               for (topic, partition), indexes in lanes.items()))
+        failures = [r for r in results if r is not None]
+        if failures and len(failures) == len(events) and all(
+                not isinstance(r, PermanentSendError) for r in failures):
+            raise TransportError(f"no event of the batch was acknowledged: {failures[0]}")
+        return results
+
+    async def _lane(self, topic: str, partition: int, indexes: list[int],
+                    records: list[_Record], results: list[BaseException | None]) -> None:
+        done = 0
+        while done < len(indexes):
+            chunk = [records[i] for i in indexes[done:]]
+            try:
+                done += await self._producer.send_batch(topic, partition, chunk)
+            except RecordTooLargeError as exc:
+                error: BaseException = PermanentSendError(str(exc))
+            except TransportError as exc:
+                error = PermanentSendError(str(exc)) if _refused(exc) else exc
+            else:
+                continue
+            first = indexes[done]
+            results[first] = error
+            later = TransportError(f"not sent: an earlier record of {topic}/{partition} "
+                                   "failed")
+            for i in indexes[done + 1:]:
+                results[i] = later
+            return

@@ -1,0 +1,185 @@
+"""The relay: publishes committed outbox rows through a sink, then deletes them.
+
+One round: (re)balance slots when due; claim up to ``batch_size`` pending rows of the owned
+slots in ``seq`` order; send them; delete the acknowledged ones in one statement; record
+failures in the side table. Pending means present in the table: there is no cursor, so a
+row whose transaction commits late is claimed whenever it becomes visible. When nothing is
+pending the relay waits for a notification, the poll interval, or the next back-off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import time
+
+import asyncpg
+
+from .. import _signals
+from .._identifiers import redact_dsn
+from ..errors import ConfigurationError
+from ..retry import RetryPolicy
+from .event import OutboxEvent
+from .settle import settle
+from .sink import OutboxSink
+from .slots import SlotOwner
+from .store import RelayStore
+from .table import OutboxTable
+
+log = logging.getLogger("consumerkit.outbox")
+
+DEFAULT_RETRY = RetryPolicy(max_attempts=10, initial_delay=1.0, max_delay=60.0)
+_DB_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
+
+
+class Relay:
+    """Publishes one outbox through ``sink``. Run any number of relays of one outbox at once:
+    each owns a share of the slots, so each aggregate has one publisher at a time.
+
+    ``retry`` paces a failing row (attempt ``n`` waits ``min(max_delay, initial_delay *
+    2 ** (n - 1))``, jittered down to half) and makes it FAILED after ``max_attempts``; a
+    batch of which no event was acknowledged (the broker is down) only pauses the relay with
+    the same back-off, without counting attempts. ``notify=False`` relies on polling alone
+    (for poolers without LISTEN); the lock connection must still be a real session.
+    """
+
+    def __init__(
+        self, postgres_dsn: str, sink: OutboxSink, *, schema: str = "consumerkit",
+        table: str = "outbox", batch_size: int = 500, notify: bool = True,
+        poll_interval: float = 1.0, rebalance_interval: float = 1.0,
+        retry: RetryPolicy = DEFAULT_RETRY, name: str | None = None,
+        handle_signals: bool = True,
+    ) -> None:
+        if batch_size < 1 or poll_interval <= 0 or rebalance_interval <= 0:
+            raise ConfigurationError("need batch_size >= 1, poll_interval > 0 and "
+                                     "rebalance_interval > 0")
+        self.table = OutboxTable(schema, table)
+        self.sink = sink
+        self.batch_size = batch_size
+        self.notify = notify
+        self.poll_interval = poll_interval
+        self.rebalance_interval = rebalance_interval
+        self.retry = retry
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}"
+        self.handle_signals = handle_signals
+        self.published = 0
+        self.started = asyncio.Event()
+        self._dsn = postgres_dsn
+        self._store = RelayStore(self.table)
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._owner = SlotOwner(postgres_dsn, self.table, name=self.name,
+                                on_notify=self._wake.set if notify else None)
+        self._conn: asyncpg.Connection[asyncpg.Record] | None = None
+        self._outages = 0
+        self._rebalance_at = 0.0
+
+    def stop(self) -> None:
+        """Ask the relay to stop after the batch in flight (its acks are still recorded)."""
+        self._stopping.set()
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Publish until :meth:`stop` (or SIGTERM/SIGINT with ``handle_signals``)."""
+        remove = _signals.install(self._on_signal) if self.handle_signals else (lambda: None)
+        try:
+            await self.sink.open()
+            try:
+                self.started.set()
+                log.info("outbox relay %s started on %s (%s)", self.name, self.table.events,
+                         redact_dsn(self._dsn))
+                while not self._stopping.is_set():
+                    try:
+                        await self._round()
+                        self._outages = 0
+                    except _DB_ERRORS as exc:
+                        await self._pause(f"database unavailable: {exc!r}")
+                        await self._drop_connections()
+            finally:
+                await self._drop_connections()
+                await self.sink.close()
+        finally:
+            remove()
+            log.info("outbox relay %s stopped after publishing %d events", self.name,
+                     self.published)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        log.info("outbox relay %s: %s, stopping", self.name, sig.name)
+        self.stop()
+
+    async def _round(self) -> None:
+        if not self._owner.healthy or time.monotonic() >= self._rebalance_at:
+            await self._owner.rebalance()
+            self._rebalance_at = time.monotonic() + self.rebalance_interval
+        conn = await self._connection()
+        self._wake.clear()
+        owned = self._owner.owned
+        events = await self._store.claim(conn, owned, self.batch_size) if owned else []
+        if not events:
+            await self._idle(conn)
+            return
+        try:
+            results = await self.sink.send(events)
+        except Exception as exc:  # a failed batch is an outage: pause, count no attempt
+            await self._pause(f"sink failed the whole batch: {exc!r}")
+            return
+        await self._settle(conn, events, results)
+
+    async def _settle(self, conn: asyncpg.Connection[asyncpg.Record],
+                      events: list[OutboxEvent], results: list[BaseException | None]) -> None:
+        outcome = settle(events, results, self.retry)
+        if not self._owner.healthy:
+            log.warning("outbox relay %s lost its slot locks during a batch; the batch may "
+                        "be published again by another relay", self.name)
+        await self._store.delete(conn, outcome.delete)
+        await self._store.record_failures(conn, outcome.failures)
+        self.published += len(outcome.delete)
+        for f in outcome.failures:
+            level = logging.ERROR if f.failed else logging.WARNING
+            log.log(level, "outbox event %s %s failed (attempt %d): %s%s", f.event.event_id,
+                    f.event.event_type, f.event.attempts + 1, f.error,
+                    "; FAILED, its aggregate waits for retry or skip" if f.failed else
+                    f"; next attempt in {f.delay:.1f}s",
+                    extra={"event_id": str(f.event.event_id), "event_type": f.event.event_type,
+                           "attempts": f.event.attempts + 1})
+        log.debug("outbox relay %s: %d published, %d failed, %d held back", self.name,
+                  len(outcome.delete), len(outcome.failures), len(outcome.held))
+
+    async def _idle(self, conn: asyncpg.Connection[asyncpg.Record]) -> None:
+        delay = min(self.poll_interval, max(0.0, self._rebalance_at - time.monotonic()))
+        retry_in = await self._store.next_retry_in(conn)
+        if retry_in is not None:
+            delay = min(delay, max(0.01, retry_in))
+        await self._wait(delay)
+
+    async def _wait(self, delay: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(delay):
+                await self._wake.wait()
+
+    async def _pause(self, reason: str) -> None:
+        self._outages += 1
+        delay = self.retry.delay(self._outages)
+        log.warning("outbox relay %s paused for %.1fs: %s", self.name, delay, reason)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(delay):
+                await self._stopping.wait()
+
+    async def _connection(self) -> asyncpg.Connection[asyncpg.Record]:
+        if self._conn is None or self._conn.is_closed():
+            self._conn = await asyncpg.connect(self._dsn, timeout=15, server_settings={
+                "application_name": f"consumerkit-relay {self.name}"[:63]})
+        return self._conn
+
+    async def _drop_connections(self) -> None:
+        await self._owner.close()
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.is_closed():
+            try:
+                await conn.close(timeout=5)
+            except _DB_ERRORS:
+                conn.terminate()

@@ -1,0 +1,90 @@
+"""The relay's SQL: claim pending rows of owned slots, delete acknowledged rows, record
+failures in the side table. The outbox table itself only ever sees the DELETE."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+import orjson
+
+from ..types import DbConnection
+from .event import OutboxEvent
+from .table import OutboxTable
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A failed publication to record: the error, when to try again, and whether the row is
+    now FAILED (blocking its aggregate until retried or skipped)."""
+
+    event: OutboxEvent
+    error: str
+    delay: float
+    failed: bool
+
+
+class RelayStore:
+    """Statements of one outbox, built once."""
+
+    def __init__(self, table: OutboxTable) -> None:
+        t = table
+        self.table = t
+        # Pending = rows present, in seq order; no cursor. A row is held back while it, or an
+        # earlier row of its aggregate, is FAILED or waiting for its next attempt.
+        self._claim = f"""
+            SELECT o.seq, o.id, o.type, o.aggregatetype, o.aggregateid, o.payload::text AS p,
+                   o.occurred_at, o.headers::text AS h, coalesce(f.attempts, 0) AS attempts
+            FROM {t.events} o LEFT JOIN {t.failures} f ON f.seq = o.seq
+            WHERE o.slot = ANY($1::smallint[])
+              AND NOT EXISTS (
+                SELECT 1 FROM {t.failures} b
+                WHERE b.aggregatetype = o.aggregatetype AND b.aggregateid = o.aggregateid
+                  AND b.seq <= o.seq AND (b.failed OR b.next_attempt_at > now()))
+            ORDER BY o.seq
+            LIMIT $2"""
+        self._delete = f"""
+            WITH cleared AS (DELETE FROM {t.failures} WHERE seq = ANY($1::bigint[]))
+            DELETE FROM {t.events} WHERE seq = ANY($1::bigint[])"""
+        self._fail = f"""
+            INSERT INTO {t.failures} AS f (seq, event_id, event_type, aggregatetype,
+                aggregateid, attempts, last_error, next_attempt_at, failed)
+            SELECT s, i, ty, at, ai, a, e, now() + d * interval '1 second', fl
+            FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::text[],
+                        $6::int[], $7::text[], $8::float8[], $9::bool[])
+                 AS u(s, i, ty, at, ai, a, e, d, fl)
+            ON CONFLICT (seq) DO UPDATE SET attempts = excluded.attempts,
+                last_error = excluded.last_error, next_attempt_at = excluded.next_attempt_at,
+                failed = excluded.failed, updated_at = now()"""
+        self._next_retry = f"""
+            SELECT extract(epoch FROM min(next_attempt_at) - now())::float8
+            FROM {t.failures} WHERE NOT failed"""
+
+    async def claim(self, conn: DbConnection, slots: Collection[int],
+                    limit: int) -> list[OutboxEvent]:
+        rows = await conn.fetch(self._claim, sorted(slots), limit)
+        return [OutboxEvent(
+            seq=r["seq"], event_id=r["id"], event_type=r["type"],
+            aggregate_type=r["aggregatetype"], aggregate_id=r["aggregateid"],
+            payload=r["p"].encode(), occurred_at=r["occurred_at"],
+            headers=orjson.loads(r["h"]), attempts=r["attempts"]) for r in rows]
+
+    async def delete(self, conn: DbConnection, seqs: Sequence[int]) -> None:
+        """Delete acknowledged rows (and their failure state) in one statement."""
+        if seqs:
+            await conn.execute(self._delete, list(seqs))
+
+    async def record_failures(self, conn: DbConnection, failures: Sequence[Failure]) -> None:
+        if not failures:
+            return
+        await conn.execute(
+            self._fail, [f.event.seq for f in failures], [f.event.event_id for f in failures],
+            [f.event.event_type for f in failures], [f.event.aggregate_type for f in failures],
+            [f.event.aggregate_id for f in failures],
+            [f.event.attempts + 1 for f in failures], [f.error[:2000] for f in failures],
+            [f.delay for f in failures], [f.failed for f in failures])
+
+    async def next_retry_in(self, conn: DbConnection) -> float | None:
+        """Seconds until the earliest back-off ends (``None``: nothing is waiting)."""
+        value: float | None = await conn.fetchval(self._next_retry)
+        return value
