@@ -48,8 +48,9 @@ class BlockedByEarlierEvent(Exception):
 class WebhookSink:
     """:class:`~consumerkit.outbox.sink.OutboxSink` posting each event to ``url``.
 
-    ``url`` is one http(s) URL, or a function choosing one per event. ``timeout`` bounds one
-    delivery end to end (connect, send, answer), in seconds. ``headers`` are added to every
+    ``url`` is one http(s) URL, or a function choosing one per event; it may not carry
+    credentials (``user:password@``), since httpx logs request URLs at INFO. ``timeout`` bounds
+    one delivery end to end (connect, send, answer), in seconds. ``headers`` are added to every
     request (authorization, say); they are never logged nor shown in errors or ``repr``.
     ``concurrency`` is how many requests may be in flight at once (different aggregates).
     """
@@ -160,7 +161,8 @@ class WebhookSink:
 
 
 def check_url(url: str) -> str:
-    """``url`` if it is an absolute http or https URL with a host, else ConfigurationError."""
+    """``url`` if it is an absolute http or https URL with a host and no user info, else
+    :class:`ConfigurationError`."""
     try:
         parts = urlsplit(url) if isinstance(url, str) else None
         host = parts.hostname if parts else None
@@ -169,6 +171,9 @@ def check_url(url: str) -> str:
     if parts is None or parts.scheme not in ("http", "https") or not host:
         raise ConfigurationError(
             f"webhook URL must be an absolute http:// or https:// URL, got {_shown(url)}")
+    if "@" in parts.netloc:  # httpx logs request URLs: credentials belong in headers=
+        raise ConfigurationError(
+            f"webhook URL {_shown(url)} carries credentials: pass them in headers= instead")
     return url
 
 

@@ -1,0 +1,299 @@
+"""The webhook receiver: an ASGI application that applies each delivered event once.
+
+For each ``POST``: read the body (at most ``max_body_bytes``), decode it like a Kafka record
+whose headers are the request's (``Idempotency-Key`` is the event id, ``X-Event-Type`` the
+route, see :mod:`consumerkit.webhook.headers`), validate the payload, then claim the key and run
+the handler in one READ COMMITTED transaction (:mod:`consumerkit.webhook._apply`). The answer
+follows :mod:`consumerkit.webhook.status`: 2xx means applied (now or before), 5xx/429 means
+"send it again later", other 4xx mean "this request can never succeed".
+
+The handler sees the same :class:`~consumerkit.Envelope` as for a Kafka record: ``event_id``
+is the Idempotency-Key, ``topic`` is ``"webhook:<path>"``, ``partition`` and ``offset`` are
+-1 (an HTTP request has no position), ``key`` is ``X-Event-Aggregate-Id``, ``timestamp`` the
+time the request arrived and ``occurred_at`` ``X-Event-Occurred-At``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any
+
+import asyncpg
+
+from .._decode import Decoded, Decoder
+from .._failures import ClaimBlocked, HandlerFailure, describe, judge
+from .._identifiers import check_name, identifier, redact_dsn
+from ..dedup.partitions import maintain
+from ..dedup.policy import DedupPolicy
+from ..dedup.postgres import PostgresDedupStore
+from ..envelope import Record
+from ..errors import ConfigurationError, DeadLetter, DecodeError, Retry, StartupError, is_retriable
+from ..registry import HandlerRegistry, HandlerSource, RouteTable
+from ..schema import check_synchronous_commit, migrate
+from ..types import Claim, ClaimStatus
+from . import headers as wh
+from ._apply import apply
+from ._asgi import BodyTooLarge, Disconnected, Receive, Scope, Send, read_body, request_headers
+from ._asgi import respond as _respond
+
+log = logging.getLogger("consumerkit.webhook")
+
+_STATUS_OF_REASON = {"oversized": 413, "unknown_event_type": 404}  # other reasons: 400
+_FORWARDED = (wh.IDEMPOTENCY_KEY.lower(), wh.PREFIX.lower())  # the event's own headers
+
+
+class WebhookReceiver:
+    """An ASGI application applying webhook deliveries exactly once in effect.
+
+    ``handlers``: a :class:`~consumerkit.HandlerRegistry`, or functions, modules and registries
+    as for a consumer. ``namespace`` scopes the Idempotency-Keys in the dedup table (the same
+    namespace as a consumer's name makes a webhook and a Kafka record with one event id count
+    as one event). Give ``postgres_dsn`` (the receiver opens and closes its own pool of
+    ``pool_size`` connections) or ``pool`` (yours; never closed here).
+
+    Serve it with any ASGI server: the lifespan protocol opens and closes it, or call
+    :meth:`open` and :meth:`close` (or ``async with receiver``) yourself when it is mounted
+    inside an application that does not forward lifespan events.
+    """
+
+    def __init__(
+        self, handlers: HandlerRegistry | Iterable[HandlerSource], *, namespace: str,
+        postgres_dsn: str | None = None, pool: asyncpg.Pool | None = None,
+        schema: str = "consumerkit", dedup: DedupPolicy | None = None, migrate: bool = True,
+        max_body_bytes: int = 1 << 20, handler_timeout: float | None = 30.0,
+        pool_size: int = 10, retry_after: int = 5,
+        maintenance_interval: timedelta | None = None,
+    ) -> None:
+        self.namespace = check_name(namespace, "namespace")
+        if (postgres_dsn is None) == (pool is None):
+            raise ConfigurationError("give exactly one of postgres_dsn and pool")
+        identifier(schema, "schema name")
+        if max_body_bytes < 1 or pool_size < 1 or retry_after < 0:
+            raise ConfigurationError(
+                "max_body_bytes and pool_size must be at least 1, retry_after at least 0")
+        if handler_timeout is not None and handler_timeout <= 0:
+            raise ConfigurationError("handler_timeout must be positive (or None for no limit)")
+        sources = [handlers] if isinstance(handlers, HandlerRegistry) else list(handlers)
+        self.routes = RouteTable.build(sources)
+        self.schema = schema
+        self.dedup = dedup or DedupPolicy()
+        self.auto_migrate = migrate
+        self.max_body_bytes = max_body_bytes
+        self.handler_timeout = handler_timeout
+        self.pool_size = pool_size
+        self.retry_after = retry_after
+        self.maintenance_interval = maintenance_interval or min(
+            self.dedup.partition_interval / 4, timedelta(hours=1))
+        self._dsn = postgres_dsn
+        self._pool = pool
+        self._store = PostgresDedupStore(schema, self.dedup)
+        self._decoder = Decoder(self.routes, wh.RECEIVER_WIRE, max_body_bytes)
+        self._maintenance_wanted = asyncio.Event()
+        self._maintenance: asyncio.Task[None] | None = None
+        self._open = False
+
+    def __repr__(self) -> str:
+        where = redact_dsn(self._dsn) if self._dsn else "a given pool"
+        return f"WebhookReceiver(namespace={self.namespace!r}, postgres={where!r})"
+
+    async def open(self) -> None:
+        """Connect, create or upgrade the tables (``migrate``), start partition maintenance.
+        Raises :class:`StartupError` when PostgreSQL is unreachable or a migration fails."""
+        if self._open:
+            return
+        if self._dsn is not None:
+            self._pool = await _open_pool(self._dsn, self.namespace, self.pool_size)
+        assert self._pool is not None
+        try:
+            async with self._pool.acquire() as conn:
+                if await check_synchronous_commit(conn) == "off":
+                    log.warning("PostgreSQL runs with synchronous_commit=off: an effect "
+                                "acknowledged to a sender can vanish in a crash")
+                if self.auto_migrate:
+                    await migrate(conn, self.schema, self.dedup, namespace=self.namespace)
+                else:
+                    await maintain(conn, self.schema, self.dedup, namespace=self.namespace)
+        except BaseException:
+            await self._close_pool()
+            raise
+        self._maintenance = asyncio.create_task(self._maintain_forever(self._pool))
+        self._open = True
+
+    async def close(self) -> None:
+        """Stop maintenance and close the pool if the receiver opened it."""
+        self._open = False
+        task, self._maintenance = self._maintenance, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        await self._close_pool()
+
+    async def __aenter__(self) -> WebhookReceiver:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] == "http":
+            await self._http(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.open()
+                except Exception as exc:
+                    await send({"type": "lifespan.startup.failed", "message": describe(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "POST":
+            await _respond(send, 405, _error("method_not_allowed", "use POST"),
+                           [("Allow", "POST")])
+            return
+        if not self._open or self._pool is None:
+            await self._unavailable(send, "not_started", "the receiver is not open yet")
+            return
+        headers = request_headers(scope)
+        try:
+            body = await read_body(receive, headers, self.max_body_bytes)
+        except BodyTooLarge:
+            await _respond(send, 413, _error(
+                "oversized", f"the body exceeds {self.max_body_bytes} bytes"))
+            return
+        except Disconnected:
+            return
+        try:
+            decoded = self._decoder.decode(_record(scope, headers, body))
+        except DecodeError as exc:
+            status = _STATUS_OF_REASON.get(exc.reason, 400)
+            await _respond(send, status, _error(exc.reason, exc.detail))
+            return
+        await self._apply(send, decoded, _attempt(headers))
+
+    async def _apply(self, send: Send, decoded: Decoded, attempt: int) -> None:
+        assert self._pool is not None
+        key = decoded.envelope.event_id
+        try:
+            claim = await apply(
+                self._pool, self._store, self.namespace, decoded, attempt,
+                enforce_window=self.dedup.expired != "apply",
+                handler_timeout=self.handler_timeout, acquire_timeout=self.retry_after + 5.0)
+        except Exception as exc:
+            await self._failed(send, key, exc)
+            return
+        await self._settled(send, key, claim)
+
+    async def _settled(self, send: Send, key: str, claim: Claim) -> None:
+        if claim.status is ClaimStatus.CLAIMED:
+            await _respond(send, 200, {"status": "applied", "event_id": key})
+        elif claim.status is ClaimStatus.DUPLICATE:
+            seen = claim.original_seen_at.isoformat() if claim.original_seen_at else None
+            await _respond(send, 200, {"status": "duplicate", "event_id": key,
+                                       "first_seen_at": seen}, [("Idempotent-Replayed", "true")])
+        elif self.dedup.expired == "skip":
+            log.warning("skipped %s: older than the dedup window", key)
+            await _respond(send, 200, {"status": "expired_skipped", "event_id": key})
+        else:
+            await _respond(send, 422, _error(
+                "expired", "the event is older than the dedup retention; its original may have "
+                "been forgotten, so it is not applied"))
+
+    async def _failed(self, send: Send, key: str, raised: Exception) -> None:
+        if isinstance(raised, ClaimBlocked):
+            if isinstance(raised.cause, asyncpg.LockNotAvailableError):
+                await self._unavailable(send, "in_progress",
+                                        "another request is applying this Idempotency-Key")
+                return
+            self._maintenance_wanted.set()  # no dedup partition for the current time
+        error, outage = judge(raised)
+        if isinstance(error, Retry):
+            delay = self.retry_after if error.delay is None else max(0, round(error.delay))
+            await self._unavailable(send, "retry", error.reason, delay)
+        elif outage or (isinstance(error, TimeoutError) and not isinstance(raised, HandlerFailure)):
+            log.warning("webhook %s not applied, database unavailable: %s", key, describe(error))
+            await self._unavailable(send, "unavailable", "the database is unavailable")
+        elif not isinstance(raised, HandlerFailure):
+            log.error("webhook %s not applied: %s", key, describe(error), exc_info=error)
+            await _respond(send, 500, _error("internal_error", describe(error)))
+        elif isinstance(error, DeadLetter) or not is_retriable(error):
+            log.warning("webhook %s refused by its handler: %s", key, describe(error))
+            await _respond(send, 422, _error("rejected", describe(error)))
+        else:
+            log.warning("webhook %s failed in its handler: %s", key, describe(error))
+            await _respond(send, 500, _error("handler_failed", describe(error)))
+
+    async def _unavailable(
+        self, send: Send, code: str, detail: str, delay: int | None = None,
+    ) -> None:
+        retry = str(self.retry_after if delay is None else delay)
+        await _respond(send, 503, _error(code, detail), [("Retry-After", retry)])
+
+    async def _maintain_forever(self, pool: asyncpg.Pool) -> None:
+        """Create dedup partitions ahead and drop expired ones every interval, or at once when
+        a claim found no partition for the current time."""
+        wanted = self._maintenance_wanted
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.maintenance_interval.total_seconds()):
+                    await wanted.wait()
+            wanted.clear()
+            try:
+                async with pool.acquire() as conn:
+                    await maintain(conn, self.schema, self.dedup, namespace=self.namespace)
+            except Exception as exc:
+                log.warning("dedup partition maintenance failed, retrying next interval: %s",
+                            describe(exc))
+
+    async def _close_pool(self) -> None:
+        pool = self._pool
+        if self._dsn is not None and pool is not None:
+            self._pool = None
+            await pool.close()
+
+
+def _record(scope: Scope, headers: dict[str, bytes], body: bytes) -> Record:
+    """The request as a broker record, so that it is decoded exactly like one."""
+    return Record(
+        topic=f"webhook:{scope.get('path', '/')}", partition=-1, offset=-1,
+        key=headers.get(wh.AGGREGATE_ID.lower()), value=body,
+        headers=[(name, value) for name, value in headers.items()
+                 if name.startswith(_FORWARDED)],
+        timestamp=time.time_ns() // 1_000_000)
+
+
+def _attempt(headers: dict[str, bytes]) -> int:
+    raw = headers.get(wh.ATTEMPT.lower(), b"")
+    return int(raw) if raw.isdigit() and 0 < len(raw) < 10 and int(raw) > 0 else 1
+
+
+def _error(code: str, detail: str) -> dict[str, Any]:
+    return {"error": code, "detail": detail}
+
+
+async def _open_pool(dsn: str, namespace: str, size: int) -> asyncpg.Pool:
+    try:
+        pool = await asyncpg.create_pool(
+            dsn, min_size=1, max_size=size, timeout=15,
+            server_settings={"application_name": f"consumerkit:webhook:{namespace}"[:63]})
+    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        raise StartupError(
+            f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {type(exc).__name__}: {exc}"
+        ) from None
+    assert pool is not None
+    return pool
