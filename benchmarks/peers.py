@@ -1,4 +1,5 @@
-"""The peers: ways of consuming the same topic, each with its own group and schema.
+"""The hand-written peers: ways of consuming the same topic, each with its own group and
+schema. FastStream and consumerkit peers live in their own modules; ``lineup`` lists them all.
 
 Every peer decodes the same way (the ``id`` header and the pydantic model ``Amount``), reads
 with the same consumer settings as consumerkit (``read_committed``, no auto-commit, polls of up
@@ -10,17 +11,15 @@ from __future__ import annotations
 import asyncio
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import asyncpg
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from consumerkit import Consumer, HandlerContext, handler
-
-from .effects import dedup_sql, upsert_sql
-from .workload import EVENT_TYPE, ID_HEADER, Amount, Workload
+from .effects import Effect, dedup_many_sql, dedup_sql, q
+from .workload import ID_HEADER, Amount, Workload
 
 FAST_GROUP: dict[str, Any] = {  # quick joins on Tansu (it holds a join ~session/2)
     "session_timeout_ms": 3000,
@@ -39,6 +38,8 @@ class PeerEnv:
     group: str
     schema: str
     workload: Workload
+    effect: Effect
+    redis_url: str | None = None
 
 
 class Peer(ABC):
@@ -47,6 +48,12 @@ class Peer(ABC):
     name: ClassVar[str]
     description: ClassVar[str]
     uses_database: ClassVar[bool] = True
+    dedup_table: ClassVar[str | None] = "processed"  # in the peer's schema
+
+    @classmethod
+    def unavailable(cls, redis_url: str | None) -> str | None:
+        """Why this peer cannot run here (a missing API or package), else None."""
+        return None
 
     def __init__(self, env: PeerEnv) -> None:
         self.env = env
@@ -61,6 +68,21 @@ class Peer(ABC):
         """The measured window of a peer without a database (seconds)."""
         raise NotImplementedError
 
+    def ready(self) -> bool:
+        """True once the peer's group has joined and partitions are assigned."""
+        return False
+
+    async def prepare(self, conn: asyncpg.Connection[asyncpg.Record]) -> None:
+        """Create the peer's own tables before a run (the textbook table already exists)."""
+        await asyncio.sleep(0)
+
+    async def prefill(self, conn: asyncpg.Connection[asyncpg.Record], rows: int) -> None:
+        """Fill the dedup table with ``rows`` ids of earlier events (none of this workload)."""
+        await conn.execute(
+            f"INSERT INTO {q(self.env.schema)}.processed (event_id) "
+            "SELECT 'old-' || g FROM generate_series(1, $1) AS g", rows)
+        await conn.execute(f"ANALYZE {q(self.env.schema)}.processed")
+
     @abstractmethod
     async def run(self) -> None: ...
 
@@ -73,8 +95,13 @@ def decode(record: Any) -> tuple[str, Amount]:
 class KafkaLoopPeer(Peer):
     """A hand-written aiokafka poll loop; subclasses say what a batch does."""
 
+    consumer: AIOKafkaConsumer | None = None
+
+    def ready(self) -> bool:
+        return self.consumer is not None and bool(self.consumer.assignment())
+
     async def run(self) -> None:
-        consumer = AIOKafkaConsumer(
+        self.consumer = consumer = AIOKafkaConsumer(
             self.env.topic, bootstrap_servers=self.env.bootstrap, group_id=self.env.group,
             enable_auto_commit=False, auto_offset_reset="earliest",
             isolation_level="read_committed", max_poll_records=POLL_RECORDS, **FAST_GROUP)
@@ -106,6 +133,7 @@ class RawPeer(KafkaLoopPeer):
     name = "raw"
     description = "aiokafka consume + decode + explicit offset commit per poll batch, no database"
     uses_database = False
+    dedup_table = None
 
     def __init__(self, env: PeerEnv) -> None:
         super().__init__(env)
@@ -136,7 +164,6 @@ class TextbookPeer(KafkaLoopPeer):
     async def open(self) -> None:
         self.conn: asyncpg.Connection[asyncpg.Record] = await asyncpg.connect(self.env.dsn)
         self.dedup = dedup_sql(self.env.schema)
-        self.upsert = upsert_sql(self.env.schema)
 
     async def close(self) -> None:
         await self.conn.close()
@@ -154,7 +181,7 @@ class TextbookPeer(KafkaLoopPeer):
                 event_id, event = decode(record)
                 async with self.conn.transaction():
                     if await self.claim(event_id):
-                        await self.conn.execute(self.upsert, event.key, event.amount)
+                        await self.env.effect.apply(self.conn, event.key, event.amount)
                 if self.per_message_commit:
                     await consumer.commit({tp: record.offset + 1})
                 self.count += 1
@@ -168,43 +195,48 @@ class TextbookBatchCommitPeer(TextbookPeer):
     per_message_commit = False
 
 
-Handler = Callable[[Amount, HandlerContext], Awaitable[None]]
+class TunedPeer(TextbookPeer):
+    name = "tuned"
+    description = ("one transaction per poll batch: per message an awaited dedup INSERT and "
+                   "the effect; offsets committed after the transaction")
+
+    async def batch(self, consumer: AIOKafkaConsumer,
+                    batches: dict[TopicPartition, Sequence[Any]]) -> None:
+        async with self.conn.transaction():
+            for records in batches.values():
+                for record in records:
+                    event_id, event = decode(record)
+                    if await self.claim(event_id):
+                        await self.env.effect.apply(self.conn, event.key, event.amount)
+        await consumer.commit({tp: records[-1].offset + 1 for tp, records in batches.items()})
+        self.count += sum(len(records) for records in batches.values())
 
 
-def effect_handler(schema: str) -> Handler:
-    sql = upsert_sql(schema)
+class SetBasedPeer(TextbookPeer):
+    name = "set-based"
+    description = ("one transaction per poll batch: one INSERT ... SELECT unnest(ids) ON "
+                   "CONFLICT DO NOTHING RETURNING for dedup, one set-based statement for the "
+                   "effects; offsets committed after the transaction")
 
-    @handler(EVENT_TYPE)
-    async def apply_amount(event: Amount, ctx: HandlerContext) -> None:
-        await ctx.tx.execute(sql, event.key, event.amount)
+    async def open(self) -> None:
+        await super().open()
+        self.dedup_many = dedup_many_sql(self.env.schema)
 
-    return apply_amount
-
-
-class ConsumerkitPeer(Peer):
-    name = "consumerkit"
-    description = "consumerkit.Consumer with default settings, the upsert in a handler"
-
-    def __init__(self, env: PeerEnv) -> None:
-        super().__init__(env)
-        self.consumer = Consumer(
-            name=env.group, handlers=[effect_handler(env.schema)], topics=[env.topic],
-            kafka_bootstrap=env.bootstrap, postgres_dsn=env.dsn, schema=env.schema,
-            handle_signals=False, kafka_consumer_options=FAST_GROUP)
-
-    def handled(self) -> int:
-        s = self.consumer.stats
-        return s.applied + s.duplicates + s.dead_lettered + s.expired_skipped
-
-    async def run(self) -> None:
-        task = asyncio.create_task(self.consumer.run())
-        stop = asyncio.create_task(self.stop.wait())
-        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
-        stop.cancel()
-        if not task.done():
-            await self.consumer.stop()
-        await task
+    async def batch(self, consumer: AIOKafkaConsumer,
+                    batches: dict[TopicPartition, Sequence[Any]]) -> None:
+        decoded = [decode(r) for records in batches.values() for r in records]
+        async with self.conn.transaction():
+            rows = await self.conn.fetch(self.dedup_many, [i for i, _ in decoded])
+            fresh = {r["event_id"] for r in rows}
+            items = []
+            for event_id, event in decoded:
+                if event_id in fresh:  # first occurrence only: a batch may repeat an id
+                    fresh.discard(event_id)
+                    items.append((event.key, event.amount))
+            await self.env.effect.apply_many(self.conn, items)
+        await consumer.commit({tp: records[-1].offset + 1 for tp, records in batches.items()})
+        self.count += len(decoded)
 
 
-PEERS: dict[str, type[Peer]] = {
-    p.name: p for p in (RawPeer, TextbookPeer, TextbookBatchCommitPeer, ConsumerkitPeer)}
+HAND_WRITTEN: tuple[type[Peer], ...] = (
+    RawPeer, TextbookPeer, TextbookBatchCommitPeer, TunedPeer, SetBasedPeer)

@@ -19,6 +19,7 @@ class Sample:
     seconds: float  # the measured window
     exact: bool
     detail: str
+    metrics: dict[str, float | None] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:
@@ -30,6 +31,8 @@ class Summary:
     peer: str
     description: str
     samples: list[Sample] = field(default_factory=list)
+    unavailable: str | None = None  # why the peer did not run
+    latency: dict[str, Any] | None = None  # from the paced run, if the cell had one
 
     @property
     def exact(self) -> bool:
@@ -43,6 +46,11 @@ class Summary:
     @property
     def median(self) -> float:
         return statistics.median(self.rates) if self.rates else 0.0
+
+    def metric(self, name: str) -> float | None:
+        """The median of ``name`` over the runs that measured it."""
+        values = [v for s in self.samples if (v := s.metrics.get(name)) is not None]
+        return statistics.median(values) if values else None
 
     def problems(self) -> str:
         return "; ".join(f"run {s.run}: {s.detail}" for s in self.samples if not s.exact)
@@ -69,7 +77,9 @@ def table(summaries: list[Summary], raw: str = "raw", textbook: str = "textbook"
     lines = ["| peer | msg/s (median) | min | max | of raw | vs textbook | effects |",
              "|---|---:|---:|---:|---:|---:|---|"]
     for s in summaries:
-        if s.exact:
+        if s.unavailable:
+            lines.append(f"| {s.peer} | - | - | - | - | - | unavailable: {s.unavailable} |")
+        elif s.exact:
             lines.append(
                 f"| {s.peer} | {s.median:,.0f} | {min(s.rates):,.0f} | {max(s.rates):,.0f} | "
                 f"{_share(ratio(s, by_name.get(raw)))} | "
@@ -92,6 +102,9 @@ def to_json(summaries: list[Summary], context: dict[str, str],
         "settings": settings,
         "peers": [{
             "peer": s.peer, "description": s.description, "exact": s.exact,
+            "unavailable": s.unavailable, "latency": s.latency,
+            "metrics": {name: s.metric(name) for name in sorted(
+                {k for x in s.samples for k in x.metrics})},
             "median_msg_per_s": s.median if s.exact else None,
             "min_msg_per_s": min(s.rates) if s.exact else None,
             "max_msg_per_s": max(s.rates) if s.exact else None,

@@ -1,20 +1,27 @@
-"""One benchmark run: publish the workload once, then measure every peer ``runs`` times,
-interleaved (the order rotates each round), each on its own group and fresh schema."""
+"""One measurement: a peer on its own group and fresh schema reads the whole published topic;
+the run checks its effects and reads the counters around it. ``benchmark`` measures every
+peer ``runs`` times, interleaved (the order rotates each round)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
+import resource
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 import asyncpg
 
-from .effects import check, create_schema, drop_schema, wait_done, window
+from .effects import Cost, create_schema, drop_schema, make_effect, wait_done
 from .peers import Peer, PeerEnv
+from .pgstats import per_message, relation_bytes, snapshot, statements_available
 from .report import Sample, Summary
-from .workload import Workload, create_topic, delete_topic, make_workload, publish
+from .workload import KeySpread, Workload, create_topic, delete_topic, make_workload, publish
+
+Log = Callable[[str], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,11 +33,29 @@ class Settings:
     partitions: int = 4
     deadline: float = 600.0  # seconds per peer and run, group join included
     seed: int = 7
+    spread: KeySpread = "uniform"
+    cost: Cost = "upsert"
+    prefill: int = 0  # dedup rows of earlier events in the peer's table before it starts
+    replay: bool = False  # measure a second group re-reading everything on the same schema
+    redis_url: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What every measurement of one cell shares."""
+
+    dsn: str
+    bootstrap: str
+    topic: str
+    workload: Workload
+    settings: Settings
 
 
 async def benchmark(dsn: str, bootstrap: str, settings: Settings, peers: Sequence[type[Peer]],
-                    log: Callable[[str], None] = lambda _line: None) -> list[Summary]:
-    workload = make_workload(settings.events, settings.keys, settings.dup_rate, settings.seed)
+                    log: Log = lambda _line: None) -> list[Summary]:
+    """Publish the workload once, then measure every peer ``settings.runs`` times."""
+    workload = make_workload(settings.events, settings.keys, settings.dup_rate, settings.seed,
+                             settings.spread)
     topic = await create_topic(bootstrap, settings.partitions)
     try:
         started = time.monotonic()
@@ -38,12 +63,12 @@ async def benchmark(dsn: str, bootstrap: str, settings: Settings, peers: Sequenc
         log(f"published {workload.size} messages ({workload.distinct} distinct, "
             f"{workload.duplicates} duplicates, {len(workload.totals)} keys) to {topic} "
             f"in {time.monotonic() - started:.1f}s")
+        target = Target(dsn, bootstrap, topic, workload, settings)
         summaries = {p.name: Summary(p.name, p.description) for p in peers}
         for run in range(1, settings.runs + 1):
             shift = (run - 1) % len(peers)
             for peer in [*peers[shift:], *peers[:shift]]:
-                sample = await measure(peer, dsn, bootstrap, topic, workload, run,
-                                       settings.deadline)
+                sample = await measure(peer, target, run)
                 summaries[peer.name].samples.append(sample)
                 log(f"run {run} {peer.name}: {sample.rate:,.0f} msg/s over "
                     f"{sample.seconds:.2f}s; {'exact' if sample.exact else 'WRONG'}: "
@@ -53,29 +78,83 @@ async def benchmark(dsn: str, bootstrap: str, settings: Settings, peers: Sequenc
         await delete_topic(bootstrap, topic)
 
 
-async def measure(peer_type: type[Peer], dsn: str, bootstrap: str, topic: str,
-                  workload: Workload, run: int, deadline: float) -> Sample:
-    tag = uuid.uuid4().hex[:8]
-    schema = f"ckbench_{run}_{tag}"
-    env = PeerEnv(dsn, bootstrap, topic, f"ckbench.{peer_type.name}.{run}.{tag}", schema,
-                  workload)
+@contextlib.asynccontextmanager
+async def fresh_schema(dsn: str, prefix: str) -> AsyncIterator[
+        tuple[asyncpg.Connection[asyncpg.Record], str]]:
+    """A connection and a fresh schema (effect and textbook tables), dropped afterwards."""
+    schema = f"{prefix}_{uuid.uuid4().hex[:8]}"
     conn = await asyncpg.connect(dsn, timeout=15)
     try:
         await create_schema(conn, schema)
-        return await _measure(peer_type(env), conn, run, time.monotonic() + deadline)
+        yield conn, schema
     finally:
-        await drop_schema(conn, schema)
+        with contextlib.suppress(Exception):  # the numbers are taken; leftovers are harmless
+            await drop_schema(conn, schema)
         await conn.close()
 
 
-async def _measure(peer: Peer, conn: asyncpg.Connection[asyncpg.Record], run: int,
-                   deadline: float) -> Sample:
+async def measure(peer_type: type[Peer], target: Target, run: int) -> Sample:
+    s, workload = target.settings, target.workload
+    async with fresh_schema(target.dsn, f"ckbench_{run}") as (conn, schema):
+        group = f"ckbench.{peer_type.name}.{run}.{schema[-8:]}"
+        env = PeerEnv(target.dsn, target.bootstrap, target.topic, group, schema, workload,
+                      make_effect(schema, s.cost), s.redis_url)
+        peer = peer_type(env)
+        deadline = time.monotonic() + s.deadline
+        await peer.prepare(conn)
+        if s.prefill and peer.uses_database:
+            await peer.prefill(conn, s.prefill)
+        if s.replay:  # the first pass is not measured: it only builds the state
+            first = await consume(peer, conn, deadline)
+            if first.error or not first.finished:
+                return Sample(peer.name, run, workload.size, 0.0, False,
+                              f"first pass before the replay: {first.error or 'not done'}")
+            peer = peer_type(dataclasses.replace(env, group=f"{group}.replay"))
+        counting = await statements_available(conn)
+        size_before = await relation_bytes(conn, schema, peer.dedup_table)
+        before, cpu = await snapshot(conn, counting), _cpu()
+        outcome = await consume(peer, conn, deadline)
+        cpu = _cpu() - cpu
+        await asyncio.sleep(0.1)  # closed backends flush their statistics
+        after = await snapshot(conn, counting)
+        grown = await relation_bytes(conn, schema, peer.dedup_table) - size_before
+        if peer.uses_database:
+            verdict = await env.effect.check(conn, workload)
+            exact, detail = verdict.exact, verdict.detail
+            seconds = outcome.seconds if s.replay else await env.effect.window(conn)
+        else:
+            seconds = peer.elapsed()
+            exact = peer.handled() == workload.size
+            detail = f"{peer.handled()} of {workload.size} messages consumed"
+        if not outcome.finished:
+            detail = f"not done by the deadline (or stalled short): {detail}"
+        metrics = {**per_message(before, after, workload.size),
+                   "dedup_bytes_per_million": grown / workload.size * 1e6,
+                   "cpu_s_per_1000": cpu / workload.size * 1000}
+        return Sample(peer.name, run, workload.size, seconds,
+                      outcome.finished and exact and not outcome.error,
+                      outcome.error + detail, metrics)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    finished: bool
+    error: str
+    seconds: float  # first to last message handled, sampled every 5 ms
+
+
+async def consume(peer: Peer, conn: asyncpg.Connection[asyncpg.Record],
+                  deadline: float) -> Outcome:
+    """Run ``peer`` until it has handled every message and every effect is there (or the
+    deadline passes), then stop it and wait for it to close."""
     env, workload = peer.env, peer.env.workload
     poller = await asyncpg.connect(env.dsn, timeout=15)
+    progress = _Progress()
+    sampler = asyncio.create_task(progress.follow(peer, workload.size))
     try:
         task = asyncio.create_task(peer.run())
         done = asyncio.create_task(
-            wait_done(poller, env.schema, workload, peer.handled, deadline)
+            wait_done(poller, env.effect, workload, peer.handled, deadline)
             if peer.uses_database else _wait_handled(peer, workload.size, deadline))
         await asyncio.wait({task, done}, return_when=asyncio.FIRST_COMPLETED)
         finished = done.done() and not done.cancelled() and done.result()
@@ -89,18 +168,31 @@ async def _measure(peer: Peer, conn: asyncpg.Connection[asyncpg.Record], run: in
         await asyncio.wait_for(task, 60)
     except Exception as exc:  # a failing peer is reported, not fatal
         error = f"peer failed: {type(exc).__name__}: {exc}; "
-    if peer.uses_database:
-        verdict = await check(conn, env.schema, workload)
-        seconds = await window(conn, env.schema)
-        exact, detail = verdict.exact, verdict.detail
-    else:
-        seconds = peer.elapsed()
-        exact = peer.handled() == workload.size
-        detail = f"{peer.handled()} of {workload.size} messages consumed"
-    if not finished:
-        detail = f"not done by the deadline (or stalled short): {detail}"
-    return Sample(peer.name, run, workload.size, seconds, finished and exact and not error,
-                  error + detail)
+    sampler.cancel()
+    await asyncio.gather(sampler, return_exceptions=True)
+    return Outcome(bool(finished), error, progress.seconds)
+
+
+class _Progress:
+    """When the peer first handled a message and when it had handled them all."""
+
+    def __init__(self) -> None:
+        self.first: float | None = None
+        self.last = 0.0
+
+    @property
+    def seconds(self) -> float:
+        return self.last - self.first if self.first is not None else 0.0
+
+    async def follow(self, peer: Peer, size: int) -> None:
+        while True:
+            handled, now = peer.handled(), time.monotonic()
+            if handled and self.first is None:
+                self.first = now
+            self.last = now
+            if handled >= size:
+                return
+            await asyncio.sleep(0.005)
 
 
 async def _wait_handled(peer: Peer, size: int, deadline: float) -> bool:
@@ -109,3 +201,8 @@ async def _wait_handled(peer: Peer, size: int, deadline: float) -> bool:
             return False
         await asyncio.sleep(0.05)
     return True
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .context import collect, services
-from .peers import PEERS
+from .lineup import PEERS, SUITE
 from .report import Summary, context_lines, table, to_json, write_json
 from .runner import Settings, benchmark
 
@@ -38,7 +38,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="default %(default)s")
     p.add_argument("--deadline", type=float, default=defaults.deadline,
                    help="seconds one peer may take for one run (default %(default)s)")
-    p.add_argument("--peers", default=",".join(PEERS),
+    p.add_argument("--peers", default=",".join(SUITE),
                    help="comma-separated subset of: " + ", ".join(PEERS))
     p.add_argument("--postgres", help="DSN (else $CONSUMERKIT_TEST_POSTGRES_DSN, else embedded)")
     p.add_argument("--kafka", help="bootstrap (else $CONSUMERKIT_TEST_KAFKA_BOOTSTRAP, else "
@@ -63,6 +63,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = Settings(events=args.events, keys=args.keys, dup_rate=args.dup_rate,
                         runs=args.runs, partitions=args.partitions, deadline=args.deadline)
     peers = [PEERS[name] for name in args.peers.split(",")]
+    for peer in list(peers):
+        reason = peer.unavailable(settings.redis_url)
+        if reason:
+            _log(f"{peer.name}: unavailable: {reason}")
+            peers.remove(peer)
     loop_factory: Any = None
     if args.uvloop:
         loop_factory = importlib.import_module("uvloop").new_event_loop

@@ -1,6 +1,10 @@
-"""The workload: N messages over K keys, a share of them re-published duplicates, one upsert
-of a per-key total per distinct event. Built once, published once to a 4-partition topic that
-every peer then reads with its own consumer group."""
+"""The workload: N messages over K keys, a share of them re-published duplicates, one effect on
+a per-key total per distinct event. Built once, published once to a 4-partition topic that
+every peer then reads with its own consumer group (or published at a fixed pace while one peer
+runs, to measure latency).
+
+Keys are spread ``uniform`` (round robin), ``zipf`` (rank r drawn with weight 1/r, so the
+hottest of 10 keys gets ~34 % of the events) or all on one key (``keys=1``)."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
+from typing import Literal
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -19,6 +24,7 @@ from pydantic import BaseModel
 EVENT_TYPE = "bench.amount"
 ID_HEADER = "id"
 TYPE_HEADER = "event_type"
+KeySpread = Literal["uniform", "zipf"]
 
 
 class Amount(BaseModel):
@@ -56,7 +62,8 @@ class Workload:
         return self.size - self.distinct
 
 
-def make_workload(events: int, keys: int, dup_rate: float, seed: int = 7) -> Workload:
+def make_workload(events: int, keys: int, dup_rate: float, seed: int = 7,
+                  spread: KeySpread = "uniform") -> Workload:
     """``events`` messages in all, of which ``round(events * dup_rate)`` re-publish an earlier
     event (same id, key and payload) at a random later position."""
     if events < 1 or keys < 1 or not 0 <= dup_rate < 1:
@@ -64,8 +71,12 @@ def make_workload(events: int, keys: int, dup_rate: float, seed: int = 7) -> Wor
     rng = random.Random(seed)
     dups = round(events * dup_rate)
     distinct = events - dups
-    originals = [Message(f"e-{i}", f"key-{i % keys}", rng.randint(1, 100))
-                 for i in range(distinct)]
+    if spread == "zipf":
+        ranks = rng.choices(range(keys), weights=[1 / (r + 1) for r in range(keys)], k=distinct)
+    else:
+        ranks = [i % keys for i in range(distinct)]
+    originals = [Message(f"e-{i}", f"key-{rank}", rng.randint(1, 100))
+                 for i, rank in enumerate(ranks)]
     ordered: list[tuple[float, Message]] = [(float(i), m) for i, m in enumerate(originals)]
     for _ in range(dups):
         i = rng.randrange(distinct)
@@ -121,6 +132,34 @@ async def publish(bootstrap: str, topic: str, workload: Workload) -> None:
         await asyncio.gather(*futures)
     finally:
         await producer.stop()
+
+
+async def publish_paced(bootstrap: str, topic: str, workload: Workload,
+                        rate: float) -> dict[str, float]:
+    """Publish one message every ``1 / rate`` seconds; returns the send time (``time.time()``,
+    also the record timestamp) of each event's first message, by event id."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
+                                enable_idempotence=False, linger_ms=0)
+    await producer.start()
+    sent: dict[str, float] = {}
+    try:
+        event_type = EVENT_TYPE.encode()
+        futures = []
+        start = time.monotonic()
+        for i, m in enumerate(workload.messages):
+            delay = start + i / rate - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            now = time.time()
+            sent.setdefault(m.event_id, now)
+            futures.append(await producer.send(
+                topic, key=m.key.encode(), timestamp_ms=int(now * 1000),
+                value=Amount(key=m.key, amount=m.amount).model_dump_json().encode(),
+                headers=[(ID_HEADER, m.event_id.encode()), (TYPE_HEADER, event_type)]))
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+    return sent
 
 
 async def delete_topic(bootstrap: str, topic: str) -> None:

@@ -5,7 +5,8 @@ duplicate effect per duplicate message) and one that skips some effects (lost ef
 
 from __future__ import annotations
 
-from benchmarks.peers import PEERS, Peer, TextbookBatchCommitPeer
+from benchmarks.lineup import PEERS
+from benchmarks.peers import Peer, TextbookBatchCommitPeer
 from benchmarks.runner import Settings, benchmark
 
 

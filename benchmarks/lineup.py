@@ -1,0 +1,22 @@
+"""Every peer by name, in the order the reports list them."""
+
+from __future__ import annotations
+
+from .peer_consumerkit import ConsumerkitBestPeer, ConsumerkitPeer, ConsumerkitRedisPeer
+from .peer_faststream import FastStreamPeer
+from .peers import (
+    Peer,
+    RawPeer,
+    SetBasedPeer,
+    TextbookBatchCommitPeer,
+    TextbookPeer,
+    TunedPeer,
+)
+
+PEERS: dict[str, type[Peer]] = {p.name: p for p in (
+    RawPeer, TextbookPeer, TextbookBatchCommitPeer, TunedPeer, SetBasedPeer, FastStreamPeer,
+    ConsumerkitPeer, ConsumerkitRedisPeer, ConsumerkitBestPeer)}
+
+SUITE = ("raw", "textbook", "tuned", "set-based", "faststream", "consumerkit",
+         "consumerkit-redis", "consumerkit-best")
+"""The peers the issue asks for, in every cell unless the cell names fewer."""

@@ -1,0 +1,146 @@
+"""consumerkit as a peer: its defaults, with the Redis cache in front, and its best settings.
+
+A setting the installed consumerkit does not accept (an API not there yet) makes the peer
+report itself unavailable instead of running something else under its name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import timedelta
+from typing import Any, ClassVar
+
+import asyncpg
+
+from consumerkit import Consumer, HandlerContext, handler
+from consumerkit.dedup import DedupPolicy, maintain
+from consumerkit.schema import migrate
+
+from .effects import Effect, q
+from .peers import FAST_GROUP, Peer, PeerEnv
+from .workload import EVENT_TYPE, Amount
+
+BEST: dict[str, Any] = {"max_batch": 500, "max_in_flight": 5000}
+"""The best settings found by the ``sweep`` cell of the full profile (docs/benchmarks.md)."""
+
+SWEEP: tuple[dict[str, Any], ...] = (
+    {"max_batch": 1},
+    {"max_batch": 100, "max_in_flight": 5000},
+    {"max_batch": 500, "max_in_flight": 5000},
+    {"max_batch": 500, "max_in_flight": 5000, "concurrency": 4},
+)
+"""Candidates the ``sweep`` cell measures against each other."""
+
+Handler = Callable[[Amount, HandlerContext], Awaitable[None]]
+_PARAMETERS = set(inspect.signature(Consumer).parameters)
+
+
+def effect_handler(effect: Effect) -> Handler:
+    @handler(EVENT_TYPE)
+    async def apply_amount(event: Amount, ctx: HandlerContext) -> None:
+        await effect.apply(ctx.tx, event.key, event.amount)
+
+    return apply_amount
+
+
+def redis_cache_type() -> Any:
+    """``consumerkit.dedup.RedisDedupCache``, or None when it is not there."""
+    return getattr(importlib.import_module("consumerkit.dedup"), "RedisDedupCache", None)
+
+
+class ConsumerkitPeer(Peer):
+    name = "consumerkit"
+    description = "consumerkit.Consumer with default settings, the effect in a handler"
+    dedup_table = "processed_events"
+    options: ClassVar[Mapping[str, Any]] = {}
+    uses_redis: ClassVar[bool] = False
+
+    @classmethod
+    def unavailable(cls, redis_url: str | None) -> str | None:
+        missing = sorted(set(cls.options) - _PARAMETERS)
+        if missing:
+            return f"consumerkit.Consumer has no {', '.join(missing)} argument yet"
+        if cls.uses_redis:
+            if "dedup_cache" not in _PARAMETERS or redis_cache_type() is None:
+                return "consumerkit.dedup.RedisDedupCache is not there yet"
+            if not redis_url:
+                return "no Redis server"
+        return None
+
+    def __init__(self, env: PeerEnv) -> None:
+        super().__init__(env)
+        options = dict(self.options)
+        if self.uses_redis:
+            options["dedup_cache"] = redis_cache_type()(env.redis_url, ttl=timedelta(hours=1))
+        self.consumer = Consumer(
+            name=env.group, handlers=[effect_handler(env.effect)], topics=[env.topic],
+            kafka_bootstrap=env.bootstrap, postgres_dsn=env.dsn, schema=env.schema,
+            handle_signals=False, kafka_consumer_options=FAST_GROUP, **options)
+
+    def handled(self) -> int:
+        s = self.consumer.stats
+        return s.applied + s.duplicates + s.dead_lettered + s.expired_skipped
+
+    def ready(self) -> bool:
+        return self.consumer.started.is_set() and bool(self.consumer.assignment)
+
+    async def prepare(self, conn: asyncpg.Connection[asyncpg.Record]) -> None:
+        await migrate(conn, self.env.schema, self.consumer.dedup, namespace=self.env.group)
+
+    async def prefill(self, conn: asyncpg.Connection[asyncpg.Record], rows: int) -> None:
+        """Rows of earlier events spread over the retention window, in their partitions."""
+        await prefill_dedup(conn, self.env.schema, self.consumer.dedup, self.env.group, rows,
+                            self.consumer.dedup.retention - timedelta(hours=1))
+
+    async def run(self) -> None:
+        task = asyncio.create_task(self.consumer.run())
+        stop = asyncio.create_task(self.stop.wait())
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if not task.done():
+            await self.consumer.stop()
+        await task
+
+
+async def prefill_dedup(conn: asyncpg.Connection[asyncpg.Record], schema: str,
+                        policy: DedupPolicy, namespace: str, rows: int, span: timedelta,
+                        end: timedelta = timedelta(0)) -> None:
+    """``rows`` dedup rows of other events with ``seen_at`` spread evenly over
+    ``[now - end - span, now - end)``, after creating the partitions that range needs."""
+    now = await conn.fetchval("SELECT now()")
+    moment = now - end - span
+    while moment <= now:
+        await maintain(conn, schema, policy, now=moment)
+        moment += policy.partition_interval
+    table = f"{q(schema)}.{policy.table}"
+    await conn.execute(
+        f"INSERT INTO {table} (namespace, event_id, seen_at, handler, id_source, topic, "
+        '"partition", "offset") SELECT $1, \'old-\' || g, '
+        "$2::timestamptz - $3::interval * (g::float8 / $4::int), 'apply_amount', 'header', "
+        "'old', 0, g FROM generate_series(1, $4::int) AS g", namespace, now - end, span, rows)
+    await conn.execute(f"ANALYZE {table}")
+
+
+def variant(options: Mapping[str, Any], name: str | None = None) -> type[ConsumerkitPeer]:
+    """A consumerkit peer with ``options`` passed to ``Consumer``."""
+    label = name or "consumerkit[" + ",".join(f"{k}={v}" for k, v in options.items()) + "]"
+    return type(f"Consumerkit_{abs(hash(label))}", (ConsumerkitPeer,), {
+        "name": label, "options": dict(options),
+        "description": "consumerkit.Consumer with " + ", ".join(
+            f"{k}={v}" for k, v in options.items())})
+
+
+class ConsumerkitRedisPeer(ConsumerkitPeer):
+    name = "consumerkit-redis"
+    description = ("consumerkit defaults with RedisDedupCache (ttl 1 h) in front of the "
+                   "PostgreSQL dedup table")
+    uses_redis = True
+
+
+class ConsumerkitBestPeer(ConsumerkitPeer):
+    name = "consumerkit-best"
+    description = "consumerkit with " + ", ".join(f"{k}={v}" for k, v in BEST.items())
+    options = BEST
