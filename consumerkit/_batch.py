@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from ._decode import Decoded
 from ._failures import describe
-from ._pipeline import Outcome, Pipeline
+from ._pipeline import BatchItemFailed, Outcome, Pipeline
 from .envelope import RecordLike
 from .errors import DecodeError
 from .types import Claim
@@ -32,11 +32,18 @@ log = logging.getLogger("consumerkit.pipeline")
 Report = Callable[[RecordLike, Outcome], None]
 
 
+@dataclass(frozen=True, slots=True)
+class RolledBack:
+    """The batch rolled back; ``failed`` is the handler failure that caused it, if any."""
+
+    failed: BatchItemFailed | None = None
+
+
 @dataclass(slots=True)
 class _Group:
     items: list[Decoded]
     abandon: asyncio.Event
-    done: asyncio.Future[list[Claim] | None] = field(
+    done: asyncio.Future[list[Claim] | RolledBack] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
@@ -66,16 +73,20 @@ class Batcher:
         if not good:
             return
         claims = await self._apply([decoded for _, decoded in good], abandon)
-        if claims is None:  # the batch rolled back: one by one, with retries
+        if isinstance(claims, RolledBack):  # one by one, with retries
+            culprit = claims.failed
             for record, decoded in good:
                 if abandon.is_set():
                     return
-                report(record, await pipeline.process_decoded(record, decoded, abandon))
+                failed = culprit.failure if culprit and culprit.item is decoded else None
+                report(record, await pipeline.process_decoded(record, decoded, abandon, failed))
             return
         for (record, decoded), claim in zip(good, claims, strict=True):
             report(record, await pipeline.settle(claim, record, decoded, 1, abandon))
 
-    async def _apply(self, items: list[Decoded], abandon: asyncio.Event) -> list[Claim] | None:
+    async def _apply(
+        self, items: list[Decoded], abandon: asyncio.Event,
+    ) -> list[Claim] | RolledBack:
         group = _Group(items, abandon)
         self._pending.append(group)
         self._wanted.set()
@@ -111,7 +122,7 @@ class Batcher:
             if group.done.done() or group.abandon.is_set():  # gone, or not wanted any more
                 self._pending.popleft()
                 if not group.done.done():
-                    group.done.set_result(None)
+                    group.done.set_result(RolledBack())
                 continue
             if batch and size + len(group.items) > self.max_batch:
                 break
@@ -131,9 +142,10 @@ class Batcher:
             self.pipeline.stats.batch_fallbacks += 1
             log.info("a batch of %d records rolled back (%s); applying them one by one",
                      len(items), describe(exc))
+            outcome = RolledBack(exc if isinstance(exc, BatchItemFailed) else None)
             for group in batch:
                 if not group.done.done():
-                    group.done.set_result(None)
+                    group.done.set_result(outcome)
             return
         start = 0
         for group in batch:

@@ -53,6 +53,15 @@ class Outcome(StrEnum):
     ABANDONED = "abandoned"  # not finished: the offset must not move past it
 
 
+class BatchItemFailed(Exception):
+    """A handler failed inside a batch, which rolled back as a whole."""
+
+    def __init__(self, item: Decoded, failure: HandlerFailure) -> None:
+        super().__init__(str(failure))
+        self.item = item
+        self.failure = failure
+
+
 class Pipeline:
     def __init__(
         self, *, consumer: str, namespace: str, pool: asyncpg.Pool, dedup: DedupStore,
@@ -87,14 +96,19 @@ class Pipeline:
 
     async def process_decoded(
         self, record: RecordLike, decoded: Decoded, abandon: asyncio.Event,
+        failed: HandlerFailure | None = None,
     ) -> Outcome:
-        """Apply a decoded record in a transaction of its own, retrying as the policy says."""
-        if await self._known(decoded.envelope.event_id):
+        """Apply a decoded record in a transaction of its own, retrying as the policy says;
+        ``failed`` is how its handler failed in a batch (its first attempt)."""
+        if failed is None and await self._known(decoded.envelope.event_id):
             return await self.settle(Claim(ClaimStatus.DUPLICATE), record, decoded, 0, abandon)
         attempt = outages = lost = 0
         while True:
             attempt += 1
             try:
+                if failed is not None:  # judged below like any failed attempt
+                    raised, failed = failed, None
+                    raise raised
                 claim = await self._attempt(decoded, attempt)
             except Exception as raised:
                 error, outage = judge(raised)
@@ -209,7 +223,10 @@ class Pipeline:
                 for decoded, request, claim in zip(items, requests, claims, strict=True):
                     if claim.status is ClaimStatus.CLAIMED:
                         claimed.append(request)
-                        await self._handle(conn, decoded, 1, confirm=False)
+                        try:
+                            await self._handle(conn, decoded, 1, confirm=False)
+                        except HandlerFailure as exc:
+                            raise BatchItemFailed(decoded, exc) from exc
                 if claimed:  # once for all: no handler left the transaction aborted
                     await conn.execute(_STILL_OPEN)
             committed = True
