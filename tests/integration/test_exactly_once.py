@@ -45,9 +45,10 @@ async def rows(pool: asyncpg.Pool, schema: str) -> list[asyncpg.Record]:
         return await ledger_rows(conn, schema)
 
 
+@pytest.mark.parametrize("max_batch", [1, 100], ids=["per-record", "batched"])
 async def test_2000_events_with_duplicates_apply_once_in_key_order(
     postgres_dsn: str, kafka_bootstrap: str, ledger_topic: LedgerTopic, pg_schema: str,
-    pg_pool: asyncpg.Pool,
+    pg_pool: asyncpg.Pool, max_batch: int,
 ) -> None:
     topic = await ledger_topic(partitions=4)
     events = make_events(keys=50, per_key=40)
@@ -58,13 +59,18 @@ async def test_2000_events_with_duplicates_apply_once_in_key_order(
               for i, e in enumerate(rng.sample(events, 200))]
     await publish(kafka_bootstrap, topic, events)
     await publish(kafka_bootstrap, topic, resent)
-    consumer = build("billing", pg_schema, topic, postgres_dsn, kafka_bootstrap)
+    consumer = build("billing", pg_schema, topic, postgres_dsn, kafka_bootstrap,
+                     max_batch=max_batch)
     async with Running(consumer):
         await wait_for(lambda: _stat(consumer, "delivered", 2200), 120, "2,200 deliveries")
     verify(await rows(pg_pool, pg_schema), events)
     assert consumer.stats.applied == 2000
     assert consumer.stats.duplicates == 200
     assert consumer.stats.dead_lettered == 0
+    if max_batch == 1:
+        assert consumer.stats.batches == 0
+    else:  # most records shared a transaction with others
+        assert 0 < consumer.stats.batches < 1000
 
 
 async def test_sigkill_mid_stream_loses_nothing_and_applies_nothing_twice(
