@@ -104,7 +104,7 @@ async def test_one_notification_per_committed_transaction_none_for_a_rollback(
     listener = await pg_pool.acquire()
     try:
         await listener.add_listener(outbox_table.channel,
-                                    lambda *args: received.append(str(args[1])))
+                                    lambda *args: received.append(str(args[3])))
         async with pg_pool.acquire() as conn:
             with pytest.raises(RuntimeError):
                 async with conn.transaction():
