@@ -103,8 +103,10 @@ async def test_one_notification_per_committed_transaction_none_for_a_rollback(
     received: list[str] = []
     listener = await pg_pool.acquire()
     try:
-        await listener.add_listener(outbox_table.channel,
-                                    lambda *args: received.append(str(args[3])))
+        def on_notify(*args: object) -> None:
+            received.append(str(args[3]))  # (connection, pid, channel, payload)
+
+        await listener.add_listener(outbox_table.channel, on_notify)
         async with pg_pool.acquire() as conn:
             with pytest.raises(RuntimeError):
                 async with conn.transaction():
@@ -122,6 +124,7 @@ async def test_one_notification_per_committed_transaction_none_for_a_rollback(
             return "marker" in received
 
         await wait_until(marker, 10, "the marker notification")
+        await listener.remove_listener(outbox_table.channel, on_notify)
     finally:
         await pg_pool.release(listener)
     assert received == ["", "marker"]
