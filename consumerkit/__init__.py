@@ -1,5 +1,7 @@
 """consumerkit: consume Kafka events exactly once in effect, backed by PostgreSQL."""
 
+from typing import TYPE_CHECKING
+
 from .consumer import Consumer
 from .context import HandlerContext
 from .deadletter import DeadLetterEntry, DeadLetterTable, DeadLetterTopic
@@ -20,6 +22,10 @@ from .registry import HandlerRegistry, handler
 from .retry import RetryPolicy
 from .schema import migrate
 from .stats import ConsumerStats
+from .webhook import WebhookError, WebhookReceiver
+
+if TYPE_CHECKING:
+    from .outbox.webhook import WebhookSink
 
 __version__ = "0.1.0"
 
@@ -43,6 +49,10 @@ __all__ = [
     "DeadLetterTopic",
     "PostgresDedupStore",
     "migrate",
+    # webhooks
+    "WebhookError",
+    "WebhookReceiver",
+    "WebhookSink",
     # errors
     "ConfigurationError",
     "ConsumerKitError",
@@ -55,3 +65,12 @@ __all__ = [
     "TransportError",
     "__version__",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # WebhookSink needs the optional httpx: imported on first use, not with consumerkit
+    if name == "WebhookSink":
+        from .outbox.webhook import WebhookSink
+
+        return WebhookSink
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,7 +9,7 @@ import socket
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 import pytest
 import uvicorn
@@ -17,10 +17,11 @@ import uvicorn
 from consumerkit.webhook._asgi import Receive, Scope, Send
 
 STARTUP_TIMEOUT = 10.0
+Lifespan: TypeAlias = Literal["auto", "on", "off"]
 
 
 @contextlib.asynccontextmanager
-async def serve(app: Callable[..., Any], *, lifespan: str = "on") -> AsyncIterator[str]:
+async def serve(app: Callable[..., Any], *, lifespan: Lifespan = "on") -> AsyncIterator[str]:
     """Run ``app`` under uvicorn on 127.0.0.1 (a port the OS picks); yield its base URL."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
@@ -131,3 +132,14 @@ async def endpoint() -> AsyncIterator[tuple[ScriptedEndpoint, str]]:
             app.released.set()
     finally:
         app.released.set()
+
+
+async def wait_until(check: Callable[[], Any], what: str, timeout: float = 30.0) -> None:
+    """Poll the coroutine function ``check`` every 20 ms until it returns something truthy;
+    fail with ``what`` after ``timeout`` seconds."""
+    try:
+        async with asyncio.timeout(timeout):
+            while not await check():
+                await asyncio.sleep(0.02)
+    except TimeoutError:
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}") from None

@@ -20,7 +20,8 @@ from consumerkit.outbox.event import OutboxEvent
 from consumerkit.outbox.sink import PermanentSendError
 from consumerkit.outbox.webhook import BlockedByEarlierEvent
 from consumerkit.webhook.status import retry_after
-from tests.webhooks.conftest import Reply, ScriptedEndpoint, serve
+
+from .conftest import Reply, ScriptedEndpoint
 
 Endpoint = tuple[ScriptedEndpoint, str]
 _seq = itertools.count(1)
