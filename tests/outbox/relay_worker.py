@@ -1,0 +1,27 @@
+"""A relay in its own OS process, for crash tests: ``python -m tests.outbox.relay_worker``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+
+from consumerkit.outbox import KafkaSink, Relay
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    for name in ("--dsn", "--bootstrap", "--schema", "--topic", "--name"):
+        parser.add_argument(name, required=True)
+    args = parser.parse_args()
+    sink = KafkaSink(args.bootstrap, route=args.topic,
+                     kafka_options={"enable_idempotence": False})
+    relay = Relay(args.dsn, sink, schema=args.schema, name=args.name, batch_size=200,
+                  rebalance_interval=0.5)
+    await relay.run()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(main())
