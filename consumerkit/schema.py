@@ -8,7 +8,9 @@ migration leaves nothing half-built.
 ``{schema}.consumerkit_schema_version`` records the steps applied, per component: ``core``
 (schema-wide objects such as the dead-letter table) and ``dedup:<table>`` (one per dedup table,
 since a policy may name its own table). An upgrade appends a step to a component's list; a
-step, once recorded, never runs again.
+step, once recorded, never runs again. Each dedup layout has its own list of steps
+(:data:`DEDUP_STEPS`, :data:`TABLE_DEDUP_STEPS`); the catalog says which layout a table has,
+and a policy asking for the other one is refused before anything runs.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import asyncpg
 
 from ._identifiers import identifier, qualified
 from .deadletter.table import dead_letter_ddl
+from .dedup.layout import check_layout
 from .dedup.partitions import LOCK_SEED, maintain
 from .dedup.policy import DedupPolicy
 from .dedup.postgres import (
@@ -29,7 +32,8 @@ from .dedup.postgres import (
     claim_many_ddl,
     dedup_ddl,
 )
-from .dedup.retention import retention_ddl
+from .dedup.retention import register, retention_ddl
+from .dedup.table import table_dedup_ddl
 from .errors import StartupError
 from .types import DbConnection
 
@@ -54,6 +58,9 @@ DEDUP_STEPS = (
     Step(2, "claim function with a bounded lock wait", claim_ddl),
     Step(3, "bulk claim function", claim_many_ddl),
 )
+TABLE_DEDUP_STEPS = (
+    Step(1, "plain dedup table with a unique key and its bulk claim function", table_dedup_ddl),
+)
 
 
 async def migrate(
@@ -61,15 +68,19 @@ async def migrate(
     *, namespace: str | None = None,
 ) -> None:
     """Create or upgrade ``schema``: the dead-letter table and the dedup table of ``policy``
-    with its claim function, then create the dedup partitions the next intervals need.
+    with its claim function, then (partitioned layout) create the dedup partitions the next
+    intervals need, or (table layout) register ``namespace``'s retention; the table layout's
+    expired rows are deleted by :func:`~consumerkit.dedup.partitions.maintain`, in short
+    transactions of its own.
 
     Every identifier is validated before any SQL runs. Raises :class:`StartupError` when the
-    database refuses a step.
+    database refuses a step, or when the dedup table exists with the other layout.
     """
     identifier(schema, "schema name")
     check_dedup_names(schema, policy)
     versions = qualified(schema, VERSION_TABLE)
-    components = (("core", CORE_STEPS), (f"dedup:{policy.table}", DEDUP_STEPS))
+    dedup_steps = TABLE_DEDUP_STEPS if policy.layout == "table" else DEDUP_STEPS
+    components = (("core", CORE_STEPS), (f"dedup:{policy.table}", dedup_steps))
     try:
         async with conn.transaction():
             await conn.execute(
@@ -84,6 +95,7 @@ async def migrate(
                     applied_at timestamptz NOT NULL DEFAULT now(),
                     PRIMARY KEY (component, version)
                 )""")
+            await check_layout(conn, schema, policy)
             for component, steps in components:
                 applied = {
                     row["version"] for row in await conn.fetch(
@@ -97,7 +109,10 @@ async def migrate(
                     await conn.execute(
                         f"INSERT INTO {versions} (component, version, description) "
                         "VALUES ($1, $2, $3)", component, step.version, step.description)
-            await maintain(conn, schema, policy, namespace=namespace)
+            if policy.layout == "partitioned":
+                await maintain(conn, schema, policy, namespace=namespace)
+            elif namespace is not None:
+                await register(conn, schema, policy.table, namespace, policy.retention)
     except asyncpg.PostgresError as exc:
         raise StartupError(f"migration of schema {schema!r} failed: {exc}") from exc
 

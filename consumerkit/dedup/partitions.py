@@ -21,6 +21,7 @@ Locking, since maintenance runs while consumers claim:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -29,6 +30,8 @@ import asyncpg
 from .._identifiers import identifier, qualified
 from ..errors import ConfigurationError, StartupError
 from ..types import DbConnection
+from .cleanup import clean_table
+from .layout import check_layout, existing_layout
 from .policy import DedupPolicy
 from .retention import longest, register
 
@@ -55,6 +58,13 @@ ORDER BY lower NULLS FIRST, c.relname
 # The bounds are cast back from the text pg_get_expr prints, in the same session, so the
 # session's TimeZone and DateStyle round-trip exactly; no Python-side date parsing.
 
+_TABLE_SQL = """
+SELECT c.relname AS name, NULL::timestamptz AS lower, NULL::timestamptz AS upper,
+       c.reltuples::bigint AS approx_rows, pg_total_relation_size(c.oid) AS size_bytes
+FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relname = $2
+"""
+
 
 @dataclass(frozen=True, slots=True)
 class PartitionInfo:
@@ -75,11 +85,14 @@ class PartitionInfo:
 @dataclass(frozen=True, slots=True)
 class MaintenanceReport:
     """What one :func:`maintain` run changed: partitions created and dropped, and the expired
-    partitions whose drop was deferred because the table lock was not granted in time."""
+    partitions whose drop was deferred because the table lock was not granted in time. For the
+    ``"table"`` layout: ``deleted`` rows, and ``deferred`` names the table when a batch gave up
+    on a lock before the cleanup was done."""
 
     created: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
     deferred: list[str] = field(default_factory=list)
+    deleted: int = 0
 
 
 def partition_name(table: str, lower: datetime) -> str:
@@ -133,12 +146,19 @@ def uncovered(
     return gaps
 
 
-async def list_partitions(conn: DbConnection, schema: str, table: str) -> list[PartitionInfo]:
-    """The partitions of ``schema.table`` in bound order, read from ``pg_catalog``."""
+async def list_partitions(
+    conn: DbConnection, schema: str, table: str, *, exact: bool = False,
+) -> list[PartitionInfo]:
+    """The partitions of ``schema.table`` in bound order, read from ``pg_catalog``; for a
+    table of the ``"table"`` layout, the table itself as one unbounded entry. Row counts are
+    the planner's estimates, or ``count(*)`` per partition with ``exact`` (a full scan)."""
     identifier(schema, "schema name")
     identifier(table, "dedup table name")
-    rows = await conn.fetch(_PARTITIONS_SQL, schema, table)
-    return [
+    if await existing_layout(conn, schema, table) == "table":
+        rows = await conn.fetch(_TABLE_SQL, schema, table)
+    else:
+        rows = await conn.fetch(_PARTITIONS_SQL, schema, table)
+    parts = [
         PartitionInfo(
             name=row["name"], lower=row["lower"], upper=row["upper"],
             approx_rows=row["approx_rows"] if row["approx_rows"] >= 0 else None,
@@ -146,13 +166,20 @@ async def list_partitions(conn: DbConnection, schema: str, table: str) -> list[P
         )
         for row in rows
     ]
+    if exact:
+        parts = [dataclasses.replace(p, approx_rows=await conn.fetchval(
+            f"SELECT count(*) FROM {qualified(schema, p.name)}")) for p in parts]
+    return parts
 
 
 async def maintain(
     conn: DbConnection, schema: str, policy: DedupPolicy, *, now: datetime | None = None,
     namespace: str | None = None, lock_timeout: timedelta = timedelta(seconds=2),
 ) -> MaintenanceReport:
-    """Create the partitions the next ``premake`` intervals need and drop expired ones.
+    """Create the partitions the next ``premake`` intervals need and drop expired ones; for
+    the ``"table"`` layout, delete the expired rows in batches instead (see
+    :mod:`~consumerkit.dedup.cleanup`: short transactions of their own, so call it outside a
+    transaction).
 
     A partition is dropped when its upper bound is at or before
     ``now - (retention + policy.clock_skew)``, where ``retention`` is the longest of
@@ -161,8 +188,13 @@ async def maintain(
     ``policy.retention`` for itself. The skew margin keeps a row until a redelivery stamped by
     a fast producer clock counts as expired (see :class:`DedupPolicy`). ``now`` defaults to
     the database's ``now()``; tests pass a time. One transaction, so a failure leaves the table
-    as it was.
+    as it was. Raises :class:`StartupError` if the table is missing or has the other layout.
     """
+    if policy.layout == "table":
+        cleanup = await clean_table(conn, schema, policy, now=now, namespace=namespace,
+                                    lock_seed=LOCK_SEED, lock_timeout=lock_timeout)
+        return MaintenanceReport(
+            deferred=[] if cleanup.finished else [policy.table], deleted=cleanup.deleted)
     parent = qualified(schema, policy.table)
     check_partition_names(policy.table)
     if now is not None and now.tzinfo is None:
@@ -179,7 +211,7 @@ async def maintain(
         await conn.execute(
             "SELECT set_config('lock_timeout', $1, true)",
             f"{max(1, int(lock_timeout.total_seconds() * 1000))}ms")
-        if await conn.fetchval("SELECT to_regclass($1)", f"{schema}.{policy.table}") is None:
+        if await check_layout(conn, schema, policy) is None:
             raise StartupError(f"dedup table {schema}.{policy.table} does not exist: run migrate")
         moment: datetime = now if now is not None else await conn.fetchval("SELECT now()")
         existing = await list_partitions(conn, schema, policy.table)

@@ -10,20 +10,28 @@ from .._identifiers import identifier
 from ..errors import ConfigurationError
 
 ExpiredPolicy = Literal["dead_letter", "skip", "apply"]
+Layout = Literal["partitioned", "table"]
 
 
 @dataclass(frozen=True, slots=True)
 class DedupPolicy:
-    """Settings of the time-partitioned dedup table.
+    """Settings of the dedup table.
+
+    ``layout``: ``"partitioned"`` (default) keeps the ids in a table range-partitioned by
+    time, and retention drops whole partitions; ``"table"`` keeps them in one plain table with
+    a unique key on (namespace, event_id), and retention deletes expired rows in batches. The
+    layout of an existing table cannot be changed by a migration: use another ``table`` name.
 
     ``retention``: how long a processed event id is remembered (default 7 days). It must
     outlast the longest redelivery: handler retries, replays from the dead-letter destination,
     and the topic's own retention if consumers may be reset to the beginning.
 
-    ``partition_interval``: the width of one partition (whole hours dividing a day, or whole
-    days). Whole partitions are dropped once all their rows are older than ``retention``.
+    ``partition_interval``: (partitioned layout) the width of one partition (whole hours
+    dividing a day, or whole days). Whole partitions are dropped once all their rows are older
+    than ``retention``. With either layout it also sets how often a consumer runs maintenance
+    by default (a quarter of it, at most hourly).
 
-    ``premake``: how many future partitions maintenance keeps ready.
+    ``premake``: (partitioned layout) how many future partitions maintenance keeps ready.
 
     ``expired``: what to do with an event whose time (``occurred_at`` header, else the record
     timestamp) is older than ``retention``, since its original may have been forgotten:
@@ -54,9 +62,13 @@ class DedupPolicy:
     table: str = "processed_events"
     clock_skew: timedelta = timedelta(hours=1)
     claim_lock_timeout: timedelta = timedelta(seconds=30)
+    layout: Layout = "partitioned"
 
     def __post_init__(self) -> None:
         identifier(self.table, "dedup table name")
+        if self.layout not in ("partitioned", "table"):
+            raise ConfigurationError(
+                f"unknown dedup layout {self.layout!r}: use 'partitioned' or 'table'")
         step = self.partition_interval
         hour = timedelta(hours=1)
         if step <= timedelta(0) or step % hour:

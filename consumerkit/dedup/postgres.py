@@ -35,6 +35,7 @@ from ..envelope import Envelope
 from ..types import Claim, ClaimRequest, ClaimStatus, DbConnection
 from .partitions import LOCK_SEED, check_partition_names
 from .policy import DedupPolicy
+from .table import table_names
 
 DEFAULT_POLICY = DedupPolicy()
 """The policy used when none is given (``DedupPolicy`` is frozen, so sharing it is safe)."""
@@ -153,11 +154,15 @@ def claim_function(schema: str, table: str, suffix: str = "claim") -> str:
 
 def check_dedup_names(schema: str, policy: DedupPolicy) -> None:
     """Validate every name derived from ``policy.table`` before any SQL runs: the table, its
-    index, its claim function and its partitions must each fit PostgreSQL's 63 characters."""
+    indexes, its claim functions and (partitioned layout) its partitions must each fit
+    PostgreSQL's 63 characters."""
     qualified(schema, policy.table)
+    claim_function(schema, policy.table, "claim_many")
+    if policy.layout == "table":
+        table_names(policy.table)
+        return
     identifier(f"{policy.table}_event_idx", "dedup index name")
     claim_function(schema, policy.table)
-    claim_function(schema, policy.table, "claim_many")
     check_partition_names(policy.table)
 
 
@@ -229,9 +234,11 @@ def claim_many_ddl(schema: str, policy: DedupPolicy) -> list[str]:
 
 
 class PostgresDedupStore:
-    """:class:`~consumerkit.types.DedupStore` over the partitioned table of ``policy``.
+    """:class:`~consumerkit.types.DedupStore` over the dedup table of ``policy``, whatever its
+    layout: both layouts answer the same ``{table}_claim_many`` call (see
+    :mod:`consumerkit.dedup.table` for the ``"table"`` layout's).
 
-    Create the table with :func:`consumerkit.schema.migrate` and keep its partitions with
+    Create the table with :func:`consumerkit.schema.migrate` and keep it with
     :func:`consumerkit.dedup.partitions.maintain`. A claim is one round trip: asyncpg keeps the
     claim statement prepared per connection after its first use.
     """

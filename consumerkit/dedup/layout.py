@@ -1,0 +1,42 @@
+"""Which layout a dedup table has in the database, read from the catalog.
+
+The catalog is the truth: a policy asking for one layout while the table exists with the other
+is refused with a clear error instead of failing halfway through a migration or a maintenance
+run (``ATTACH PARTITION`` on a plain table, ``ON CONFLICT`` without a unique key).
+"""
+
+from __future__ import annotations
+
+from .._identifiers import identifier
+from ..errors import StartupError
+from ..types import DbConnection
+from .policy import DedupPolicy, Layout
+
+_RELKINDS: dict[str, Layout] = {"p": "partitioned", "r": "table"}
+
+
+async def existing_layout(conn: DbConnection, schema: str, table: str) -> Layout | None:
+    """The layout of ``schema.table`` (``None`` if there is no such relation). Raises
+    :class:`StartupError` if the name belongs to something else (a view, a sequence)."""
+    identifier(schema, "schema name")
+    identifier(table, "dedup table name")
+    kind: str | None = await conn.fetchval(
+        "SELECT c.relkind::text FROM pg_catalog.pg_class c"
+        " JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = $1 AND c.relname = $2", schema, table)
+    if kind is None:
+        return None
+    if kind not in _RELKINDS:
+        raise StartupError(f"{schema}.{table} exists but is not a table (relkind {kind!r})")
+    return _RELKINDS[kind]
+
+
+async def check_layout(conn: DbConnection, schema: str, policy: DedupPolicy) -> Layout | None:
+    """The existing layout of the policy's table, after checking it is the policy's own."""
+    found = await existing_layout(conn, schema, policy.table)
+    if found is not None and found != policy.layout:
+        raise StartupError(
+            f"dedup table {schema}.{policy.table} exists with the {found!r} layout but the "
+            f"policy asks for {policy.layout!r}: the layout of a table cannot be changed in "
+            "place; name another table in DedupPolicy(table=...) or keep the layout")
+    return found

@@ -1,0 +1,211 @@
+"""A Redis "seen" cache in front of the PostgreSQL dedup store (needs the ``redis`` extra).
+
+PostgreSQL stays the source of truth; the cache only saves transactions for events it knows
+were applied:
+
+- :meth:`RedisDedupCache.known` is asked before the transaction, for a whole batch in one
+  round trip (one ``MGET``). An id it knows is a duplicate without touching the database.
+- :meth:`RedisDedupCache.remember` is called only after the database commit, for the ids that
+  transaction claimed, in one round trip (a pipeline of ``SET ... PX``). An id whose
+  transaction rolled back is never remembered, so a hit always means a committed dedup row.
+- Each key lives ``ttl``, which must not exceed the dedup retention: the cache then never
+  knows an id the database has forgotten.
+
+Redis slow, down or flushed costs nothing but the cache's benefit. No call raises: a timeout
+(``socket_timeout``, 75 ms by default) or an error counts as a failure, opens a circuit
+breaker and answers "nothing known". While the breaker is open no call goes to Redis; after
+``retry_interval`` one call tries again, and a success closes the breaker. Each change (down,
+up) is logged once on ``consumerkit.dedup``, never per batch. A flushed cache only misses.
+
+Keys are ``<prefix>:<namespace>:<event id>``; an id longer than 64 characters (or one that
+starts with ``sha256:``) is replaced by ``sha256:<hex digest>``. Namespaces are consumer
+names, which contain no ``:``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+from urllib.parse import urlsplit
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from .._identifiers import redact_dsn
+from ..errors import ConfigurationError
+from .policy import DedupPolicy
+
+log = logging.getLogger("consumerkit.dedup")
+
+DEFAULT_TTL = timedelta(days=1)
+_HASHED = "sha256:"
+_LONGEST_PLAIN_ID = 64
+
+
+class RedisDedupCache:
+    """:class:`~consumerkit.types.DedupCache` on Redis, never raising, with a circuit breaker.
+
+    ``ttl``: how long an applied id is remembered; it must be no longer than the dedup
+    retention. Without it the cache uses 1 day, lowered to the retention by :meth:`check`.
+    ``socket_timeout``: seconds any Redis call may take (connecting included) before it
+    counts as a failure. ``retry_interval``: seconds between attempts while Redis is away.
+
+    Counters, since the cache was built: ``hits`` and ``misses`` (ids asked about), ``failures``
+    (calls that failed or timed out), ``breaker_opens`` (times Redis was declared away),
+    ``recoveries`` (times it came back) and ``bypassed`` (calls not sent while it was away).
+    """
+
+    def __init__(
+        self, url: str, *, ttl: timedelta | None = None, prefix: str = "consumerkit:seen",
+        socket_timeout: float = 0.075, retry_interval: float = 5.0,
+    ) -> None:
+        if urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+            raise ConfigurationError(
+                f"invalid Redis URL {redact_dsn(url)!r}: use redis://, rediss:// or unix://")
+        if ttl is not None and ttl < timedelta(milliseconds=1):
+            raise ConfigurationError("the dedup cache ttl must be at least 1 millisecond")
+        if socket_timeout <= 0 or retry_interval <= 0:
+            raise ConfigurationError("socket_timeout and retry_interval must be positive")
+        if not prefix:
+            raise ConfigurationError("the dedup cache prefix must not be empty")
+        self.url = url
+        self.prefix = prefix
+        self.socket_timeout = socket_timeout
+        self.retry_interval = retry_interval
+        self._explicit_ttl = ttl
+        self.ttl = ttl if ttl is not None else DEFAULT_TTL
+        self.hits = self.misses = self.failures = 0
+        self.breaker_opens = self.recoveries = self.bypassed = 0
+        self._client: Redis | None = None
+        self._open = False  # the breaker: True while Redis is considered away
+        self._retry_at = 0.0
+        self._probing = False
+
+    def __repr__(self) -> str:
+        return f"RedisDedupCache({redact_dsn(self.url)!r}, ttl={self.ttl})"
+
+    @property
+    def available(self) -> bool:
+        """Whether the breaker is closed (the last call to Redis succeeded)."""
+        return self._client is not None and not self._open
+
+    def check(self, policy: DedupPolicy) -> None:
+        """Check the cache against the consumer's dedup policy, at start-up: an explicit
+        ``ttl`` longer than ``policy.retention`` raises :class:`ConfigurationError` (the cache
+        could then know ids the database has forgotten); the default ttl is lowered to the
+        retention when that is shorter."""
+        if self._explicit_ttl is None:
+            self.ttl = min(DEFAULT_TTL, policy.retention)
+        elif self._explicit_ttl > policy.retention:
+            raise ConfigurationError(
+                f"the dedup cache ttl ({self._explicit_ttl}) is longer than the dedup "
+                f"retention ({policy.retention}): it must not outlive the database's rows")
+
+    async def open(self) -> None:
+        """Connect and ping once. Redis being away is no error: the breaker starts open."""
+        self._client = Redis.from_url(
+            self.url, socket_timeout=self.socket_timeout,
+            socket_connect_timeout=self.socket_timeout, retry=Retry(NoBackoff(), 0),
+            health_check_interval=0)
+        try:
+            async with asyncio.timeout(self._deadline):
+                await self._client.ping()
+        except Exception as exc:
+            self._failed(exc)
+        else:
+            log.info("dedup cache at %s ready (ttl %s)", redact_dsn(self.url), self.ttl)
+
+    async def known(self, namespace: str, event_ids: Sequence[str]) -> set[str]:
+        """The ids of ``event_ids`` the cache knows were applied in ``namespace``; an empty
+        set when Redis is away. One round trip."""
+        if not event_ids or not self._admit():
+            return set()
+        keys = [self.key(namespace, event_id) for event_id in event_ids]
+        assert self._client is not None  # _admit says so
+        try:
+            async with asyncio.timeout(self._deadline):
+                values = await self._client.mget(keys)
+        except Exception as exc:
+            self._failed(exc)
+            return set()
+        self._succeeded()
+        found = {event_id for event_id, value in zip(event_ids, values, strict=True)
+                 if value is not None}
+        self.hits += len(found)
+        self.misses += len(event_ids) - len(found)
+        return found
+
+    async def remember(self, namespace: str, event_ids: Sequence[str]) -> None:
+        """Remember ``event_ids`` as applied in ``namespace`` for ``ttl``; call it only after
+        the transaction that claimed them committed. One round trip; nothing if Redis is
+        away."""
+        if not event_ids or not self._admit():
+            return
+        keys = [self.key(namespace, event_id) for event_id in event_ids]
+        assert self._client is not None
+        ttl_ms = max(1, self.ttl // timedelta(milliseconds=1))
+        try:
+            async with asyncio.timeout(self._deadline):
+                pipe = self._client.pipeline(transaction=False)
+                for key in keys:
+                    pipe.set(key, b"1", px=ttl_ms)
+                await pipe.execute()
+        except Exception as exc:
+            self._failed(exc)
+            return
+        self._succeeded()
+
+    async def close(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.aclose()
+
+    def key(self, namespace: str, event_id: str) -> bytes:
+        """The Redis key of ``event_id`` in ``namespace``."""
+        if len(event_id) > _LONGEST_PLAIN_ID or event_id.startswith(_HASHED):
+            digest = hashlib.sha256(event_id.encode("utf-8", "surrogatepass")).hexdigest()
+            event_id = _HASHED + digest
+        return f"{self.prefix}:{namespace}:{event_id}".encode("utf-8", "surrogatepass")
+
+    @property
+    def _deadline(self) -> float:
+        # connecting and one request/reply, each bounded by socket_timeout
+        return 2 * self.socket_timeout
+
+    def _admit(self) -> bool:
+        """Whether a call may go to Redis now: always while the breaker is closed; while it
+        is open, one call at a time once ``retry_interval`` has passed."""
+        if self._client is None:
+            return False
+        if not self._open:
+            return True
+        if self._probing or time.monotonic() < self._retry_at:
+            self.bypassed += 1
+            return False
+        self._probing = True
+        return True
+
+    def _failed(self, exc: BaseException) -> None:
+        self.failures += 1
+        self._probing = False
+        self._retry_at = time.monotonic() + self.retry_interval
+        if not self._open:
+            self._open = True
+            self.breaker_opens += 1
+            log.warning(
+                "dedup cache at %s unavailable (%s): deduplicating on PostgreSQL alone, "
+                "trying again every %gs", redact_dsn(self.url),
+                type(exc).__name__ if not str(exc) else f"{type(exc).__name__}: {exc}",
+                self.retry_interval)
+
+    def _succeeded(self) -> None:
+        self._probing = False
+        if self._open:
+            self._open = False
+            self.recoveries += 1
+            log.warning("dedup cache at %s is back", redact_dsn(self.url))
