@@ -216,7 +216,7 @@ def _header_value(name: str, value: str) -> bytes:
 async def _excerpt(response: httpx.Response, limit: int = 300) -> str:
     """The start of the answer's body, for the error message; the rest is not read."""
     read = b""
-    async for chunk in response.aiter_raw():
+    async for chunk in response.aiter_bytes():
         read += chunk
         if len(read) >= limit:
             break

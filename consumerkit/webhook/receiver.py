@@ -43,6 +43,7 @@ from ._asgi import respond as _respond
 
 log = logging.getLogger("consumerkit.webhook")
 
+_ACQUIRE_TIMEOUT = 10.0  # seconds a request waits for a pool connection before a 503
 _STATUS_OF_REASON = {"oversized": 413, "unknown_event_type": 404}  # other reasons: 400
 _FORWARDED = (wh.IDEMPOTENCY_KEY.lower(), wh.PREFIX.lower())  # the event's own headers
 
@@ -193,7 +194,7 @@ class WebhookReceiver:
             claim = await apply(
                 self._pool, self._store, self.namespace, decoded, attempt,
                 enforce_window=self.dedup.expired != "apply",
-                handler_timeout=self.handler_timeout, acquire_timeout=self.retry_after + 5.0)
+                handler_timeout=self.handler_timeout, acquire_timeout=_ACQUIRE_TIMEOUT)
         except Exception as exc:
             await self._failed(send, key, exc)
             return
