@@ -10,12 +10,14 @@ brokers without it).
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 from aiokafka.partitioner import DefaultPartitioner
 
@@ -231,3 +233,37 @@ async def create_topic(bootstrap: str, name: str, partitions: int,
             [NewTopic(name, num_partitions=partitions, replication_factor=1)])
     finally:
         await admin.close()
+
+
+async def describe_topic_configs(
+    bootstrap: str, topics: Sequence[str], *, names: Sequence[str] | None = None,
+    options: Mapping[str, Any] | None = None, timeout: float = 10.0,
+) -> dict[str, dict[str, str]]:
+    """The configs (``{name: value}``, only ``names`` if given) of each of ``topics`` that the
+    broker describes. A topic it cannot describe (unknown, not allowed, a broker without
+    DescribeConfigs, no answer within ``timeout`` seconds) is absent from the result: callers
+    treat its configs as unknown. ``options`` are the Kafka options; those an admin client
+    does not take are left out."""
+    accepted = set(inspect.signature(AIOKafkaAdminClient).parameters)
+    settings = {"request_timeout_ms": int(timeout * 1000),
+                **{k: v for k, v in (options or {}).items() if k in accepted}}
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **settings)
+    wanted = dict.fromkeys(names) if names is not None else None
+    found: dict[str, dict[str, str]] = {}
+    try:
+        async with asyncio.timeout(timeout):
+            await admin.start()
+            responses = await admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, topic, wanted) for topic in topics])
+    except (KafkaError, OSError, TimeoutError):
+        return found
+    finally:
+        await admin.close()
+    for response in responses:
+        for resource in response.to_object()["resources"]:
+            if resource["error_code"] == 0 and resource["resource_name"] in topics:
+                found[resource["resource_name"]] = {
+                    entry["config_names"]: entry["config_value"]
+                    for entry in resource["config_entries"]
+                    if entry["config_value"] is not None}
+    return found
