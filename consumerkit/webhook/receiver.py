@@ -21,25 +21,23 @@ import logging
 import time
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import Any
 
 import asyncpg
 
 from .._decode import Decoded, Decoder
-from .._failures import ClaimBlocked, HandlerFailure, describe, judge
+from .._failures import ClaimBlocked, describe
 from .._identifiers import check_name, identifier, redact_dsn
 from ..dedup.partitions import maintain
 from ..dedup.policy import DedupPolicy
 from ..dedup.postgres import PostgresDedupStore
 from ..envelope import Record
-from ..errors import ConfigurationError, DeadLetter, DecodeError, Retry, StartupError, is_retriable
+from ..errors import ConfigurationError, DecodeError, StartupError
 from ..registry import HandlerRegistry, HandlerSource, RouteTable
 from ..schema import check_synchronous_commit, migrate
-from ..types import Claim, ClaimStatus
+from . import _answers as answers
 from . import headers as wh
 from ._apply import apply
 from ._asgi import BodyTooLarge, Disconnected, Receive, Scope, Send, read_body, request_headers
-from ._asgi import respond as _respond
 
 log = logging.getLogger("consumerkit.webhook")
 
@@ -164,18 +162,19 @@ class WebhookReceiver:
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
-            await _respond(send, 405, _error("method_not_allowed", "use POST"),
-                           [("Allow", "POST")])
+            await answers.refuse(send, 405, "method_not_allowed", "use POST",
+                                 [("Allow", "POST")])
             return
         if not self._open or self._pool is None:
-            await self._unavailable(send, "not_started", "the receiver is not open yet")
+            await answers.unavailable(send, "not_started", "the receiver is not open yet",
+                                      self.retry_after)
             return
         headers = request_headers(scope)
         try:
             body = await read_body(receive, headers, self.max_body_bytes)
         except BodyTooLarge:
-            await _respond(send, 413, _error(
-                "oversized", f"the body exceeds {self.max_body_bytes} bytes"))
+            await answers.refuse(send, 413, "oversized",
+                                 f"the body exceeds {self.max_body_bytes} bytes")
             return
         except Disconnected:
             return
@@ -183,7 +182,7 @@ class WebhookReceiver:
             decoded = self._decoder.decode(_record(scope, headers, body))
         except DecodeError as exc:
             status = _STATUS_OF_REASON.get(exc.reason, 400)
-            await _respond(send, status, _error(exc.reason, exc.detail))
+            await answers.refuse(send, status, exc.reason, exc.detail)
             return
         await self._apply(send, decoded, _attempt(headers))
 
@@ -196,54 +195,12 @@ class WebhookReceiver:
                 enforce_window=self.dedup.expired != "apply",
                 handler_timeout=self.handler_timeout, acquire_timeout=_ACQUIRE_TIMEOUT)
         except Exception as exc:
-            await self._failed(send, key, exc)
+            if isinstance(exc, ClaimBlocked) and isinstance(exc.cause,
+                                                            asyncpg.CheckViolationError):
+                self._maintenance_wanted.set()  # no dedup partition for the current time
+            await answers.failed(send, key, exc, self.retry_after)
             return
-        await self._settled(send, key, claim)
-
-    async def _settled(self, send: Send, key: str, claim: Claim) -> None:
-        if claim.status is ClaimStatus.CLAIMED:
-            await _respond(send, 200, {"status": "applied", "event_id": key})
-        elif claim.status is ClaimStatus.DUPLICATE:
-            seen = claim.original_seen_at.isoformat() if claim.original_seen_at else None
-            await _respond(send, 200, {"status": "duplicate", "event_id": key,
-                                       "first_seen_at": seen}, [("Idempotent-Replayed", "true")])
-        elif self.dedup.expired == "skip":
-            log.warning("skipped %s: older than the dedup window", key)
-            await _respond(send, 200, {"status": "expired_skipped", "event_id": key})
-        else:
-            await _respond(send, 422, _error(
-                "expired", "the event is older than the dedup retention; its original may have "
-                "been forgotten, so it is not applied"))
-
-    async def _failed(self, send: Send, key: str, raised: Exception) -> None:
-        if isinstance(raised, ClaimBlocked):
-            if isinstance(raised.cause, asyncpg.LockNotAvailableError):
-                await self._unavailable(send, "in_progress",
-                                        "another request is applying this Idempotency-Key")
-                return
-            self._maintenance_wanted.set()  # no dedup partition for the current time
-        error, outage = judge(raised)
-        if isinstance(error, Retry):
-            delay = self.retry_after if error.delay is None else max(0, round(error.delay))
-            await self._unavailable(send, "retry", error.reason, delay)
-        elif outage or (isinstance(error, TimeoutError) and not isinstance(raised, HandlerFailure)):
-            log.warning("webhook %s not applied, database unavailable: %s", key, describe(error))
-            await self._unavailable(send, "unavailable", "the database is unavailable")
-        elif not isinstance(raised, HandlerFailure):
-            log.error("webhook %s not applied: %s", key, describe(error), exc_info=error)
-            await _respond(send, 500, _error("internal_error", describe(error)))
-        elif isinstance(error, DeadLetter) or not is_retriable(error):
-            log.warning("webhook %s refused by its handler: %s", key, describe(error))
-            await _respond(send, 422, _error("rejected", describe(error)))
-        else:
-            log.warning("webhook %s failed in its handler: %s", key, describe(error))
-            await _respond(send, 500, _error("handler_failed", describe(error)))
-
-    async def _unavailable(
-        self, send: Send, code: str, detail: str, delay: int | None = None,
-    ) -> None:
-        retry = str(self.retry_after if delay is None else delay)
-        await _respond(send, 503, _error(code, detail), [("Retry-After", retry)])
+        await answers.settled(send, key, claim, self.dedup.expired)
 
     async def _maintain_forever(self, pool: asyncpg.Pool) -> None:
         """Create dedup partitions ahead and drop expired ones every interval, or at once when
@@ -281,10 +238,6 @@ def _record(scope: Scope, headers: dict[str, bytes], body: bytes) -> Record:
 def _attempt(headers: dict[str, bytes]) -> int:
     raw = headers.get(wh.ATTEMPT.lower(), b"")
     return int(raw) if raw.isdigit() and 0 < len(raw) < 10 and int(raw) > 0 else 1
-
-
-def _error(code: str, detail: str) -> dict[str, Any]:
-    return {"error": code, "detail": detail}
 
 
 async def _open_pool(dsn: str, namespace: str, size: int) -> asyncpg.Pool:

@@ -72,15 +72,19 @@ def _text(node: ast.expr) -> str | None:
 def _receiver_codes() -> set[str]:
     """``status`` values and ``error`` codes the receiver module answers with."""
     codes: set[str] = set()
-    tree = ast.parse((CODE / "webhook" / "receiver.py").read_text())
-    for node in ast.walk(tree):
+    modules = ("receiver.py", "_answers.py")
+    trees = [ast.parse((CODE / "webhook" / name).read_text()) for name in modules]
+    for node in (node for tree in trees for node in ast.walk(tree)):
         if isinstance(node, ast.Dict):
             for key, value in zip(node.keys, node.values, strict=True):
                 if key is not None and _text(key) == "status" and _text(value):
                     codes.add(str(_text(value)))
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name):
-            name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
-            position = {"_error": 0, "_unavailable": 1}.get(name)
+            func = node.func
+            if isinstance(func, ast.Attribute) and ast.unparse(func.value) == "log":
+                continue  # log.error(...) is no answer
+            name = func.attr if isinstance(func, ast.Attribute) else func.id
+            position = {"error": 0, "refuse": 2, "unavailable": 1}.get(name)
             if position is not None and (code := _text(node.args[position])):
                 codes.add(code)
     decode = ast.parse((CODE / "_decode.py").read_text())

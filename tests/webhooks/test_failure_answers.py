@@ -1,5 +1,5 @@
 """How the receiver answers each way an attempt can fail, without a database: the errors are
-the ones asyncpg and the handler raise, the answer is what the ASGI server would send."""
+the ones asyncpg and the handler raise, the answer is what the ASGI server would be sent."""
 
 from __future__ import annotations
 
@@ -10,28 +10,25 @@ import asyncpg
 import orjson
 import pytest
 
-from consumerkit import DeadLetter, Retry, WebhookReceiver
+from consumerkit import DeadLetter, Retry
 from consumerkit._failures import ClaimBlocked, HandlerFailure
-
-from .handlers import HANDLERS
+from consumerkit.webhook import _answers as answers
 
 
 class Unretriable(Exception):
     retriable = False
 
 
-async def answer(raised: Exception) -> tuple[int, str, dict[str, str], WebhookReceiver]:
-    receiver = WebhookReceiver(HANDLERS, namespace="partner",
-                               postgres_dsn="postgresql://app@db.invalid/app", retry_after=9)
+async def answer(raised: Exception) -> tuple[int, str, dict[str, str]]:
     sent: list[MutableMapping[str, Any]] = []
 
     async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
 
-    await receiver._failed(send, "key-1", raised)
+    await answers.failed(send, "key-1", raised, retry_after=9)
     start, body = sent
     headers = {n.decode(): v.decode() for n, v in start["headers"]}
-    return start["status"], orjson.loads(body["body"])["error"], headers, receiver
+    return start["status"], orjson.loads(body["body"])["error"], headers
 
 
 @pytest.mark.parametrize(("raised", "status", "code", "retry_after"), [
@@ -52,11 +49,7 @@ async def answer(raised: Exception) -> tuple[int, str, dict[str, str], WebhookRe
 async def test_each_failure_gets_its_answer(
     raised: Exception, status: int, code: str, retry_after: str | None,
 ) -> None:
-    got_status, got_code, headers, _ = await answer(raised)
+    got_status, got_code, headers = await answer(raised)
     assert (got_status, got_code) == (status, code)
     assert headers.get("retry-after") == retry_after
 
-
-async def test_a_missing_partition_asks_for_maintenance_at_once() -> None:
-    *_, receiver = await answer(ClaimBlocked(asyncpg.CheckViolationError("no partition")))
-    assert receiver._maintenance_wanted.is_set()

@@ -20,7 +20,7 @@ from consumerkit import ConfigurationError, DedupPolicy, PostgresDedupStore, Web
 from consumerkit.dedup.policy import ExpiredPolicy
 from consumerkit.errors import StartupError
 
-from .conftest import serve
+from .conftest import serve, wait_until
 from .handlers import (
     CONTROL,
     HANDLERS,
@@ -319,3 +319,31 @@ def test_bad_settings_are_refused(kwargs: dict[str, object]) -> None:
     with pytest.raises(ConfigurationError):
         WebhookReceiver(HANDLERS, **options)  # type: ignore[arg-type]
 
+
+
+async def test_a_missing_dedup_partition_is_503_and_maintenance_recreates_it_at_once(
+    postgres_dsn: str, pg_schema: str, pg_pool: Pool,
+) -> None:
+    """Someone dropped the dedup partitions: the claim fails for want of one, the request is
+    answered 503 (send it again), and maintenance runs at once instead of within the hour."""
+    await create_effects(pg_pool, pg_schema)
+    partitions_sql = (
+        "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+        "JOIN pg_class p ON p.oid = i.inhparent JOIN pg_namespace n ON n.oid = p.relnamespace "
+        "WHERE n.nspname = $1 AND p.relname = 'processed_events'")
+
+    async def recreated() -> bool:
+        return bool(await pg_pool.fetch(partitions_sql, pg_schema))
+
+    key = str(uuid.uuid4())
+    async with receiving(postgres_dsn, pg_schema,
+                         maintenance_interval=timedelta(hours=1)) as url, \
+            httpx.AsyncClient(base_url=url, timeout=20) as client:
+        for part in await pg_pool.fetch(partitions_sql, pg_schema):
+            await pg_pool.execute(f'DROP TABLE "{pg_schema}"."{part["relname"]}"')
+        refused = await client.post("/orders", content=body(order_id()), headers=headers(key))
+        assert (refused.status_code, refused.json()["error"]) == (503, "unavailable")
+        await wait_until(recreated, "maintenance to recreate the partitions")
+        retried = await client.post("/orders", content=body(order_id()), headers=headers(key))
+    assert retried.json()["status"] == "applied"
+    assert await effects_of(pg_pool, pg_schema, key) == 1
