@@ -133,11 +133,11 @@ class WebhookSink:
         try:
             async with asyncio.timeout(self.timeout), client.stream(
                     "POST", url, content=event.payload, headers=headers) as response:
-                excerpt = await _excerpt(response)
+                excerpt = "" if response.is_success else await _excerpt(response)
         except (TimeoutError, httpx.TimeoutException) as exc:
             return WebhookError(f"POST {shown} timed out after {self.timeout}s "
                                 f"({type(exc).__name__})")
-        except httpx.TransportError as exc:
+        except httpx.HTTPError as exc:  # connection, protocol or body decoding failures
             detail = str(exc).replace(url, shown)[:300]
             return WebhookError(f"POST {shown} failed: {type(exc).__name__}: {detail}")
         return judge(response.status_code, response.headers.get("retry-after"), excerpt, shown)

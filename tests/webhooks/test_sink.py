@@ -183,6 +183,21 @@ async def test_a_refused_connection_is_retriable() -> None:
     assert "ConnectError" in str(result)
 
 
+@pytest.mark.parametrize(("status", "delivered"), [(200, True), (503, False)])
+async def test_an_unreadable_answer_body_only_matters_for_a_failure(
+    endpoint: Endpoint, status: int, delivered: bool,
+) -> None:
+    app, url = endpoint
+    app.replies.append(Reply(status, (("Content-Encoding", "gzip"),), body=b"not gzip at all"))
+    async with opened(WebhookSink(url)) as sink:
+        [result] = await sink.send([event()])
+    if delivered:
+        assert result is None  # a 2xx is enough: the body is not read
+    else:
+        assert isinstance(result, WebhookError)
+        assert "DecodingError" in str(result)
+
+
 async def test_an_unsendable_header_value_is_permanent(endpoint: Endpoint) -> None:
     app, url = endpoint
     async with opened(WebhookSink(url)) as sink:
