@@ -70,7 +70,10 @@ __all__ = [
 def __getattr__(name: str) -> object:
     # WebhookSink needs the optional httpx: imported on first use, not with consumerkit
     if name == "WebhookSink":
-        from .outbox.webhook import WebhookSink
-
+        try:
+            from .outbox.webhook import WebhookSink
+        except ImportError as exc:
+            raise ImportError(
+                f"WebhookSink needs httpx: pip install 'consumerkit[webhook]' ({exc})") from exc
         return WebhookSink
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
