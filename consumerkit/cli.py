@@ -2,9 +2,13 @@
 
     consumerkit demo [--orders N] [--kafka HOST:PORT] [--postgres DSN]
     consumerkit migrate [--postgres DSN] [--schema S] [--table T] [--retention 7d] [--interval 1d]
-    consumerkit dedup partitions|maintain [--postgres DSN] [--schema S] [--table T]
-                                          [--retention 7d] [--interval 1d]
+                        [--layout partitioned|table]
+    consumerkit dedup partitions|maintain|check [--postgres DSN] [--schema S] [--table T]
+        [--retention 7d] [--interval 1d] [--exact] [--kafka HOST:PORT] [--topic T ...]
+        [--expired POLICY]
     consumerkit dead-letters [--postgres DSN] [--schema S] [--consumer NAME] [--limit N]
+    consumerkit outbox failed|retry|skip|cleanup|migrate [--postgres DSN] [--schema S]
+        [--table T] [--id UUID ...] [--all] [--older-than 7d] [--batch N] [--limit N]
 
 The PostgreSQL DSN comes from ``--postgres`` or ``CONSUMERKIT_POSTGRES_DSN``; it is never
 printed with its password.
@@ -24,9 +28,10 @@ import asyncpg
 
 from ._identifiers import identifier, redact_dsn
 from .deadletter.table import list_dead_letters
-from .dedup.partitions import list_partitions, maintain
+from .dedup import cli as dedup_cli
 from .dedup.policy import DedupPolicy
 from .errors import ConsumerKitError
+from .outbox import cli as outbox_cli
 from .schema import migrate
 
 _DURATION = re.compile(r"(\d+)([dhm])")
@@ -54,13 +59,16 @@ def _parser() -> argparse.ArgumentParser:
     migrate_ = _database_args(commands.add_parser(
         "migrate", help="create or upgrade consumerkit's tables"))
     _policy_args(migrate_)
+    migrate_.add_argument("--layout", choices=["partitioned", "table"], default="partitioned",
+                          help="the dedup table's layout (when it is created)")
     letters = _database_args(commands.add_parser(
         "dead-letters", help="list dead-lettered messages"))
     letters.add_argument("--consumer")
     letters.add_argument("--limit", type=int, default=50)
-    dedup = commands.add_parser("dedup", help="inspect or maintain the dedup partitions")
-    dedup.add_argument("action", choices=["partitions", "maintain"])
-    _policy_args(_database_args(dedup))
+    dedup_cli.add_arguments(_database_args(commands.add_parser(
+        "dedup", help="inspect or maintain the dedup table, check its window")), duration)
+    outbox_cli.add_arguments(_database_args(commands.add_parser(
+        "outbox", help="failed outbox rows, retry, skip, cleanup, migrate")), duration)
     return parser
 
 
@@ -81,7 +89,7 @@ def _policy_args(parser: argparse.ArgumentParser) -> None:
 
 def _policy(args: argparse.Namespace) -> DedupPolicy:
     return DedupPolicy(retention=args.retention, partition_interval=args.interval,
-                       table=args.table)
+                       table=args.table, layout=getattr(args, "layout", "partitioned"))
 
 
 async def _with_connection(args: argparse.Namespace,
@@ -89,7 +97,7 @@ async def _with_connection(args: argparse.Namespace,
     if not args.postgres:
         raise ConsumerKitError("no database: pass --postgres or set CONSUMERKIT_POSTGRES_DSN")
     identifier(args.schema, "schema name")
-    if hasattr(args, "table"):
+    if hasattr(args, "retention"):
         _policy(args)  # validates the table name, retention and interval before connecting
     try:
         conn = await asyncpg.connect(args.postgres, timeout=15)
@@ -110,17 +118,13 @@ async def _migrate(args: argparse.Namespace) -> None:
 
 
 async def _dedup(args: argparse.Namespace) -> None:
+    if args.action == "check":
+        _policy(args)  # validates the retention and interval
+        await dedup_cli.check(args)
+        return
+
     async def work(conn: asyncpg.Connection) -> None:
-        if args.action == "maintain":
-            report = await maintain(conn, args.schema, _policy(args))
-            print(f"created {report.created or 'none'}; dropped {report.dropped or 'none'}; "
-                  f"deferred {report.deferred or 'none'}")
-            return
-        parts = await list_partitions(conn, args.schema, args.table)
-        print(f"{'partition':<40} {'from':<26} {'to':<26} {'rows':>10} {'bytes':>12}")
-        for p in parts:
-            rows = "?" if p.approx_rows is None or p.approx_rows < 0 else str(p.approx_rows)
-            print(f"{p.name:<40} {p.lower!s:<26} {p.upper!s:<26} {rows:>10} {p.size_bytes:>12}")
+        await dedup_cli.run(args, conn)
     await _with_connection(args, work)
 
 
@@ -134,13 +138,20 @@ async def _dead_letters(args: argparse.Namespace) -> None:
     await _with_connection(args, work)
 
 
+async def _outbox(args: argparse.Namespace) -> None:
+    async def work(conn: asyncpg.Connection) -> None:
+        await outbox_cli.run(args, conn)
+    await _with_connection(args, work)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "demo":
         from .demo import main as demo
 
         return demo(args.orders, args.kafka, args.postgres)
-    command = {"migrate": _migrate, "dedup": _dedup, "dead-letters": _dead_letters}
+    command = {"migrate": _migrate, "dedup": _dedup, "dead-letters": _dead_letters,
+               "outbox": _outbox}
     try:
         asyncio.run(command[args.command](args))
     except ConsumerKitError as exc:

@@ -67,6 +67,7 @@ class Relay:
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.handle_signals = handle_signals
         self.published = 0
+        self.pauses = 0  # outages: batches of which nothing was acknowledged, lost databases
         self.started = asyncio.Event()
         self._dsn = postgres_dsn
         self._store = RelayStore(self.table)
@@ -163,6 +164,7 @@ class Relay:
 
     async def _pause(self, reason: str) -> None:
         self._outages += 1
+        self.pauses += 1
         delay = self.retry.delay(self._outages)
         log.warning("outbox relay %s paused for %.1fs: %s", self.name, delay, reason)
         with contextlib.suppress(TimeoutError):

@@ -1,0 +1,197 @@
+"""Failing rows: back-off and attempts in the side table, FAILED after the maximum or at once
+for a permanent refusal, the aggregate blocked behind it, retry and skip (API and CLI); and a
+broker outage on a dedicated broker (its process stopped with SIGSTOP, then continued): the
+relay pauses, recovers, loses nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from uuid import UUID
+
+import asyncpg
+import orjson
+
+from consumerkit.outbox import (
+    KafkaSink,
+    Outbox,
+    OutboxEvent,
+    OutboxTable,
+    PermanentSendError,
+    Relay,
+    count_failed,
+    skip_failed,
+)
+from consumerkit.retry import RetryPolicy
+from consumerkit.testing.services import MakeTopic, start_tansu
+
+from .conftest import RelayRunning, pending, read_all, wait_until
+
+FAST_RETRY = RetryPolicy(max_attempts=3, initial_delay=0.2, max_delay=0.4)
+
+
+class FlakySink(KafkaSink):
+    """The real Kafka sink, except that aggregate ``bad`` fails while ``failing`` is set and
+    the first event of aggregate ``poison`` is refused for good."""
+
+    failing = True
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.attempts: dict[UUID, list[float]] = {}
+
+    def _refusal(self, event: OutboxEvent) -> BaseException | None:
+        if event.aggregate_id == "bad" and self.failing:
+            return RuntimeError("destination busy")
+        if event.aggregate_id == "poison" and orjson.loads(event.payload)["n"] == 1:
+            return PermanentSendError("refused")
+        return None
+
+    async def send(self, events: Sequence[OutboxEvent]) -> list[BaseException | None]:
+        passing = [e for e in events if self._refusal(e) is None]
+        acked = iter(await super().send(passing) if passing else [])
+        results: list[BaseException | None] = []
+        for e in events:
+            self.attempts.setdefault(e.event_id, []).append(time.monotonic())
+            refusal = self._refusal(e)
+            results.append(refusal if refusal is not None else next(acked))
+        return results
+
+
+async def _add(outbox: Outbox, pool: asyncpg.Pool[asyncpg.Record], aggregate: str,
+               n: int) -> UUID:
+    async with pool.acquire() as conn, conn.transaction():
+        added = await outbox.add(conn, event_type="e", aggregate_type="a",
+                                 aggregate_id=aggregate, payload={"n": n})
+    assert added is not None
+    return added
+
+
+async def failed_count(pool: asyncpg.Pool[asyncpg.Record], table: OutboxTable) -> int:
+    async with pool.acquire() as conn:
+        return await count_failed(conn, table)
+
+
+def cli(dsn: str, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "consumerkit", "outbox", *args,
+                           "--postgres", dsn], capture_output=True, text=True, timeout=60,
+                          check=True)
+    return done.stdout
+
+
+async def test_failed_rows_back_off_fail_block_and_can_be_retried_or_skipped(
+    pg_pool: asyncpg.Pool[asyncpg.Record], postgres_dsn: str, kafka_bootstrap: str,
+    make_topic: MakeTopic, outbox: Outbox, outbox_table: OutboxTable,
+) -> None:
+    topic = await make_topic(partitions=2)
+    sink = FlakySink(kafka_bootstrap, route=topic, kafka_options={"enable_idempotence": False})
+    relay = Relay(postgres_dsn, sink, schema=outbox_table.schema, retry=FAST_RETRY,
+                  handle_signals=False)
+    bad1, bad2 = await _add(outbox, pg_pool, "bad", 1), await _add(outbox, pg_pool, "bad", 2)
+    poison1 = await _add(outbox, pg_pool, "poison", 1)
+    poison2 = await _add(outbox, pg_pool, "poison", 2)
+    good = await _add(outbox, pg_pool, "good", 1)
+    schema = ["--schema", outbox_table.schema]
+
+    async def failure(event_id: UUID) -> asyncpg.Record | None:
+        return await pg_pool.fetchrow(
+            f"SELECT attempts, failed, last_error FROM {outbox_table.failures} "
+            "WHERE event_id = $1", event_id)
+
+    async def both_failed() -> bool:
+        return await failed_count(pg_pool, outbox_table) == 2
+
+    async with RelayRunning(relay):
+        await wait_until(both_failed, 30, "two FAILED rows")
+        bad = await failure(bad1)
+        assert bad is not None and (bad["attempts"], bad["failed"]) == (3, True)
+        assert "destination busy" in bad["last_error"]
+        poison = await failure(poison1)
+        assert poison is not None and (poison["attempts"], poison["failed"]) == (1, True)
+        times = sink.attempts[bad1]
+        assert len(times) == 3
+        assert times[1] - times[0] >= 0.1 and times[2] - times[1] >= 0.2  # back-off grows
+        # held behind the failed row: tried only in the same batches, after it; never
+        # again once it is FAILED; still pending
+        assert len(sink.attempts[bad2]) == len(times)
+        assert len(sink.attempts[poison2]) == 1
+        assert good in sink.attempts and await pending(pg_pool, outbox_table) == 4
+
+        listed = await asyncio.to_thread(cli, postgres_dsn, "failed", *schema)
+        assert str(bad1) in listed and str(poison1) in listed and "2 failed events" in listed
+        sink.failing = False
+        retried = await asyncio.to_thread(cli, postgres_dsn, "retry", "--id", str(bad1),
+                                          *schema)
+        assert "1 failed events retried" in retried
+        async with pg_pool.acquire() as conn:
+            assert await skip_failed(conn, [poison1], table=outbox_table) == 1
+
+        async def drained() -> bool:
+            return await pending(pg_pool, outbox_table) == 0
+
+        await wait_until(drained, 30, "the outbox drained after retry and skip")
+        assert await failed_count(pg_pool, outbox_table) == 0
+
+    wanted = {bad1, bad2, poison2, good}
+    records = await read_all(kafka_bootstrap, [topic], lambda found: wanted <= {
+        UUID(r.headers["id"].decode()) for r in found})
+    ids = [UUID(r.headers["id"].decode()) for r in records]
+    assert poison1 not in ids  # skipped: never published
+    firsts = list(dict.fromkeys(ids))
+    assert firsts.index(bad1) < firsts.index(bad2)  # retried, still in order
+    assert poison2 in ids and good in ids
+
+
+async def test_a_broker_outage_pauses_the_relay_and_loses_nothing(
+    pg_pool: asyncpg.Pool[asyncpg.Record], postgres_dsn: str, outbox: Outbox,
+    outbox_table: OutboxTable,
+) -> None:
+    broker = await asyncio.to_thread(start_tansu)
+    topic, stopped = "ck-outage", False
+    sink = KafkaSink(broker.bootstrap, route=topic, kafka_options={
+        "enable_idempotence": False, "request_timeout_ms": 2000, "metadata_max_age_ms": 1000})
+    relay = Relay(postgres_dsn, sink, schema=outbox_table.schema, handle_signals=False,
+                  retry=RetryPolicy(max_attempts=3, initial_delay=0.2, max_delay=1.0))
+    try:
+        async with RelayRunning(relay):
+            before = [await _add(outbox, pg_pool, f"agg-{n % 3}", n) for n in range(5)]
+
+            async def published(n: int) -> bool:
+                return relay.published >= n
+
+            await wait_until(lambda: published(5), 30, "events published before the outage")
+            seen = await read_all(broker.bootstrap, [topic], lambda found: len(found) >= 5)
+            assert {UUID(r.headers["id"].decode()) for r in seen} == set(before)
+
+            os.kill(broker.pid, signal.SIGSTOP)  # the broker stops answering, keeps its data
+            stopped = True
+            during = [await _add(outbox, pg_pool, f"agg-{n % 3}", n) for n in range(5, 25)]
+
+            async def paused() -> bool:
+                return relay.pauses >= 2
+
+            await wait_until(paused, 60, "the relay pausing for the outage")
+            assert await pending(pg_pool, outbox_table) == 20
+            os.kill(broker.pid, signal.SIGCONT)
+            stopped = False
+
+            async def drained() -> bool:
+                return await pending(pg_pool, outbox_table) == 0
+
+            await wait_until(drained, 60, "the outbox drained after the outage")
+        assert await failed_count(pg_pool, outbox_table) == 0
+        records = await read_all(broker.bootstrap, [topic], lambda found: {
+            UUID(r.headers["id"].decode()) for r in found} >= set(during))
+        ids = [UUID(r.headers["id"].decode()) for r in records]
+        for aggregate in range(3):
+            mine = [e for n, e in enumerate(during, start=5) if n % 3 == aggregate]
+            assert [i for i in dict.fromkeys(ids) if i in mine] == mine
+    finally:
+        if stopped:
+            os.kill(broker.pid, signal.SIGCONT)
+        await asyncio.to_thread(broker.stop)
