@@ -109,21 +109,27 @@ async def test_failed_rows_back_off_fail_block_and_can_be_retried_or_skipped(
     async with RelayRunning(relay):
         await wait_until(both_failed, 30, "two FAILED rows")
         bad = await failure(bad1)
-        assert bad is not None and (bad["attempts"], bad["failed"]) == (3, True)
+        assert bad is not None
+        assert (bad["attempts"], bad["failed"]) == (3, True)
         assert "destination busy" in bad["last_error"]
         poison = await failure(poison1)
-        assert poison is not None and (poison["attempts"], poison["failed"]) == (1, True)
+        assert poison is not None
+        assert (poison["attempts"], poison["failed"]) == (1, True)
         times = sink.attempts[bad1]
         assert len(times) == 3
-        assert times[1] - times[0] >= 0.1 and times[2] - times[1] >= 0.2  # back-off grows
+        assert times[1] - times[0] >= 0.1
+        assert times[2] - times[1] >= 0.2
         # held behind the failed row: tried only in the same batches, after it; never
         # again once it is FAILED; still pending
         assert len(sink.attempts[bad2]) == len(times)
         assert len(sink.attempts[poison2]) == 1
-        assert good in sink.attempts and await pending(pg_pool, outbox_table) == 4
+        assert good in sink.attempts
+        assert await pending(pg_pool, outbox_table) == 4
 
         listed = await asyncio.to_thread(cli, postgres_dsn, "failed", *schema)
-        assert str(bad1) in listed and str(poison1) in listed and "2 failed events" in listed
+        assert str(bad1) in listed
+        assert str(poison1) in listed
+        assert "2 failed events" in listed
         sink.failing = False
         retried = await asyncio.to_thread(cli, postgres_dsn, "retry", "--id", str(bad1),
                                           *schema)
@@ -144,7 +150,8 @@ async def test_failed_rows_back_off_fail_block_and_can_be_retried_or_skipped(
     assert poison1 not in ids  # skipped: never published
     firsts = list(dict.fromkeys(ids))
     assert firsts.index(bad1) < firsts.index(bad2)  # retried, still in order
-    assert poison2 in ids and good in ids
+    assert poison2 in ids
+    assert good in ids
 
 
 async def test_a_broker_outage_pauses_the_relay_and_loses_nothing(

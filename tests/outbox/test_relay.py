@@ -48,7 +48,8 @@ async def test_publishes_the_wire_format_and_deletes_on_ack_without_updates(
                                  headers={"correlation_id": "c-1"}, occurred_at=at)
         second = await outbox.add(conn, event_type="order.paid", aggregate_type="order",
                                   aggregate_id="o-1", payload={"order_id": "o-1"})
-    assert first is not None and first.version == 7
+    assert first is not None
+    assert first.version == 7
     assert second is not None
 
     async with RelayRunning(relay_for(postgres_dsn, outbox_table, kafka_bootstrap, topic)):
