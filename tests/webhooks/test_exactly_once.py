@@ -135,12 +135,12 @@ async def test_a_receiver_that_fails_twice_times_out_once_then_accepts_gets_the_
         left: int = await pg_pool.fetchval(f"SELECT count(*) FROM {table.events}")
         return left == 0
 
-    async with relaying(postgres_dsn, table, WebhookSink(f"{url}/hooks", timeout=0.5)):
+    async with relaying(postgres_dsn, table, WebhookSink(f"{url}/hooks", timeout=2.0)):
         await wait_until(attempts_recorded, "three failed attempts recorded")
         row = await pg_pool.fetchrow(f"SELECT * FROM {table.failures} WHERE event_id = $1",
                                      event_id)
         assert row is not None
-        assert "timed out after 0.5s" in row["last_error"]
+        assert "timed out after 2.0s" in row["last_error"]
         assert not row["failed"]
         accept.set()
         await wait_until(delivered, "the event acknowledged and deleted")
