@@ -79,6 +79,11 @@ class Relay:
         self._outages = 0
         self._rebalance_at = 0.0
 
+    @property
+    def slots(self) -> frozenset[int]:
+        """The slots this relay owns now (empty before start and after a lost connection)."""
+        return self._owner.owned
+
     def stop(self) -> None:
         """Ask the relay to stop after the batch in flight (its acks are still recorded)."""
         self._stopping.set()

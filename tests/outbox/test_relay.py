@@ -146,4 +146,4 @@ async def test_notify_wakes_the_relay_before_its_poll_interval(
 
 
 async def _owns_slots(relay: Relay) -> bool:
-    return bool(relay._owner.owned)
+    return bool(relay.slots)
