@@ -18,6 +18,7 @@ from .errors import (
     StartupError,
     TransportError,
 )
+from .outbox import KafkaSink, Outbox, OutboxSink, Relay, migrate_outbox
 from .registry import HandlerRegistry, handler
 from .retry import RetryPolicy
 from .schema import migrate
@@ -43,6 +44,12 @@ __all__ = [
     # policies
     "DedupPolicy",
     "RetryPolicy",
+    # outbox
+    "KafkaSink",
+    "Outbox",
+    "OutboxSink",
+    "Relay",
+    "migrate_outbox",
     # storage
     "DeadLetterEntry",
     "DeadLetterTable",

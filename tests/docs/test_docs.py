@@ -60,7 +60,7 @@ LINK = re.compile(r"\]\(([a-z0-9-]+\.md)(?:#([a-z0-9-]+))?\)")
 OUTSIDE_LINK = re.compile(r"\]\((\.\./[^)#\s]+)(?:#[^)]*)?\)")
 EXPECTED_PAGES = {
     "index.md", "guarantees.md", "handlers.md", "consumer.md", "dedup.md",
-    "ordering-and-offsets.md", "failures.md", "wire-format.md", "operations.md",
+    "ordering-and-offsets.md", "failures.md", "wire-format.md", "operations.md", "outbox.md",
 }
 KAFKA = "127.0.0.1:9092"
 DSN = "postgresql://app@db.invalid/app"
@@ -431,7 +431,7 @@ def test_cli_commands_are_documented() -> None:
     subparsers = next(a for a in _parser()._actions
                       if isinstance(a, argparse._SubParsersAction))
     commands = list(subparsers.choices)
-    assert set(commands) == {"demo", "migrate", "dedup", "dead-letters"}
+    assert set(commands) == {"demo", "migrate", "dedup", "dead-letters", "outbox"}
     usage = section(page("operations.md"), "Command line")
     for command in commands:
         assert f"consumerkit {command}" in usage
