@@ -73,9 +73,10 @@ def horizon_findings(
                 f"retention ({_text(window)}) covers how far back its consumers may be reset")))
         elif kept > window:
             findings.append(Finding("warning", (
-                f"topic {topic} keeps records {_text(kept)}, longer than the dedup retention "
-                f"({_text(window)}): after a reset to its beginning, events older than the "
-                f"window would be {again} (expired={policy.expired!r})")))
+                f"topic {topic} keeps records "
+                f"{'forever' if kept == FOREVER else 'for ' + _text(kept)}, longer than the "
+                f"dedup retention ({_text(window)}): after a reset to its beginning, events "
+                f"older than the window would be {again} (expired={policy.expired!r})")))
     return findings
 
 
@@ -106,8 +107,6 @@ def _retention(value: str | None) -> timedelta | None:
 
 
 def _text(span: timedelta) -> str:
-    if span == FOREVER:
-        return "forever"
     seconds = span.total_seconds()
     for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
         if seconds >= size and seconds % size == 0:

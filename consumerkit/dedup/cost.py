@@ -1,0 +1,115 @@
+"""What retention costs in each layout: dropping a day's partition vs deleting the same rows.
+
+:func:`measure_cleanup` fills one day of expired rows into a partitioned dedup table and the
+same rows into a table of the ``"table"`` layout, then times :func:`maintain` on each: the
+partitioned run drops the day's partition, the table run deletes the rows in batches of
+10,000. Both are the code paths consumers run. The rows are checkpointed first, as a day-old
+partition would be. The VACUUM the DELETE leaves to do is timed apart; the WAL, bloat and
+replication lag it causes are not counted. Figures vary with the machine: compare the two
+numbers of one run, not runs with each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import asyncpg
+
+from .._identifiers import identifier, qualified
+from ..types import DbConnection
+from .partitions import maintain, partition_floor, partition_name
+from .policy import DedupPolicy
+from .postgres import claim_function, dedup_ddl
+from .retention import retention_ddl
+from .table import table_dedup_ddl
+
+_FILL = """
+INSERT INTO {table} (namespace, event_id, seen_at, handler, event_type, id_source, topic,
+                     "partition", "offset", event_time)
+SELECT 'billing', md5('evt' || g)::uuid::text,
+       $1::timestamptz + (g % 86400) * interval '1 second', 'examples.billing.charge',
+       'order.created', 'header', 'orders', g % 16, g,
+       $1::timestamptz + (g % 86400) * interval '1 second'
+  FROM generate_series(1, $2) AS g
+"""
+# rows like a consumer's: a UUID event id, a qualified handler name, an event time (~120 B)
+
+
+@dataclass(frozen=True, slots=True)
+class CleanupCost:
+    """Seconds :func:`maintain` took to remove ``rows`` expired rows in each layout."""
+
+    rows: int
+    drop_seconds: float
+    delete_seconds: float
+    vacuum_seconds: float  # the VACUUM the DELETE leaves to do, timed right after it
+    dropped: list[str]
+    deleted: int
+
+    @property
+    def ratio(self) -> float:
+        """How many times longer the batched DELETE took than the partition drop."""
+        return self.delete_seconds / self.drop_seconds
+
+    @property
+    def ratio_with_vacuum(self) -> float:
+        """The same, counting the VACUUM that reclaims the deleted rows."""
+        return (self.delete_seconds + self.vacuum_seconds) / self.drop_seconds
+
+
+async def measure_cleanup(
+    conn: DbConnection, schema: str, rows: int = 200_000, *,
+    tables: tuple[str, str] = ("cost_partitioned", "cost_table"),
+) -> CleanupCost:
+    """Fill ``rows`` rows of one expired day into each layout (tables ``tables`` in
+    ``schema``, created here and dropped again at the end) and time their cleanup. The
+    partitioned table holds the current partitions and that one old day's."""
+    retention = timedelta(days=7)
+    partitioned = DedupPolicy(retention=retention, table=tables[0])
+    table = DedupPolicy(retention=retention, table=tables[1], layout="table")
+    await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {identifier(schema, 'schema name')}")
+    for statement in [*retention_ddl(schema), *dedup_ddl(schema, partitioned),
+                      *table_dedup_ddl(schema, table)]:
+        await conn.execute(statement)
+    try:
+        await maintain(conn, schema, partitioned)  # the current partitions, as in production
+        now: datetime = await conn.fetchval("SELECT now()")
+        day = partition_floor(now - retention - timedelta(days=3), timedelta(days=1))
+        parent = qualified(schema, partitioned.table)
+        part = qualified(schema, partition_name(partitioned.table, day))
+        await conn.execute(f"CREATE TABLE {part} (LIKE {parent} INCLUDING DEFAULTS)")
+        await conn.execute(
+            f"ALTER TABLE {parent} ATTACH PARTITION {part} FOR VALUES "
+            f"FROM ('{day.isoformat()}') TO ('{(day + timedelta(days=1)).isoformat()}')")
+        for policy in (partitioned, table):
+            await conn.execute(_FILL.format(table=qualified(schema, policy.table)), day, rows)
+            await conn.execute(f"ANALYZE {qualified(schema, policy.table)}")
+        await _checkpoint(conn)
+        started = time.perf_counter()
+        dropped = await maintain(conn, schema, partitioned)
+        drop_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        deleted = await maintain(conn, schema, table)
+        delete_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        await conn.execute(f"VACUUM {qualified(schema, table.table)}")
+        vacuum_seconds = time.perf_counter() - started
+    finally:
+        for policy in (partitioned, table):
+            await conn.execute(f"DROP TABLE IF EXISTS {qualified(schema, policy.table)}")
+            claim_many = claim_function(schema, policy.table, "claim_many")
+            await conn.execute(f"DROP FUNCTION IF EXISTS {claim_many}")
+        await conn.execute(f"DROP FUNCTION IF EXISTS {claim_function(schema, partitioned.table)}")
+    return CleanupCost(rows, drop_seconds, delete_seconds, vacuum_seconds, dropped.dropped,
+                       deleted.deleted)
+
+
+async def _checkpoint(conn: DbConnection) -> None:
+    """Write the filled rows out, as they would be a day after they arrived: the DELETE then
+    pays its full-page WAL images and the DROP finds no dirty buffers. Needs superuser or
+    ``pg_checkpoint``; without it the rows stay in memory (the DELETE looks cheaper)."""
+    with contextlib.suppress(asyncpg.InsufficientPrivilegeError):
+        await conn.execute("CHECKPOINT")
