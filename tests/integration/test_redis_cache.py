@@ -1,0 +1,155 @@
+"""The Redis "seen" cache on a Redis of the test's own: one round trip per call, a circuit
+breaker that makes a dead or stalled Redis cost nothing, recovery, no secret in the logs."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from datetime import timedelta
+
+import pytest
+
+from consumerkit.dedup import DedupPolicy
+from consumerkit.dedup.redis import RedisDedupCache
+from consumerkit.errors import ConfigurationError
+
+from .ledger import wait_for
+from .own_redis import OwnRedis
+
+NS = "billing"
+
+
+@pytest.fixture
+def own_redis() -> Iterator[OwnRedis]:
+    server = OwnRedis()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+async def test_known_and_remember_round_trip(own_redis: OwnRedis) -> None:
+    cache = RedisDedupCache(own_redis.url, ttl=timedelta(minutes=5))
+    await cache.open()
+    try:
+        long_id = "x" * 200
+        assert await cache.known(NS, ["a", "b", long_id]) == set()
+        await cache.remember(NS, ["a", long_id])
+        assert await cache.known(NS, ["a", "b", long_id]) == {"a", long_id}
+        assert await cache.known("shipping", ["a"]) == set()
+        assert (cache.hits, cache.misses, cache.failures) == (2, 5, 0)
+        client = own_redis.client()
+        keys = sorted(client.keys("*"))
+        assert keys == sorted([b"consumerkit:seen:billing:a", cache.key(NS, long_id)])
+        assert cache.key(NS, long_id).startswith(b"consumerkit:seen:billing:sha256:")
+        # an id that looks like a hashed key is hashed too: no two ids share a key
+        assert cache.key(NS, "sha256:" + "0" * 64) != b"consumerkit:seen:billing:sha256:" + (
+            b"0" * 64)
+        assert 0 < client.pttl(b"consumerkit:seen:billing:a") <= 300_000
+        commands = client.info("commandstats")
+        assert commands["cmdstat_mget"]["calls"] == 3  # one MGET per known()
+        client.close()
+    finally:
+        await cache.close()
+
+
+def test_the_ttl_is_checked_against_the_retention() -> None:
+    policy = DedupPolicy(retention=timedelta(hours=6), partition_interval=timedelta(hours=6))
+    default = RedisDedupCache("redis://127.0.0.1:1/0")
+    assert default.ttl == timedelta(days=1)
+    default.check(policy)
+    assert default.ttl == timedelta(hours=6)  # lowered to the retention
+    RedisDedupCache("redis://127.0.0.1:1/0", ttl=timedelta(hours=6)).check(policy)
+    with pytest.raises(ConfigurationError, match="longer than the dedup retention"):
+        RedisDedupCache("redis://127.0.0.1:1/0", ttl=timedelta(hours=7)).check(policy)
+    with pytest.raises(ConfigurationError, match="Redis URL"):
+        RedisDedupCache("http://127.0.0.1:1/0")
+
+
+async def test_a_dead_redis_opens_the_breaker_and_costs_nothing_until_it_is_back(
+    own_redis: OwnRedis, caplog: pytest.LogCaptureFixture,
+) -> None:
+    cache = RedisDedupCache(own_redis.url, retry_interval=0.3)
+    await cache.open()
+    try:
+        await cache.remember(NS, ["a"])
+        own_redis.kill()
+        with caplog.at_level(logging.WARNING, "consumerkit.dedup"):
+            assert await cache.known(NS, ["a"]) == set()  # the failure answers "unknown"
+            assert (cache.failures, cache.breaker_opens, cache.available) == (1, 1, False)
+            started = time.perf_counter()
+            for _ in range(100):
+                assert await cache.known(NS, ["a"]) == set()
+                await cache.remember(NS, ["a"])
+            assert time.perf_counter() - started < 0.05  # the open breaker sends nothing
+            assert cache.bypassed == 200
+            assert cache.failures == 1
+            # periodic attempts while it stays dead: failures grow, one warning only
+            await wait_for(_probed(cache, failures=3), 10, "two more attempts")
+            assert cache.breaker_opens == 1
+
+            own_redis.start()  # same port, empty
+            await wait_for(_probed(cache, available=True), 10, "the cache to come back")
+        assert cache.recoveries == 1
+        warnings = [r.getMessage() for r in caplog.records if r.name == "consumerkit.dedup"]
+        assert len(warnings) == 2, warnings
+        assert "unavailable" in warnings[0]
+        assert "is back" in warnings[1]
+        await cache.remember(NS, ["b"])
+        assert await cache.known(NS, ["a", "b"]) == {"b"}  # "a" went with the old process
+    finally:
+        await cache.close()
+
+
+async def test_a_stalled_redis_costs_one_socket_timeout(own_redis: OwnRedis) -> None:
+    cache = RedisDedupCache(own_redis.url, socket_timeout=0.05, retry_interval=0.2)
+    await cache.open()
+    try:
+        assert await cache.known(NS, ["a"]) == set()
+        own_redis.pause()
+        started = time.perf_counter()
+        assert await cache.known(NS, ["a"]) == set()
+        assert time.perf_counter() - started < 0.5  # bounded by 2 x socket_timeout + slack
+        assert (cache.failures, cache.breaker_opens) == (1, 1)
+        own_redis.resume()
+        await wait_for(_probed(cache, available=True), 10, "the cache to answer again")
+        await cache.remember(NS, ["a"])
+        assert await cache.known(NS, ["a"]) == {"a"}
+    finally:
+        own_redis.resume()
+        await cache.close()
+
+
+async def test_an_unreachable_redis_at_start_is_no_error_and_no_secret_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = OwnRedis(password="s3cret-pw")
+    server.start()
+    url = server.url
+    server.stop()  # nothing listens there any more
+    cache = RedisDedupCache(url, retry_interval=60)
+    with caplog.at_level(logging.INFO, "consumerkit.dedup"):
+        await cache.open()
+        assert await cache.known(NS, ["a"]) == set()
+        await cache.close()
+    assert (cache.available, cache.breaker_opens, cache.bypassed) == (False, 1, 1)
+    assert "s3cret-pw" not in caplog.text
+    assert "***" in caplog.text
+    assert "s3cret-pw" not in repr(cache)
+
+
+def _probed(cache: RedisDedupCache, *, failures: int | None = None,
+            available: bool | None = None) -> Callable[[], Awaitable[bool]]:
+    """A condition for wait_for that also drives the breaker: each check asks the cache once
+    (an attempt goes to Redis only once the retry interval has passed)."""
+    async def check() -> bool:
+        await cache.known(NS, ["probe"])
+        await asyncio.sleep(0.02)
+        if failures is not None:
+            return cache.failures >= failures
+        return cache.available is available
+
+    return check
