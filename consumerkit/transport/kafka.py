@@ -248,13 +248,14 @@ async def describe_topic_configs(
     settings = {"request_timeout_ms": int(timeout * 1000),
                 **{k: v for k, v in (options or {}).items() if k in accepted}}
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **settings)
-    wanted = dict.fromkeys(names) if names is not None else None
     found: dict[str, dict[str, str]] = {}
     try:
         async with asyncio.timeout(timeout):
             await admin.start()
+            # every config, filtered here: some brokers (Tansu) drop the connection when the
+            # request names configs
             responses = await admin.describe_configs(
-                [ConfigResource(ConfigResourceType.TOPIC, topic, wanted) for topic in topics])
+                [ConfigResource(ConfigResourceType.TOPIC, topic) for topic in topics])
     except (KafkaError, OSError, TimeoutError):
         return found
     finally:
@@ -265,5 +266,6 @@ async def describe_topic_configs(
                 found[resource["resource_name"]] = {
                     entry["config_names"]: entry["config_value"]
                     for entry in resource["config_entries"]
-                    if entry["config_value"] is not None}
+                    if entry["config_value"] is not None
+                    and (names is None or entry["config_names"] in names)}
     return found
