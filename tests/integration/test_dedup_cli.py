@@ -1,0 +1,98 @@
+"""``consumerkit dedup partitions|maintain|check`` and ``migrate --layout`` against a real
+PostgreSQL and broker."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta
+
+import asyncpg
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from consumerkit.cli import main
+from consumerkit.testing.services import MakeTopic
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+async def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    # the CLI runs its own event loop: call it from a worker thread
+    return await asyncio.to_thread(run, capsys, *argv)
+
+
+async def test_the_table_layout_from_the_command_line(
+    postgres_dsn: str, pg_schema: str, pg_pool: asyncpg.Pool,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    db = ["--postgres", postgres_dsn, "--schema", pg_schema]
+    assert (await cli(capsys, "dedup", "maintain", *db))[0] == 1  # nothing there yet
+    assert (await cli(capsys, "migrate", *db, "--layout", "table"))[0] == 0
+    code, out = await cli(capsys, "migrate", *db)  # the partitioned default is refused
+    assert code == 1
+    assert "exists with the 'table' layout" in out
+
+    now: datetime = await pg_pool.fetchval("SELECT now()")
+    await pg_pool.execute(
+        f'INSERT INTO "{pg_schema}".processed_events (namespace, event_id, seen_at, handler,'
+        ' id_source, topic, "partition", "offset") SELECT \'billing\', \'e-\' || g,'
+        " $1::timestamptz - g * interval '1 day', 'charge', 'header', 'orders', 0, g"
+        " FROM generate_series(0, 11) AS g", now)
+    code, out = await cli(capsys, "dedup", "partitions", *db, "--exact")
+    assert code == 0
+    assert "processed_events" in out
+    assert "one table (table layout), 12 rows" in out
+    code, out = await cli(capsys, "dedup", "maintain", *db)
+    assert code == 0
+    assert "deleted 4 expired rows" in out  # 8 days and older: past 7 days + 1 hour of skew
+    assert await pg_pool.fetchval(f'SELECT count(*) FROM "{pg_schema}".processed_events') == 8
+
+
+async def test_partitions_with_exact_counts_and_totals(
+    postgres_dsn: str, pg_schema: str, pg_pool: asyncpg.Pool,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    db = ["--postgres", postgres_dsn, "--schema", pg_schema]
+    assert (await cli(capsys, "migrate", *db))[0] == 0
+    await pg_pool.execute(
+        f'INSERT INTO "{pg_schema}".processed_events (namespace, event_id, handler, id_source,'
+        ' topic, "partition", "offset") SELECT \'billing\', \'e-\' || g, \'charge\', \'header\','
+        " 'orders', 0, g FROM generate_series(1, 3) AS g")
+    code, out = await cli(capsys, "dedup", "partitions", *db, "--exact")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split()[:4] == ["partition", "from", "to", "rows"]
+    assert sum(line.startswith("processed_events_p") for line in lines) >= 4
+    assert "partitions, 3 rows" in lines[-1]
+    code, out = await cli(capsys, "dedup", "partitions", *db)
+    assert "~rows" in out.splitlines()[0]
+
+
+async def test_check_reports_a_topic_that_outlives_the_window(
+    kafka_bootstrap: str, make_topic: MakeTopic, capsys: pytest.CaptureFixture[str],
+) -> None:
+    short = await make_topic(partitions=1)
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap, request_timeout_ms=10_000)
+    await admin.start()
+    kept = f"{short}-kept"
+    try:
+        await admin.create_topics([NewTopic(kept, 1, 1, topic_configs={
+            "retention.ms": str(int(timedelta(days=30).total_seconds() * 1000))})])
+        code, out = await cli(capsys, "dedup", "check", "--kafka", kafka_bootstrap,
+                              "--topic", kept, "--retention", "7d")
+        assert code == 0
+        assert f"warning: topic {kept} keeps records for 30d" in out
+        code, out = await cli(capsys, "dedup", "check", "--kafka", kafka_bootstrap,
+                              "--topic", kept, "--retention", "31d")
+        assert code == 0
+        assert "covers every redelivery horizon found" in out
+    finally:
+        await admin.delete_topics([kept])
+        await admin.close()
+    code, out = await cli(capsys, "dedup", "check", "--topic", kept)
+    assert code == 1
+    assert "needs --kafka" in out
