@@ -10,7 +10,7 @@ import asyncio
 import importlib
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 import asyncpg
@@ -92,8 +92,10 @@ class ConsumerkitPeer(Peer):
 
     async def prefill(self, conn: asyncpg.Connection[asyncpg.Record], rows: int) -> None:
         """Rows of earlier events spread over the retention window, in their partitions."""
+        span = self.consumer.dedup.retention - timedelta(hours=1)
+        now: datetime = await conn.fetchval("SELECT now()")
         await prefill_dedup(conn, self.env.schema, self.consumer.dedup, self.env.group, rows,
-                            self.consumer.dedup.retention - timedelta(hours=1))
+                            now - span, span)
 
     async def run(self) -> None:
         task = asyncio.create_task(self.consumer.run())
@@ -106,21 +108,20 @@ class ConsumerkitPeer(Peer):
 
 
 async def prefill_dedup(conn: asyncpg.Connection[asyncpg.Record], schema: str,
-                        policy: DedupPolicy, namespace: str, rows: int, span: timedelta,
-                        end: timedelta = timedelta(0)) -> None:
+                        policy: DedupPolicy, namespace: str, rows: int, start: datetime,
+                        span: timedelta) -> None:
     """``rows`` dedup rows of other events with ``seen_at`` spread evenly over
-    ``[now - end - span, now - end)``, after creating the partitions that range needs."""
-    now = await conn.fetchval("SELECT now()")
-    moment = now - end - span
-    while moment <= now:
+    ``(start, start + span)``, after creating the partitions that range needs."""
+    moment = start
+    while moment <= start + span:
         await maintain(conn, schema, policy, now=moment)
         moment += policy.partition_interval
     table = f"{q(schema)}.{policy.table}"
     await conn.execute(
         f"INSERT INTO {table} (namespace, event_id, seen_at, handler, id_source, topic, "
         '"partition", "offset") SELECT $1, \'old-\' || g, '
-        "$2::timestamptz - $3::interval * (g::float8 / $4::int), 'apply_amount', 'header', "
-        "'old', 0, g FROM generate_series(1, $4::int) AS g", namespace, now - end, span, rows)
+        "$2::timestamptz + $3::interval * ((g - 0.5) / $4::int), 'apply_amount', 'header', "
+        "'old', 0, g FROM generate_series(1, $4::int) AS g", namespace, start, span, rows)
     await conn.execute(f"ANALYZE {table}")
 
 

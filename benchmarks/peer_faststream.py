@@ -60,7 +60,8 @@ class FastStreamPeer(Peer):
             ack_policy=AckPolicy.MANUAL, isolation_level="read_committed",
             max_poll_records=POLL_RECORDS, session_timeout_ms=FAST_GROUP["session_timeout_ms"],
             heartbeat_interval_ms=FAST_GROUP["heartbeat_interval_ms"],
-            rebalance_timeout_ms=FAST_GROUP["rebalance_timeout_ms"])
+            rebalance_timeout_ms=FAST_GROUP["rebalance_timeout_ms"],
+            fetch_max_wait_ms=FAST_GROUP["fetch_max_wait_ms"])
         self.subscriber(handle)
         try:
             await broker.start()

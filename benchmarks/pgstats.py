@@ -72,9 +72,8 @@ async def relation_bytes(conn: Connection, schema: str, table: str | None) -> in
     """Total size of ``schema.table`` with its indexes, TOAST and partitions (0 if absent)."""
     if table is None:
         return 0
-    oid = await conn.fetchval("SELECT to_regclass($1)", f'"{schema}"."{table}"')
-    if oid is None:
-        return 0
     return int(await conn.fetchval(
-        "SELECT coalesce(sum(pg_total_relation_size(relid)), 0) "
-        "FROM pg_partition_tree($1::regclass)", oid))
+        "SELECT CASE WHEN c.relkind = 'p' THEN (SELECT coalesce(sum("
+        "pg_total_relation_size(t.relid)), 0) FROM pg_partition_tree(c.oid) AS t) "
+        "ELSE pg_total_relation_size(c.oid) END FROM pg_class AS c "
+        "WHERE c.oid = to_regclass($1::text)", f'"{schema}"."{table}"') or 0)

@@ -36,8 +36,10 @@ class Summary:
 
     @property
     def exact(self) -> bool:
-        """Ranked only if every run was exact and measured a positive rate."""
-        return bool(self.samples) and all(s.exact and s.rate > 0 for s in self.samples)
+        """Ranked only if every run (and the latency run, if any) was exact and every run
+        measured a positive rate."""
+        return (bool(self.samples) and all(s.exact and s.rate > 0 for s in self.samples)
+                and (self.latency is None or bool(self.latency.get("exact"))))
 
     @property
     def rates(self) -> list[float]:
@@ -53,7 +55,10 @@ class Summary:
         return statistics.median(values) if values else None
 
     def problems(self) -> str:
-        return "; ".join(f"run {s.run}: {s.detail}" for s in self.samples if not s.exact)
+        found = [f"run {s.run}: {s.detail}" for s in self.samples if not s.exact]
+        if self.latency is not None and not self.latency.get("exact"):
+            found.append(f"latency run: {self.latency.get('detail')}")
+        return "; ".join(found)
 
 
 def ratio(summary: Summary, base: Summary | None) -> float | None:
@@ -96,11 +101,12 @@ def context_lines(context: dict[str, str]) -> str:
 
 def to_json(summaries: list[Summary], context: dict[str, str],
             settings: dict[str, Any]) -> dict[str, Any]:
+    return {"context": context, "settings": settings, "peers": peers_json(summaries)}
+
+
+def peers_json(summaries: list[Summary]) -> list[dict[str, Any]]:
     by_name = {s.peer: s for s in summaries}
-    return {
-        "context": context,
-        "settings": settings,
-        "peers": [{
+    return [{
             "peer": s.peer, "description": s.description, "exact": s.exact,
             "unavailable": s.unavailable, "latency": s.latency,
             "metrics": {name: s.metric(name) for name in sorted(
@@ -111,8 +117,7 @@ def to_json(summaries: list[Summary], context: dict[str, str],
             "ratio_to_raw": ratio(s, by_name.get("raw")),
             "ratio_to_textbook": ratio(s, by_name.get("textbook")),
             "samples": [{**asdict(x), "rate": x.rate} for x in s.samples],
-        } for s in summaries],
-    }
+        } for s in summaries]
 
 
 def write_json(path: Path, document: dict[str, Any]) -> None:

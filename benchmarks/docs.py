@@ -1,0 +1,47 @@
+"""Copy a run's Markdown summary into ``docs/benchmarks.md``, under a fixed introduction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .markdown import render
+
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+
+INTRO = """\
+# Benchmarks
+
+consumerkit measured against the other ways of consuming the same topic, in one run, on the
+same PostgreSQL and broker: a raw consumer (the ceiling), the textbook per-message
+transaction, a tuned and a set-based hand-written loop, FastStream with a hand-written dedup,
+and consumerkit with its defaults, with the Redis cache and with its best settings. Every peer
+gets its own consumer group and a fresh schema; every run checks that each distinct event had
+exactly one effect, and a peer that lost or duplicated one is marked WRONG and not ranked.
+
+This page is written by the suite itself:
+
+```bash
+.venv/bin/pip install -e '.[bench]'
+.venv/bin/python -m benchmarks --profile quick --docs     # under 3 minutes
+.venv/bin/python -m benchmarks --profile full --out results/
+```
+
+How the suite works, every peer and every column:
+[`benchmarks/README.md`](../benchmarks/README.md).
+
+**Read the ratios, not the absolute numbers.** The figures below come from {machine}, with
+PostgreSQL at `fsync=on` and `synchronous_commit=on` and an embedded Tansu broker (memory
+storage), all on the same two cores, which other work shares. Absolute msg/s move by tens of
+percent between runs on such a machine; the ratios between peers measured in the same run
+(columns "of raw" and "x textbook") are what to compare. Commits and WAL syncs per message are
+read from server-wide counters, so concurrent use of the same PostgreSQL inflates them.
+
+"""
+
+
+def write(document: dict[str, Any], page: Path = PAGE) -> Path:
+    context = document["context"]
+    machine = f"one machine ({context.get('cpus', 'cpus unknown')})"
+    page.write_text(INTRO.format(machine=machine) + render(document))
+    return page
