@@ -14,6 +14,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -37,6 +38,9 @@ from .errors import DeadLetter, DecodeError, Retry, is_retriable
 from .retry import RetryPolicy
 from .stats import ConsumerStats
 from .types import Claim, ClaimRequest, ClaimStatus, DbConnection, DedupCache, DedupStore
+
+if TYPE_CHECKING:
+    from .outbox.writer import Outbox
 
 log = logging.getLogger("consumerkit.pipeline")
 
@@ -68,12 +72,14 @@ class Pipeline:
         decoder: Decoder, retry: RetryPolicy, dead_letters: DeadLetterWriter,
         expired: ExpiredPolicy, stats: ConsumerStats, concurrency: int,
         handler_timeout: float | None, cache: DedupCache | None = None,
+        outbox: Outbox | None = None,
     ) -> None:
         self.consumer = consumer
         self.namespace = namespace
         self.pool = pool
         self.dedup = dedup
         self.cache = cache
+        self.outbox = outbox
         self.decoder = decoder
         self.retry = retry
         self.dead_letters = dead_letters
@@ -264,7 +270,8 @@ class Pipeline:
     async def _handle(
         self, conn: DbConnection, decoded: Decoded, attempt: int, *, confirm: bool = True,
     ) -> None:
-        ctx = HandlerContext(conn, decoded.envelope, attempt, _event_log(decoded))
+        ctx = HandlerContext(conn, decoded.envelope, attempt, handler=decoded.route.name,
+                             outbox=self.outbox)
         try:
             async with asyncio.timeout(self.handler_timeout):
                 await decoded.route.func(decoded.event, ctx)
@@ -329,14 +336,6 @@ class Pipeline:
     def _abandoned(self) -> Outcome:
         self.stats.abandoned += 1
         return Outcome.ABANDONED
-
-
-def _event_log(decoded: Decoded) -> logging.LoggerAdapter[logging.Logger]:
-    env = decoded.envelope
-    return logging.LoggerAdapter(logging.getLogger("consumerkit.handler"), {
-        "event_id": env.event_id, "event_type": env.event_type, "topic": env.topic,
-        "partition": env.partition, "offset": env.offset, "handler": decoded.route.name,
-    })
 
 
 def _log_retry(decoded: Decoded, attempt: int, delay: float, exc: BaseException) -> None:

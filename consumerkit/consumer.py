@@ -24,6 +24,8 @@ from .dedup.policy import DedupPolicy
 from .dedup.postgres import PostgresDedupStore
 from .envelope import WireFormat
 from .errors import ConfigurationError, StartupError
+from .outbox.table import migrate_outbox
+from .outbox.writer import Outbox
 from .registry import HandlerSource, RouteTable
 from .retry import RetryPolicy
 from .schema import check_synchronous_commit, migrate
@@ -47,6 +49,7 @@ class Consumer:
         self, *, name: str, handlers: Iterable[HandlerSource], topics: Sequence[str],
         kafka_bootstrap: str, postgres_dsn: str, schema: str = "consumerkit",
         dedup: DedupPolicy | None = None, dedup_cache: DedupCache | None = None,
+        outbox: Outbox | None = None,
         retry: RetryPolicy | None = None, wire: WireFormat | None = None,
         dead_letter: DeadLetterSink | Sequence[DeadLetterSink] | None = None,
         concurrency: int = 16, max_batch: int = 100, max_in_flight: int = 1000,
@@ -69,6 +72,7 @@ class Consumer:
         self.schema = schema
         self.dedup = dedup or DedupPolicy()
         self.dedup_cache = dedup_cache
+        self.outbox = outbox
         self.retry = retry or RetryPolicy()
         self.wire = wire or WireFormat()
         sinks = dead_letter if dead_letter is not None else DeadLetterTable()
@@ -195,7 +199,7 @@ class Consumer:
             decoder=Decoder(self.routes, self.wire, self.max_message_bytes),
             retry=self.retry, dead_letters=DeadLetterWriter(self.dead_letter),
             expired=self.dedup.expired, stats=self.stats, concurrency=self.concurrency,
-            handler_timeout=self.handler_timeout, cache=self.dedup_cache)
+            handler_timeout=self.handler_timeout, cache=self.dedup_cache, outbox=self.outbox)
 
     async def _prepare_database(self, pool: asyncpg.Pool) -> None:
         async with pool.acquire() as conn:
@@ -205,6 +209,8 @@ class Consumer:
                     "after a crash while its offset is already committed (lost effect)")
             if self.auto_migrate:
                 await migrate(conn, self.schema, self.dedup, namespace=self.name)
+                if self.outbox is not None:
+                    await migrate_outbox(conn, self.outbox.table)
             else:
                 await maintain(conn, self.schema, self.dedup, namespace=self.name)
 

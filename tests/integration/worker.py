@@ -6,18 +6,30 @@ import argparse
 import asyncio
 import logging
 
-from consumerkit import Consumer, RetryPolicy
+from consumerkit import Consumer, HandlerContext, RetryPolicy
+from consumerkit.outbox import Outbox
 
-from .ledger import FAST_GROUP, ledger_handler
+from .ledger import FAST_GROUP, Step, ledger_handler
+
+BILLED = "step.billed"
+
+
+async def emit_billed(event: Step, ctx: HandlerContext) -> None:
+    """The saga step: every applied event emits one downstream event through the outbox."""
+    await ctx.publish(event_type=BILLED, aggregate_type="ledger", aggregate_id=event.key,
+                      payload={"key": event.key, "seq": event.seq})
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
     for name in ("--dsn", "--bootstrap", "--topic", "--schema", "--name"):
         parser.add_argument(name, required=True)
+    parser.add_argument("--outbox", action="store_true", help="emit through ctx.publish")
     args = parser.parse_args()
     consumer = Consumer(
-        name=args.name, handlers=[ledger_handler(args.schema)], topics=[args.topic],
+        name=args.name, topics=[args.topic],
+        handlers=[ledger_handler(args.schema, emit_billed if args.outbox else None)],
+        outbox=Outbox(args.schema) if args.outbox else None,
         kafka_bootstrap=args.bootstrap, postgres_dsn=args.dsn, schema=args.schema,
         retry=RetryPolicy(initial_delay=0.01, max_delay=0.1), concurrency=8,
         max_in_flight=200, kafka_consumer_options={**FAST_GROUP, "max_poll_records": 50},
