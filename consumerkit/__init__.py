@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 from .consumer import Consumer
 from .context import HandlerContext
 from .deadletter import DeadLetterEntry, DeadLetterTable, DeadLetterTopic
-from .dedup import DedupPolicy, PostgresDedupStore
+from .dedup import DedupPolicy, InMemoryDedupStore, PostgresDedupStore, store_for
 from .envelope import Envelope, Record, WireFormat
 from .errors import (
     ConfigurationError,
@@ -26,6 +26,7 @@ from .stats import ConsumerStats
 from .webhook import WebhookError, WebhookReceiver
 
 if TYPE_CHECKING:
+    from .dedup.redis import RedisDedupCache
     from .outbox.webhook import WebhookSink
 
 __version__ = "0.1.0"
@@ -54,8 +55,11 @@ __all__ = [
     "DeadLetterEntry",
     "DeadLetterTable",
     "DeadLetterTopic",
+    "InMemoryDedupStore",
     "PostgresDedupStore",
+    "RedisDedupCache",
     "migrate",
+    "store_for",
     # webhooks
     "WebhookError",
     "WebhookReceiver",
@@ -75,6 +79,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
+    if name == "RedisDedupCache":  # needs the optional redis package
+        from .dedup import RedisDedupCache
+
+        return RedisDedupCache
     # WebhookSink needs the optional httpx: imported on first use, not with consumerkit
     if name == "WebhookSink":
         try:
