@@ -1,16 +1,17 @@
 """Dedup cleanup under load: dropping an expired day's partition against deleting its rows.
 
-Each pass: consumerkit (defaults) joins a fresh topic and schema; then its dedup table gets
-``rows`` ids seen in one UTC day nine days ago (one daily partition, past the default 7-day
-retention; filled after the consumer's start-up maintenance, which would drop it at once);
-the consumer then consumes a paced workload (``latency``); ``at`` seconds in, the cleanup runs
-on its own connection:
+Each pass: a consumerkit consumer (defaults) joins a fresh topic and schema; then its dedup
+table gets ``rows`` ids seen in one UTC day nine days ago (past the default 7-day retention;
+filled after the consumer's start-up maintenance, which would remove them at once), then
+vacuumed and written out by a ``CHECKPOINT``, as a day-old partition would be; the consumer then consumes a
+paced workload (``latency``); ``at`` seconds in, the cleanup runs on its own connection:
 
-- ``drop``: ``consumerkit.dedup.maintain`` drops the expired partitions (what the consumer's
-  own maintenance does), timed as a whole;
-- ``delete``: ``DELETE ... WHERE seen_at >= a AND seen_at < b`` in slices of about ``batch``
-  rows, one transaction each (how a table without partitions is cleaned), then ``VACUUM`` of
-  the partition, timed apart.
+- ``drop``: default (partitioned) layout; ``consumerkit.dedup.maintain`` drops the expired
+  day's partition, timed as a whole (what the consumer's own maintenance does);
+- ``delete``: the consumer uses ``DedupPolicy(layout="table")`` and ``maintain`` deletes the
+  same rows in batches of 10,000, one transaction each (its own maintenance path), then a
+  ``VACUUM`` of the table is timed apart. If the installed consumerkit has no table layout,
+  the rows go to the partitioned table and the pass deletes them itself, slice by slice.
 
 Both remove the same rows; the pass checks none is left. The consumer's p99 latency while the
 cleanup runs (events sent from its start to at least one second later) is compared with its
@@ -19,6 +20,7 @@ p99 before. Passes alternate drop, delete; ``repeats`` times.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -27,12 +29,12 @@ from typing import Any, cast
 
 import asyncpg
 
-from consumerkit.dedup import maintain
+from consumerkit.dedup import DedupPolicy, maintain
 from consumerkit.dedup.partitions import partition_floor, partition_name
 
 from .effects import q
 from .latency import Latencies, Pace, measure_latency
-from .peer_consumerkit import ConsumerkitPeer, prefill_dedup
+from .peer_consumerkit import ConsumerkitPeer, prefill_dedup, variant
 from .peers import Peer
 from .runner import Log
 
@@ -53,11 +55,23 @@ async def _old_day(conn: asyncpg.Connection[asyncpg.Record]) -> datetime:
     return partition_floor(now - 9 * DAY, DAY)
 
 
+TABLE_LAYOUT = "layout" in DedupPolicy.__dataclass_fields__
+
+
+def _peer(method: str) -> type[ConsumerkitPeer]:
+    if method == "delete" and TABLE_LAYOUT:
+        return variant({"dedup": DedupPolicy(layout="table")}, "consumerkit[layout=table]")
+    return ConsumerkitPeer
+
+
 def _fill(rows: int) -> Any:
     async def setup(peer: Peer, conn: asyncpg.Connection[asyncpg.Record]) -> None:
         ck = cast(ConsumerkitPeer, peer)
         await prefill_dedup(conn, ck.env.schema, ck.consumer.dedup, ck.env.group, rows,
                             await _old_day(conn), DAY)
+        await conn.execute(f"VACUUM (ANALYZE) {q(ck.env.schema)}.{ck.consumer.dedup.table}")
+        with contextlib.suppress(asyncpg.InsufficientPrivilegeError):
+            await conn.execute("CHECKPOINT")
     return setup
 
 
@@ -71,9 +85,10 @@ def _operation(method: str, spec: CleanupSpec) -> Any:
             day = await _old_day(conn)
             result: dict[str, Any] = {"method": method, "start": time.time()}
             started = time.perf_counter()
-            if method == "drop":
+            if method == "drop" or TABLE_LAYOUT:
                 report = await maintain(conn, schema, policy)
                 result["dropped"] = report.dropped
+                result["deleted"] = getattr(report, "deleted", 0)
                 result["deferred"] = report.deferred
             else:
                 slices = max(1, math.ceil(spec.rows / spec.batch))
@@ -88,8 +103,9 @@ def _operation(method: str, spec: CleanupSpec) -> Any:
             result["end"] = time.time()
             if method == "delete":
                 started = time.perf_counter()
-                part = partition_name(policy.table, day)
-                await conn.execute(f"VACUUM {q(schema)}.{q(part)}")
+                vacuumed = table if TABLE_LAYOUT else \
+                    f"{q(schema)}.{q(partition_name(policy.table, day))}"
+                await conn.execute(f"VACUUM {vacuumed}")
                 result["vacuum_seconds"] = time.perf_counter() - started
             result["left"] = int(await conn.fetchval(
                 f"SELECT count(*) FROM {table} WHERE seen_at < $1", day + DAY))
@@ -105,7 +121,8 @@ def _summary(lat: Latencies, rows: int) -> dict[str, Any]:
     end = max(op.get("end", 0.0), (start or 0.0) + 1.0)
     exact = lat.exact and op.get("left") == 0 and not op.get("deferred")
     return {
-        "method": op.get("method"), "rows": rows, "seconds": op.get("seconds"),
+        "method": op.get("method"), "rows": rows, "removed": op.get("deleted"),
+        "dropped": op.get("dropped"), "seconds": op.get("seconds"),
         "vacuum_seconds": op.get("vacuum_seconds"), "left": op.get("left"),
         "exact": exact, "detail": lat.detail,
         "baseline": lat.summary(end=start), "during": lat.summary(start, end),
@@ -118,7 +135,7 @@ async def measure_cleanup(dsn: str, bootstrap: str, spec: CleanupSpec,
     passes = []
     for repeat in range(1, spec.repeats + 1):
         for method in ("drop", "delete"):
-            lat = await measure_latency(ConsumerkitPeer, dsn, bootstrap, None, spec.pace,
+            lat = await measure_latency(_peer(method), dsn, bootstrap, None, spec.pace,
                                         joined=_fill(spec.rows),
                                         during=_operation(method, spec), at=spec.at)
             summary = {"repeat": repeat, **_summary(lat, spec.rows)}

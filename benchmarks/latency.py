@@ -25,7 +25,7 @@ from typing import Any
 import asyncpg
 
 from .effects import Cost, make_effect, wait_done
-from .peers import Peer, PeerEnv
+from .peers import Peer, PeerEnv, group_name
 from .runner import fresh_schema
 from .workload import Workload, create_topic, delete_topic, make_workload, publish_paced
 
@@ -79,8 +79,8 @@ async def measure_latency(peer_type: type[Peer], dsn: str, bootstrap: str,
     topic = await create_topic(bootstrap)
     try:
         async with fresh_schema(dsn, "ckbench_lat") as (conn, schema):
-            env = PeerEnv(dsn, bootstrap, topic, f"ckbench.lat.{peer_type.name}."
-                          f"{uuid.uuid4().hex[:8]}", schema, workload,
+            env = PeerEnv(dsn, bootstrap, topic, group_name(
+                "ckbench.lat", peer_type.name, uuid.uuid4().hex[:8]), schema, workload,
                           make_effect(schema, pace.cost), redis_url)
             peer = peer_type(env)
             await peer.prepare(conn)

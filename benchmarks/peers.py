@@ -9,6 +9,7 @@ to 500 records, quick group joins) and runs until ``stop`` is set by the runner.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -90,6 +91,11 @@ class Peer(ABC):
 
     @abstractmethod
     async def run(self) -> None: ...
+
+
+def group_name(*parts: str) -> str:
+    """A consumer group name from ``parts``, with characters Kafka and consumerkit accept."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", ".".join(parts))
 
 
 def decode(record: Any) -> tuple[str, Amount]:

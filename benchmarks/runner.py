@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from .effects import Cost, create_schema, drop_schema, make_effect, wait_done
-from .peers import Peer, PeerEnv
+from .peers import Peer, PeerEnv, group_name
 from .pgstats import per_message, relation_bytes, snapshot, statements_available
 from .report import Sample, Summary
 from .workload import KeySpread, Workload, create_topic, delete_topic, make_workload, publish
@@ -96,7 +96,7 @@ async def fresh_schema(dsn: str, prefix: str) -> AsyncIterator[
 async def measure(peer_type: type[Peer], target: Target, run: int) -> Sample:
     s, workload = target.settings, target.workload
     async with fresh_schema(target.dsn, f"ckbench_{run}") as (conn, schema):
-        group = f"ckbench.{peer_type.name}.{run}.{schema[-8:]}"
+        group = group_name("ckbench", peer_type.name, str(run), schema[-8:])
         env = PeerEnv(target.dsn, target.bootstrap, target.topic, group, schema, workload,
                       make_effect(schema, s.cost), s.redis_url)
         peer = peer_type(env)
