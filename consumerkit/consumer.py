@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -16,14 +16,16 @@ from . import _signals
 from ._decode import Decoder
 from ._engine import Engine
 from ._identifiers import check_name, identifier, redact_dsn
+from ._lifecycle import bounded, cancel, connect, open_pool
 from ._pipeline import Pipeline
 from .deadletter.table import DeadLetterTable
 from .deadletter.writer import DeadLetterWriter
+from .dedup.horizon import horizon_findings, redelivery_horizon_check
 from .dedup.partitions import maintain
 from .dedup.policy import DedupPolicy
-from .dedup.postgres import PostgresDedupStore
+from .dedup.stores import store_for
 from .envelope import WireFormat
-from .errors import ConfigurationError, StartupError
+from .errors import ConfigurationError
 from .outbox.table import migrate_outbox
 from .outbox.writer import Outbox
 from .registry import HandlerSource, RouteTable
@@ -72,6 +74,8 @@ class Consumer:
         self.schema = schema
         self.dedup = dedup or DedupPolicy()
         self.dedup_cache = dedup_cache
+        if dedup_cache is not None:
+            dedup_cache.check(self.dedup)
         self.outbox = outbox
         self.retry = retry or RetryPolicy()
         self.wire = wire or WireFormat()
@@ -108,6 +112,10 @@ class Consumer:
                 f"{exc} (kafka_options go to every Kafka client; options of the consumer "
                 "alone belong in kafka_consumer_options)") from None
         self.handler_timeout = handler_timeout
+        for finding in horizon_findings(self.dedup, retry=self.retry, topic_retention={},
+                                        handler_timeout=handler_timeout):
+            if finding.level == "error":
+                raise ConfigurationError(finding.message)
         self.shutdown_timeout = shutdown_timeout
         self.handle_signals = handle_signals
         self.maintenance_interval = maintenance_interval or min(
@@ -130,7 +138,7 @@ class Consumer:
 
     async def migrate(self) -> None:
         """Create or upgrade consumerkit's tables (idempotent; safe concurrently)."""
-        async with _connect(self._dsn) as conn:
+        async with connect(self._dsn) as conn:
             await migrate(conn, self.schema, self.dedup, namespace=self.name)
 
     async def run(self) -> None:
@@ -157,7 +165,7 @@ class Consumer:
             self._engine.stopping.set()
 
     async def _serve(self, stack: contextlib.AsyncExitStack) -> None:
-        pool = await _open_pool(self._dsn, self.name, self.concurrency + 2)
+        pool = await open_pool(self._dsn, self.name, self.concurrency + 2)
         stack.push_async_callback(pool.close)
         await self._prepare_database(pool)
         resources = SinkResources(pool, self.schema, self.kafka_bootstrap, self.kafka_options,
@@ -176,10 +184,11 @@ class Consumer:
             topics=self.topics, group_id=self.name, bootstrap=self.kafka_bootstrap,
             options=self.kafka_consumer_options, rebalance=engine)
         await source.start()
-        stack.push_async_callback(_bounded, source.stop, self.shutdown_timeout)
+        stack.push_async_callback(bounded, source.stop, self.shutdown_timeout)
+        await self._check_horizon()
         maintenance = asyncio.create_task(
             self._maintain_forever(pool, engine.pipeline.maintenance_wanted))
-        stack.push_async_callback(_cancel, maintenance)
+        stack.push_async_callback(cancel, maintenance)
         if self.handle_signals:
             stack.callback(_signals.install(self._on_signal))
         if self._stop_requested.is_set():
@@ -192,10 +201,23 @@ class Consumer:
             await engine.drain(self.shutdown_timeout, self._force)
             log.info("consumer %s stopped: %s", self.name, self.stats)
 
+    async def _check_horizon(self) -> None:
+        """Warn when a redelivery (a reset to the start of a topic that keeps records longer
+        than the dedup window) could bring back events the dedup table has forgotten."""
+        findings = await redelivery_horizon_check(
+            self.dedup, topics=self.topics, kafka_bootstrap=self.kafka_bootstrap,
+            retry=self.retry, handler_timeout=self.handler_timeout,
+            kafka_options=self.kafka_options)
+        for finding in findings:
+            if finding.level == "warning":
+                log.warning("%s", finding.message)
+            else:
+                log.info("%s", finding.message)
+
     def _pipeline(self, pool: asyncpg.Pool) -> Pipeline:
         return Pipeline(
             consumer=self.name, namespace=self.name, pool=pool,
-            dedup=PostgresDedupStore(self.schema, self.dedup),
+            dedup=store_for(self.schema, self.dedup),
             decoder=Decoder(self.routes, self.wire, self.max_message_bytes),
             retry=self.retry, dead_letters=DeadLetterWriter(self.dead_letter),
             expired=self.dedup.expired, stats=self.stats, concurrency=self.concurrency,
@@ -239,43 +261,3 @@ class Consumer:
             return
         log.info("%s received: finishing in-flight work, then stopping", sig.name)
         self._request_stop()
-
-
-async def _open_pool(dsn: str, name: str, size: int) -> asyncpg.Pool:
-    try:
-        pool = await asyncpg.create_pool(
-            dsn, min_size=1, max_size=size, timeout=15,
-            server_settings={"application_name": f"consumerkit:{name}"[:63]})
-    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-        raise StartupError(
-            f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {type(exc).__name__}: {exc}"
-        ) from None
-    assert pool is not None
-    return pool
-
-
-@contextlib.asynccontextmanager
-async def _connect(dsn: str) -> Any:
-    try:
-        conn = await asyncpg.connect(dsn, timeout=15)
-    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-        raise StartupError(
-            f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {type(exc).__name__}: {exc}"
-        ) from None
-    try:
-        yield conn
-    finally:
-        await conn.close()
-
-
-async def _bounded(stop: Callable[[], Awaitable[None]], timeout: float) -> None:
-    """Close something that may wait on an unreachable broker, but not forever."""
-    try:
-        await asyncio.wait_for(stop(), timeout)
-    except TimeoutError:
-        log.warning("gave up closing the Kafka consumer after %.0fs", timeout)
-
-
-async def _cancel(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)

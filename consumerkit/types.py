@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
 
     from .deadletter.entry import DeadLetterEntry
+    from .dedup.policy import DedupPolicy
     from .envelope import Envelope
 
 
@@ -76,6 +77,11 @@ class DedupCache(Protocol):
     store's retention. Neither method raises: an unavailable cache answers "nothing known"
     and the consumer carries on with the store alone.
     """
+
+    def check(self, policy: DedupPolicy) -> None:
+        """Refuse (:class:`~consumerkit.errors.ConfigurationError`) a cache that could outlive
+        the store's ``policy.retention``; called when the consumer is built."""
+        ...
 
     async def open(self) -> None: ...
 
