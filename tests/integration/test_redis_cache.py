@@ -1,4 +1,5 @@
-"""The Redis "seen" cache on a Redis of the test's own: one round trip per call, a circuit
+"""The Redis "seen" cache on a Redis of the test's own: one round trip per call (also after a
+restart lost its scripts), a circuit
 breaker that makes a dead or stalled Redis cost nothing, recovery, no secret in the logs."""
 
 from __future__ import annotations
@@ -45,12 +46,17 @@ async def test_known_and_remember_round_trip(own_redis: OwnRedis) -> None:
         keys = sorted(client.keys("*"))
         assert keys == sorted([b"consumerkit:seen:billing:a", cache.key(NS, long_id)])
         assert cache.key(NS, long_id).startswith(b"consumerkit:seen:billing:sha256:")
+        odd = ["", "line\nbreak", "ünï-cødé", "sha256:" + "0" * 64, "a b:c"]
+        await cache.remember(NS, odd[:3])
+        assert await cache.known(NS, [*odd, "line"]) == set(odd[:3])
+        assert len(client.keys("*")) == 5
         # an id that looks like a hashed key is hashed too: no two ids share a key
         assert cache.key(NS, "sha256:" + "0" * 64) != b"consumerkit:seen:billing:sha256:" + (
             b"0" * 64)
         assert 0 < client.pttl(b"consumerkit:seen:billing:a") <= 300_000
         commands = client.info("commandstats")
-        assert commands["cmdstat_mget"]["calls"] == 3  # one MGET per known()
+        assert commands["cmdstat_evalsha"]["calls"] == 6  # one round trip per call
+        assert "cmdstat_mget" not in commands
         client.close()
     finally:
         await cache.close()
@@ -94,12 +100,14 @@ async def test_a_dead_redis_opens_the_breaker_and_costs_nothing_until_it_is_back
             own_redis.start()  # same port, empty
             await wait_for(_probed(cache, available=True), 10, "the cache to come back")
         assert cache.recoveries == 1
+        failures_when_back = cache.failures
         warnings = [r.getMessage() for r in caplog.records if r.name == "consumerkit.dedup"]
         assert len(warnings) == 2, warnings
         assert "unavailable" in warnings[0]
         assert "is back" in warnings[1]
-        await cache.remember(NS, ["b"])
+        await cache.remember(NS, ["b"])  # the scripts are loaded again by themselves
         assert await cache.known(NS, ["a", "b"]) == {"b"}  # "a" went with the old process
+        assert cache.failures == failures_when_back
     finally:
         await cache.close()
 
