@@ -226,13 +226,16 @@ class Pipeline:
         try:
             async with conn.transaction(isolation="read_committed"):
                 claims = await self._claim(conn, requests)
-                for decoded, request, claim in zip(items, requests, claims, strict=True):
-                    if claim.status is ClaimStatus.CLAIMED:
-                        claimed.append(request)
-                        try:
-                            await self._handle(conn, decoded, 1, confirm=False)
-                        except HandlerFailure as exc:
-                            raise BatchItemFailed(decoded, exc) from exc
+                # one deadline for the batch: one that overruns rolls back, and its records
+                # then run one by one, each with a handler_timeout of its own
+                async with asyncio.timeout(self.handler_timeout):
+                    for decoded, request, claim in zip(items, requests, claims, strict=True):
+                        if claim.status is ClaimStatus.CLAIMED:
+                            claimed.append(request)
+                            try:
+                                await self._handle(conn, decoded, 1, alone=False)
+                            except HandlerFailure as exc:
+                                raise BatchItemFailed(decoded, exc) from exc
                 if claimed:  # once for all: no handler left the transaction aborted
                     await conn.execute(_STILL_OPEN)
             committed = True
@@ -268,18 +271,24 @@ class Pipeline:
         return known
 
     async def _handle(
-        self, conn: DbConnection, decoded: Decoded, attempt: int, *, confirm: bool = True,
+        self, conn: DbConnection, decoded: Decoded, attempt: int, *, alone: bool = True,
     ) -> None:
+        """Run the handler; ``alone`` when it has the transaction to itself. In a batch the
+        caller bounds the whole batch by ``handler_timeout`` and checks once, at the end,
+        that the transaction is not aborted."""
         ctx = HandlerContext(conn, decoded.envelope, attempt, handler=decoded.route.name,
                              outbox=self.outbox)
         try:
-            async with asyncio.timeout(self.handler_timeout):
+            if alone:
+                async with asyncio.timeout(self.handler_timeout):
+                    await decoded.route.func(decoded.event, ctx)
+            else:
                 await decoded.route.func(decoded.event, ctx)
             if not conn.is_in_transaction():
                 raise HandlerEndedTransaction("the handler ended the transaction itself")
             # a handler that swallowed a database error leaves the transaction aborted;
             # COMMIT would then silently roll back and the event would be lost
-            if confirm:
+            if alone:
                 await conn.execute(_STILL_OPEN)
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
