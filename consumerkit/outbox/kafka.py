@@ -5,6 +5,11 @@ next is sent, while partitions proceed concurrently. The broker appends a record
 or not at all, so when one fails nothing after it on that partition has been sent: a later
 event of an aggregate can never reach the broker ahead of an earlier one that failed, with or
 without the idempotent producer.
+
+After a failed send (an outage, say) the next batch goes out only once fresh metadata lists its
+topics. The producer would otherwise send on its cached metadata, and a broker that came back
+without the topic may acknowledge records it never makes readable: Tansu with memory storage
+does, see ``tests/outbox/test_broker_restart.py``.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import RecordTooLargeError, TransportError, is_retriable
+from ..errors import RecordTooLargeError, StartupError, TransportError, is_retriable
 from ..transport.kafka import KafkaProducer
 from .event import OutboxEvent
 from .routing import TopicRoute
@@ -61,6 +66,7 @@ class KafkaSink:
                  kafka_options: Mapping[str, Any] | None = None) -> None:
         self.route = route if isinstance(route, TopicRoute) else TopicRoute(route)
         self._producer = KafkaProducer(bootstrap, {**SINK_DEFAULTS, **(kafka_options or {})})
+        self._suspect = False  # a send failed: check the topics before trusting metadata again
 
     async def open(self) -> None:
         await self._producer.start()
@@ -70,13 +76,24 @@ class KafkaSink:
 
     async def send(self, events: Sequence[OutboxEvent]) -> list[BaseException | None]:
         results: list[BaseException | None] = [None] * len(events)
-        lanes: dict[tuple[str, int], list[int]] = {}
+        topics: list[str | None] = []
         for i, event in enumerate(events):
             try:
-                topic = self.route.topic(event)
+                topics.append(self.route.topic(event))
+            except PermanentSendError as exc:
+                results[i] = exc
+                topics.append(None)
+        missing = await self._missing({t for t in topics if t is not None})
+        lanes: dict[tuple[str, int], list[int]] = {}
+        for i, (event, topic) in enumerate(zip(events, topics, strict=True)):
+            if topic is None:
+                continue
+            try:
+                if topic in missing:
+                    raise TransportError(f"topic {topic} is not on the broker")
                 partition = await self._producer.partition_for(
                     topic, event.aggregate_id.encode())
-            except (PermanentSendError, TransportError) as exc:
+            except TransportError as exc:
                 results[i] = exc
                 continue
             lanes.setdefault((topic, partition), []).append(i)
@@ -84,10 +101,22 @@ class KafkaSink:
         await asyncio.gather(*(self._lane(topic, partition, indexes, records, results)
                                for (topic, partition), indexes in lanes.items()))
         failures = [r for r in results if r is not None]
+        self._suspect = any(not isinstance(r, PermanentSendError) for r in failures)
         if failures and len(failures) == len(events) and all(
                 not isinstance(r, PermanentSendError) for r in failures):
             raise TransportError(f"no event of the batch was acknowledged: {failures[0]}")
         return results
+
+    async def _missing(self, topics: set[str]) -> set[str]:
+        """After a failed send, the topics that fresh metadata does not list (every one when
+        the broker cannot be asked); else none, without asking."""
+        if not self._suspect or not topics:
+            return set()
+        try:
+            known = await self._producer.topics()
+        except StartupError:
+            return topics
+        return topics - known
 
     async def _lane(self, topic: str, partition: int, indexes: list[int],
                     records: list[_Record], results: list[BaseException | None]) -> None:
