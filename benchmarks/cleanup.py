@@ -3,8 +3,9 @@
 Each pass: a consumerkit consumer (defaults) joins a fresh topic and schema; then its dedup
 table gets ``rows`` ids seen in one UTC day nine days ago (past the default 7-day retention;
 filled after the consumer's start-up maintenance, which would remove them at once), then
-vacuumed and written out by a ``CHECKPOINT``, as a day-old partition would be; the consumer then consumes a
-paced workload (``latency``); ``at`` seconds in, the cleanup runs on its own connection:
+vacuumed and written out by a ``CHECKPOINT``, as a day-old partition would be; the consumer
+then consumes a paced workload (``latency``); ``at`` seconds in, the cleanup runs on its own
+connection:
 
 - ``drop``: default (partitioned) layout; ``consumerkit.dedup.maintain`` drops the expired
   day's partition, timed as a whole (what the consumer's own maintenance does);

@@ -36,7 +36,7 @@ def _throughput(plt: Any, cell: dict[str, Any], path: Path) -> Path:
             ax.barh(i, med, color="tab:blue" if "consumerkit" in p["peer"] else "tab:gray")
             ax.errorbar(med, i, xerr=[[med - p["min_msg_per_s"]], [p["max_msg_per_s"] - med]],
                         color="black", capsize=3)
-            ax.text(med * 1.08, i, f"{med:,.0f}", va="center", fontsize=8)
+            ax.text(p["max_msg_per_s"] * 1.15, i, f"{med:,.0f}", va="center", fontsize=8)
         else:
             label = "unavailable" if p["unavailable"] else "WRONG (not ranked)"
             ax.text(1, i, label, va="center", fontsize=8, color="tab:red")
