@@ -27,7 +27,8 @@ def settle(events: Sequence[OutboxEvent], results: Sequence[BaseException | None
            retry: RetryPolicy, rng: random.Random | None = None) -> Settlement:
     """Decide, in outbox order. After an aggregate's first failure its later events are
     neither deleted nor counted as failures: deleting an acknowledged later one would leave
-    it published ahead of the failed one for good."""
+    it published ahead of the failed one for good. A failure waits its back-off, or what the
+    destination asked for (``retry_after``) if that is longer, capped at ``max_delay``."""
     if len(results) != len(events):
         raise ValueError(f"the sink reported {len(results)} results for {len(events)} events")
     out = Settlement()
@@ -43,5 +44,17 @@ def settle(events: Sequence[OutboxEvent], results: Sequence[BaseException | None
             attempts = event.attempts + 1
             failed = isinstance(result, PermanentSendError) or attempts >= retry.max_attempts
             error = f"{type(result).__name__}: {result}"
-            out.failures.append(Failure(event, error, retry.delay(attempts, rng), failed))
+            out.failures.append(Failure(event, error, _delay(result, attempts, retry, rng),
+                                        failed))
     return out
+
+
+def _delay(error: BaseException, attempts: int, retry: RetryPolicy,
+           rng: random.Random | None) -> float:
+    """The back-off, or longer if the destination asked for it (a ``retry_after`` in seconds,
+    such as a webhook's ``Retry-After``), never beyond the policy's ``max_delay``."""
+    delay = retry.delay(attempts, rng)
+    asked = getattr(error, "retry_after", None)
+    if isinstance(asked, int | float) and asked > delay:
+        delay = min(float(asked), retry.max_delay)
+    return delay
