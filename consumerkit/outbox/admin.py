@@ -1,5 +1,5 @@
-"""Operating an outbox: failed rows (list, count, retry, skip), live relays, and the batched
-retention delete for tables that Debezium reads (no built-in relay)."""
+"""Operating an outbox: failed rows (list, count, retry, skip), live relays and their slots,
+and the batched retention delete for tables that Debezium reads (no built-in relay)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from uuid import UUID
 
 from ..errors import ConfigurationError
 from ..types import DbConnection
-from .table import OutboxTable
+from .table import SLOTS, OutboxTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +87,20 @@ async def live_relays(conn: DbConnection, table: OutboxTable | None = None) -> i
            AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 2""",
         cls, obj)
     return count
+
+
+async def slot_owners(conn: DbConnection, table: OutboxTable | None = None) -> dict[int, int]:
+    """``{slot: backend pid}`` for every slot of this outbox a relay holds now. Once all
+    :data:`~consumerkit.outbox.table.SLOTS` are held by ``live_relays()`` distinct pids, each
+    within its fair share, the relays have settled."""
+    t = table or OutboxTable()
+    rows = await conn.fetch(
+        """SELECT objid::bigint AS slot, pid FROM pg_locks
+           WHERE locktype = 'advisory' AND granted AND mode = 'ExclusiveLock'
+           AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+           AND classid = $1::bigint::oid AND objsubid = 2 AND objid::bigint < $2""",
+        t.lock_class, SLOTS)
+    return {r["slot"]: r["pid"] for r in rows}
 
 
 async def cleanup(conn: DbConnection, older_than: timedelta, *,

@@ -33,8 +33,8 @@ class RelayStore:
         # Pending = rows present, in seq order; no cursor. A row is held back while it, or an
         # earlier row of its aggregate, is FAILED or waiting for its next attempt.
         self._claim = f"""
-            SELECT o.seq, o.id, o.type, o.aggregatetype, o.aggregateid, o.payload::text AS p,
-                   o.occurred_at, o.headers::text AS h, coalesce(f.attempts, 0) AS attempts
+            SELECT o.seq, o.id, o.type, o.aggregatetype, o.aggregateid, o.payload::text,
+                   o.occurred_at, o.headers::text, coalesce(f.attempts, 0)
             FROM {t.events} o LEFT JOIN {t.failures} f ON f.seq = o.seq
             WHERE o.slot = ANY($1::smallint[])
               AND NOT EXISTS (
@@ -63,11 +63,11 @@ class RelayStore:
     async def claim(self, conn: DbConnection, slots: Collection[int],
                     limit: int) -> list[OutboxEvent]:
         rows = await conn.fetch(self._claim, sorted(slots), limit)
-        return [OutboxEvent(
-            seq=r["seq"], event_id=r["id"], event_type=r["type"],
-            aggregate_type=r["aggregatetype"], aggregate_id=r["aggregateid"],
-            payload=r["p"].encode(), occurred_at=r["occurred_at"],
-            headers=orjson.loads(r["h"]), attempts=r["attempts"]) for r in rows]
+        # by position, in the SELECT's column order: the relay's hottest Python loop
+        return [OutboxEvent(seq, event_id, event_type, aggregate_type, aggregate_id,
+                            payload.encode(), occurred_at, orjson.loads(headers), attempts)
+                for (seq, event_id, event_type, aggregate_type, aggregate_id, payload,
+                     occurred_at, headers, attempts) in rows]
 
     async def delete(self, conn: DbConnection, seqs: Sequence[int]) -> None:
         """Delete acknowledged rows (and their failure state) in one statement."""

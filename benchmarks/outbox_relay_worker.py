@@ -1,0 +1,35 @@
+"""One outbox relay in its own OS process, for the relay benchmark:
+``python -m benchmarks.outbox_relay_worker --dsn DSN --bootstrap HOST:PORT --schema S --topic T``.
+
+Runs until SIGTERM or SIGINT, then stops after the batch in flight.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from consumerkit.outbox import KafkaSink, Relay
+
+
+async def relay(args: argparse.Namespace) -> None:
+    sink = KafkaSink(args.bootstrap, route=args.topic,
+                     kafka_options={"enable_idempotence": False})  # Tansu has none
+    await Relay(args.dsn, sink, schema=args.schema, name=args.name, batch_size=args.batch,
+                rebalance_interval=0.2).run()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.outbox_relay_worker")
+    for name in ("--dsn", "--bootstrap", "--schema", "--topic", "--name"):
+        p.add_argument(name, required=True)
+    p.add_argument("--batch", type=int, default=500)
+    logging.basicConfig(level=logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(relay(p.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    main()
