@@ -1,7 +1,8 @@
 """10,000 events over 100 aggregates from concurrent writers (some roll back, some hold their
 transaction open for seconds), published by two relay processes, one SIGKILLed mid-run and
 restarted. Judged from the broker: nothing lost, nothing rolled back, per-aggregate order of
-first occurrences equal to commit order; duplicates counted and printed."""
+first occurrences equal to commit order; duplicates counted and printed. The negative controls
+(deliberately broken relays that this checker must catch) are in ``test_torture_controls.py``."""
 
 from __future__ import annotations
 
@@ -41,8 +42,9 @@ def start_relay(dsn: str, bootstrap: str, schema: str, topic: str,
 
 
 class Workload:
-    def __init__(self, outbox: Outbox, schema: str, seed: int) -> None:
+    def __init__(self, outbox: Outbox, schema: str, seed: int, events: int = EVENTS) -> None:
         self.outbox = outbox
+        self.events = events
         self.counters = f"{identifier(schema)}.counters"
         self.rng = random.Random(seed)
         self.committed: dict[UUID, tuple[str, int]] = {}
@@ -50,9 +52,9 @@ class Workload:
         self.held_open = 0
 
     async def writer(self, pool: asyncpg.Pool[asyncpg.Record]) -> None:
-        while len(self.committed) < EVENTS:
+        while len(self.committed) < self.events:
             aggregate = f"agg-{self.rng.randrange(AGGREGATES)}"
-            count = min(self.rng.randint(1, 3), EVENTS - len(self.committed))
+            count = min(self.rng.randint(1, 3), self.events - len(self.committed))
             roll_back = self.rng.random() < 0.05
             hold = 0.0 if roll_back or self.rng.random() > 0.004 else self.rng.uniform(1, 2.5)
             ids: list[UUID] = []
