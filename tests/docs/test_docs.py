@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Any, cast
+from uuid import UUID
 
 import pytest
 
@@ -40,7 +41,7 @@ from consumerkit import (
 from consumerkit._decode import Decoder
 from consumerkit.cli import _parser, duration
 from consumerkit.cli import main as cli_main
-from consumerkit.errors import is_retriable
+from consumerkit.errors import ConfigurationError, is_retriable
 from consumerkit.registry import RouteTable
 from consumerkit.schema import CORE_STEPS, DEDUP_STEPS
 from consumerkit.transport import kafka as kafka_transport
@@ -61,6 +62,7 @@ OUTSIDE_LINK = re.compile(r"\]\((\.\./[^)#\s]+)(?:#[^)]*)?\)")
 EXPECTED_PAGES = {
     "index.md", "guarantees.md", "handlers.md", "consumer.md", "dedup.md",
     "ordering-and-offsets.md", "failures.md", "wire-format.md", "operations.md", "outbox.md",
+    "webhooks.md", "benchmarks.md",
 }
 KAFKA = "127.0.0.1:9092"
 DSN = "postgresql://app@db.invalid/app"
@@ -173,7 +175,7 @@ def test_example_imports(name: str) -> None:
 
 
 def test_the_handler_examples_are_found() -> None:
-    assert {"billing", "registry_layout", "signals"} <= set(HANDLER_MODULES)
+    assert {"billing", "registry_layout", "signals", "saga", "batching"} <= set(HANDLER_MODULES)
 
 
 @pytest.mark.parametrize("name", HANDLER_MODULES)
@@ -223,6 +225,19 @@ def test_example_consumers_build() -> None:
     assert billing.revoke_timeout == min(30.0, 60_000 / 2 / 1000) == 30.0
     assert billing.handler_timeout == 60.0
 
+    batching = example("batching")
+    database_only = batching.build_database_only(KAFKA, DSN)
+    assert (database_only.concurrency, database_only.max_batch,
+            database_only.max_in_flight) == (4, 500, 5_000)
+    slow_io = batching.build_slow_io(KAFKA, DSN)
+    assert (slow_io.max_batch, slow_io.concurrency) == (1, 64)
+    assert (billing.max_batch, billing.outbox, billing.dedup_cache) == (100, None, None)
+
+    saga = example("saga").build(KAFKA, DSN, ["orders"], schema="payments")
+    assert saga.outbox is not None
+    assert (saga.schema, saga.outbox.table.schema, saga.outbox.table.table) == (
+        "payments", "payments", "outbox")
+
 
 def test_retry_policy_waits_are_as_documented() -> None:
     import random
@@ -247,6 +262,48 @@ async def test_signals_example_dead_letters_before_touching_the_database() -> No
     event = signals.ChargeRequested(order_id="o", account_id="a", amount=1, currency="GBP")
     with pytest.raises(DeadLetter, match="unsupported currency"):
         await signals.charge(event, ctx)
+
+
+class _Outbox:
+    """Records what ``ctx.publish`` hands to the outbox."""
+
+    def __init__(self) -> None:
+        self.added: list[dict[str, Any]] = []
+
+    async def add(self, conn: Any, **event: Any) -> UUID:
+        self.added.append({"conn": conn, **event})
+        return UUID(int=1)
+
+
+async def test_saga_example_publishes_in_the_handlers_transaction() -> None:
+    saga = example("saga")
+    tx, outbox = _Tx(), _Outbox()
+    ctx = HandlerContext(cast(Any, tx), envelope(), 1, handler="examples.saga.take_payment",
+                         outbox=cast(Any, outbox))
+    await saga.take_payment(saga.OrderCreated(order_id="o-1", amount=3), ctx)
+    assert tx.statements == ["INSERT INTO payments (order_id, amount) VALUES ($1, $2)"]
+    [added] = outbox.added
+    assert added["conn"] is tx  # the same transaction as the payment and the dedup row
+    assert (added["event_type"], added["aggregate_type"], added["aggregate_id"]) == (
+        "payment.completed", "payment", "o-1")
+    # docs/handlers.md: the event's id is the cause, and the correlation id when it has none
+    assert added["headers"] == {"causation_id": "evt-1", "correlation_id": "evt-1"}
+
+
+async def test_publish_without_an_outbox_is_a_configuration_error() -> None:
+    saga = example("saga")
+    ctx = HandlerContext(cast(Any, _Tx()), envelope(), 1)
+    with pytest.raises(ConfigurationError, match="needs an outbox"):
+        await saga.take_payment(saga.OrderCreated(order_id="o-1", amount=3), ctx)
+
+
+class _Tx:
+    def __init__(self) -> None:
+        self.statements: list[str] = []
+
+    async def execute(self, sql: str, *args: Any) -> str:
+        self.statements.append(sql)
+        return "INSERT 0 1"
 
 
 def test_logging_example_formats_handler_records(capsys: pytest.CaptureFixture[str]) -> None:
@@ -367,15 +424,18 @@ def test_kafka_settings_table_matches_the_code() -> None:
 
 def _reason_codes_in_code() -> set[str]:
     """Reason codes: the first argument of ``DecodeError(...)``, the reason argument of
-    ``self._dead_letter(...)``, and string constants assigned to a variable ``reason``."""
+    ``....dead_letter(...)`` (``self.dead_letter`` in the pipeline, ``pipeline.dead_letter`` in
+    the batcher; ``_dead_letter`` in older code), and string constants assigned to a variable
+    ``reason``."""
     codes: set[str] = set()
-    for module in ("_decode.py", "_pipeline.py"):
+    for module in ("_decode.py", "_pipeline.py", "_batch.py"):
         for node in ast.walk(ast.parse((PACKAGE / module).read_text())):
             if isinstance(node, ast.Call) and node.args:
                 func = node.func
                 if isinstance(func, ast.Name) and func.id == "DecodeError":
                     arg = node.args[0]
-                elif isinstance(func, ast.Attribute) and func.attr == "_dead_letter":
+                elif (isinstance(func, ast.Attribute)
+                        and func.attr in ("dead_letter", "_dead_letter") and len(node.args) > 1):
                     arg = node.args[1]
                 else:
                     continue

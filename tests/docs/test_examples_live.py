@@ -1,7 +1,8 @@
 """The examples against real services: the billing consumer end to end (a failing handler
-dead-lettered, fixed and replayed, a duplicate absorbed), several consumers stopped by one
-signal, the signal handlers on PostgreSQL, what happens to handlers that misuse ``ctx.tx`` as
-docs/handlers.md describes it, and the command line."""
+dead-lettered, fixed and replayed, a duplicate absorbed), the saga step emitting one event per
+order through its outbox, several consumers stopped by one signal, the signal handlers on
+PostgreSQL, what happens to handlers that misuse ``ctx.tx`` as docs/handlers.md describes it,
+and the command line."""
 
 from __future__ import annotations
 
@@ -148,6 +149,48 @@ async def test_one_signal_stops_every_consumer_of_the_process(
     await asyncio.wait_for(serving, 60)
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the default is back
 
+
+
+async def test_saga_example_emits_one_payment_event_per_order(
+    postgres_dsn: str, pg_schema: str, kafka_bootstrap: str, make_topic: MakeTopic,
+) -> None:
+    saga, running, wire = example("saga"), example("running"), example("wire_format")
+    topic = await make_topic(partitions=2)
+    dsn = with_search_path(postgres_dsn, pg_schema)
+    conn: Conn = await asyncpg.connect(dsn)
+    await conn.execute(f'CREATE SCHEMA "{pg_schema}"')
+    await conn.execute(saga.SCHEMA_SQL)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
+    await producer.start()
+    run = uuid.uuid4().hex[:8]
+    orders = {f"order-{n}": f"evt-{run}-{n}" for n in range(3)}
+    consumer = saga.build(kafka_bootstrap, dsn, [topic], schema=pg_schema)
+    try:
+        async with running.running(consumer):
+            for _ in range(2):  # every order sent twice, as after a producer's retry
+                for order, event_id in orders.items():
+                    await wire.publish(producer, topic, key=order, event_id=event_id,
+                                       event_type="order.created",
+                                       payload=saga.OrderCreated(order_id=order, amount=10))
+
+            async def settled() -> bool:
+                return bool(consumer.stats.applied + consumer.stats.duplicates == 2 * len(orders))
+
+            await wait_until(settled, "every order applied or absorbed")
+        assert (consumer.stats.applied, consumer.stats.duplicates) == (len(orders), len(orders))
+        payments = await conn.fetch("SELECT order_id FROM payments ORDER BY 1")
+        assert [r["order_id"] for r in payments] == sorted(orders)
+        emitted = await conn.fetch(
+            f'SELECT type, aggregateid, headers->>\'causation_id\' AS cause, '
+            f'headers->>\'correlation_id\' AS correlation FROM "{pg_schema}".outbox '
+            "ORDER BY aggregateid")
+        # one payment.completed per order, caused by (and correlated with) the order event
+        assert [(r["type"], r["aggregateid"], r["cause"], r["correlation"]) for r in emitted] == [
+            ("payment.completed", order, event_id, event_id)
+            for order, event_id in sorted(orders.items())]
+    finally:
+        await producer.stop()
+        await conn.close()
 
 # -- handlers called directly, on a real transaction -------------------------------------------
 
