@@ -235,6 +235,8 @@ class Pipeline:
                             try:
                                 await self._handle(conn, decoded, 1, alone=False)
                             except HandlerFailure as exc:
+                                if isinstance(exc.cause, asyncpg.InFailedSQLTransactionError):
+                                    raise  # an earlier handler swallowed an error: not this one
                                 raise BatchItemFailed(decoded, exc) from exc
                 if claimed:  # once for all: no handler left the transaction aborted
                     await conn.execute(_STILL_OPEN)
