@@ -60,11 +60,28 @@ class Batcher:
         self, records: Sequence[RecordLike], abandon: asyncio.Event, report: Report,
     ) -> None:
         """Apply ``records`` (consecutive records of one key) in order, calling ``report``
-        with each record's outcome as soon as it is final."""
+        with each record's outcome as soon as it is final. Records left without an outcome
+        (abandoned, or cut short by cancellation) count as abandoned."""
+        pipeline = self.pipeline
+        pipeline.stats.delivered += len(records)
+        unreported = len(records)
+
+        def final(record: RecordLike, outcome: Outcome) -> None:
+            nonlocal unreported
+            unreported -= 1  # an ABANDONED outcome is counted by the pipeline itself
+            report(record, outcome)
+
+        try:
+            await self._process(records, abandon, final)
+        finally:
+            pipeline.stats.abandoned += unreported
+
+    async def _process(
+        self, records: Sequence[RecordLike], abandon: asyncio.Event, report: Report,
+    ) -> None:
         pipeline = self.pipeline
         good: list[tuple[RecordLike, Decoded]] = []
         for record in records:
-            pipeline.stats.delivered += 1
             try:
                 good.append((record, pipeline.decoder.decode(record)))
             except DecodeError as exc:

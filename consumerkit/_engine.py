@@ -154,10 +154,11 @@ class Engine:
                 else:
                     await self.batcher.process(records, state.abandon, report)
             except asyncio.CancelledError:
+                if self.batcher is None:  # the record cut short (the batcher counts its own)
+                    self.stats.abandoned += 1
                 if not state.killed or task.cancelling() > 1:
                     raise
                 task.uncancel()  # only these records were cut short: their lane goes on
-                self.stats.abandoned += 1
                 return
         finally:
             state.running.discard(task)
