@@ -30,18 +30,23 @@ This page is written by the suite itself:
 How the suite works, every peer and every column:
 [`benchmarks/README.md`](../benchmarks/README.md).
 
-**Read the ratios, not the absolute numbers.** The figures below come from {machine}, with
-PostgreSQL at `fsync=on` and `synchronous_commit=on` and an embedded Tansu broker (memory
-storage), all on the same two cores, which other work shares. Absolute msg/s move by tens of
-percent between runs on such a machine; the ratios between peers measured in the same run
+**Read the ratios, not the absolute numbers.** The figures below come from {machine},
+with PostgreSQL at `fsync=on` and `synchronous_commit=on` and an embedded Tansu broker
+(memory storage), all on the same cores, which other work shares. Absolute msg/s move by tens
+of percent between runs on such a machine; the ratios between peers measured in the same run
 (columns "of raw" and "x textbook") are what to compare. Commits and WAL syncs per message are
 read from server-wide counters, so concurrent use of the same PostgreSQL inflates them.
+
+The quick profile is small: 2,000 messages per run, so the fastest peers finish in a fraction
+of a second and the raw ceiling is coarse; the full profile runs 20,000. In the cleanup cell
+the `DELETE` takes longer the more rows a day holds while the drop does not, so its ratio
+depends on the row count shown (a day at 1,000 msg/s is 86 million rows).
 
 """
 
 
 def write(document: dict[str, Any], page: Path = PAGE) -> Path:
     context = document["context"]
-    machine = f"one machine ({context.get('cpus', 'cpus unknown')})"
+    machine = f"one machine (CPUs: {context.get('cpus', 'unknown')})"
     page.write_text(INTRO.format(machine=machine) + render(document))
     return page

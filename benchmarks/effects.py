@@ -4,7 +4,7 @@
 upserts (``n``) and stamps the database clock of its first and last upsert, so that
 
 - "done" is judged from the database: ``sum(n)`` reaches the number of distinct events;
-- the measured window is the database's own first-effect to last-effect time;
+- the measured window ends at the last effect, by the database's clock (``max(last_at)``);
 - a duplicate effect shows as ``n`` above the key's event count and a total above expected, a
   lost one as the opposite. Either makes the peer WRONG (reported, never ranked).
 
@@ -128,8 +128,8 @@ class Effect(ABC):
         """Per key: (total, number of effects)."""
 
     @abstractmethod
-    async def window(self, conn: Connection) -> float:
-        """Seconds from the first effect to the last."""
+    async def last_at(self, conn: Connection) -> float:
+        """When the last effect was applied (seconds since the epoch; 0 if none was)."""
 
     @abstractmethod
     async def first_at(self, conn: Connection) -> dict[str, float]:
@@ -166,10 +166,9 @@ class DbEffect(Effect):
         rows = await conn.fetch(f"SELECT key, total, n FROM {q(self.schema)}.totals")
         return {r["key"]: (int(r["total"]), int(r["n"])) for r in rows}
 
-    async def window(self, conn: Connection) -> float:
+    async def last_at(self, conn: Connection) -> float:
         value = await conn.fetchval(
-            "SELECT extract(epoch FROM max(last_at) - min(first_at)) "
-            f"FROM {q(self.schema)}.totals")
+            f"SELECT extract(epoch FROM max(last_at)) FROM {q(self.schema)}.totals")
         return float(value or 0.0)
 
     async def first_at(self, conn: Connection) -> dict[str, float]:
@@ -209,8 +208,8 @@ class MemoryEffect(Effect):
     async def state(self, conn: Connection) -> dict[str, tuple[int, int]]:
         return {k: (self.totals[k], n) for k, n in self.counts.items()}
 
-    async def window(self, conn: Connection) -> float:
-        return self.last - min(self.first.values()) if self.first else 0.0
+    async def last_at(self, conn: Connection) -> float:
+        return self.last
 
     async def first_at(self, conn: Connection) -> dict[str, float]:
         return dict(self.first)

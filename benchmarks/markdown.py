@@ -51,7 +51,7 @@ def cell_section(cell: dict[str, Any]) -> str:
              f"{s['events']:,} messages ({s['dup_rate']:.0%} duplicates) over {s['keys']:,} "
              f"keys ({s['spread']}), handler cost `{s['cost']}`"
              + (f", dedup table pre-filled with {s['prefill']:,} ids" if s["prefill"] else "")
-             + (", replay: a second group re-reads everything" if s["replay"] else "")
+             + (", replay: the consumer restarts from offset 0" if s["replay"] else "")
              + f"; median of {s['runs']} runs."
              + (f" Latency: {lat['events']:,} events at {lat['rate']:g} msg/s, one key each."
                 if lat else ""), "", HEADER]
@@ -61,9 +61,12 @@ def cell_section(cell: dict[str, Any]) -> str:
 
 def cleanup_section(passes: list[dict[str, Any]]) -> str:
     lines = ["### cleanup: drop a day's partition vs DELETE the same rows, under load", "",
-             "consumerkit defaults consume at a fixed pace while the cleanup runs on its own "
-             "connection; latency p99 of events sent before it and while it ran "
-             "(at least 1 s from its start).", "",
+             "A consumerkit consumer consumes at a fixed pace while `maintain()` runs on its "
+             "own connection: `drop` with the default partitioned layout (it drops the expired "
+             "day's partition), `delete` with `DedupPolicy(layout=\"table\")` (it deletes "
+             "the same rows in batches of 10,000; the VACUUM after it is timed apart). "
+             "Latency p99 of events sent before it and while it ran (at least 1 s from its "
+             "start).", "",
              "| pass | rows | seconds | VACUUM after s | p99 before ms | p99 during ms | "
              "events during | effects |", "|---|---:|---:|---:|---:|---:|---:|---|"]
     for p in passes:

@@ -87,6 +87,9 @@ class ConsumerkitPeer(Peer):
         s = self.consumer.stats
         return s.applied + s.duplicates + s.dead_lettered + s.expired_skipped
 
+    def received(self) -> int:
+        return self.consumer.stats.delivered
+
     def ready(self) -> bool:
         return self.consumer.started.is_set() and bool(self.consumer.assignment)
 

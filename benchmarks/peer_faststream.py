@@ -49,11 +49,12 @@ class FastStreamPeer(Peer):
         dedup, effect = dedup_sql(self.env.schema), self.env.effect
 
         async def handle(body: Amount, msg: KafkaMessage) -> None:
+            self.arrived()
             async with pool.acquire() as conn, conn.transaction():
                 if await conn.execute(dedup, msg.headers[ID_HEADER]) == "INSERT 0 1":
                     await effect.apply(conn, body.key, body.amount)
             await msg.ack()
-            self.count += 1
+            self.finished()
 
         self.subscriber = broker.subscriber(
             self.env.topic, group_id=self.env.group, auto_offset_reset="earliest",

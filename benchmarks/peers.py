@@ -61,14 +61,24 @@ class Peer(ABC):
         self.env = env
         self.stop = asyncio.Event()
         self.count = 0
+        self.began: float | None = None  # time.time() when the first message arrived
+        self.ended = 0.0  # time.time() when the last message was finished
 
     def handled(self) -> int:
         """Messages finished so far (effect committed or duplicate absorbed)."""
         return self.count
 
-    def elapsed(self) -> float:
-        """The measured window of a peer without a database (seconds)."""
-        raise NotImplementedError
+    def received(self) -> int:
+        """Messages handed to the peer so far (a peer that does not stamp ``began``)."""
+        return self.handled()
+
+    def arrived(self) -> None:
+        if self.began is None:
+            self.began = time.time()
+
+    def finished(self, n: int = 1) -> None:
+        self.count += n
+        self.ended = time.time()
 
     def ready(self) -> bool:
         """True once the peer's group has joined and partitions are assigned."""
@@ -123,6 +133,7 @@ class KafkaLoopPeer(Peer):
                 while not self.stop.is_set():
                     batches = await consumer.getmany(timeout_ms=100, max_records=POLL_RECORDS)
                     if batches:
+                        self.arrived()
                         await self.batch(consumer, batches)
             finally:
                 await self.close()
@@ -148,8 +159,6 @@ class RawPeer(KafkaLoopPeer):
 
     def __init__(self, env: PeerEnv) -> None:
         super().__init__(env)
-        self.first: float | None = None
-        self.last = 0.0
         self.seen: dict[str, float] = {}
 
     def first_seen(self) -> dict[str, float]:
@@ -157,18 +166,12 @@ class RawPeer(KafkaLoopPeer):
 
     async def batch(self, consumer: AIOKafkaConsumer,
                     batches: dict[TopicPartition, Sequence[Any]]) -> None:
-        if self.first is None:
-            self.first = time.perf_counter()
         now = time.time()
         for records in batches.values():
             for record in records:
                 self.seen.setdefault(decode(record)[1].key, now)
         await consumer.commit({tp: records[-1].offset + 1 for tp, records in batches.items()})
-        self.count += sum(len(records) for records in batches.values())
-        self.last = time.perf_counter()
-
-    def elapsed(self) -> float:
-        return self.last - self.first if self.first is not None else 0.0
+        self.finished(sum(len(records) for records in batches.values()))
 
 
 class TextbookPeer(KafkaLoopPeer):
@@ -200,7 +203,7 @@ class TextbookPeer(KafkaLoopPeer):
                         await self.env.effect.apply(self.conn, event.key, event.amount)
                 if self.per_message_commit:
                     await consumer.commit({tp: record.offset + 1})
-                self.count += 1
+                self.finished()
         if not self.per_message_commit:
             await consumer.commit({tp: records[-1].offset + 1 for tp, records in batches.items()})
 
@@ -225,7 +228,7 @@ class TunedPeer(TextbookPeer):
                     if await self.claim(event_id):
                         await self.env.effect.apply(self.conn, event.key, event.amount)
         await consumer.commit({tp: records[-1].offset + 1 for tp, records in batches.items()})
-        self.count += sum(len(records) for records in batches.values())
+        self.finished(sum(len(records) for records in batches.values()))
 
 
 class SetBasedPeer(TextbookPeer):
@@ -251,7 +254,7 @@ class SetBasedPeer(TextbookPeer):
                     items.append((event.key, event.amount))
             await self.env.effect.apply_many(self.conn, items)
         await consumer.commit({tp: records[-1].offset + 1 for tp, records in batches.items()})
-        self.count += len(decoded)
+        self.finished(len(decoded))
 
 
 HAND_WRITTEN: tuple[type[Peer], ...] = (

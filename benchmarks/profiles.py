@@ -49,7 +49,7 @@ def quick() -> Profile:
              latency=Pace(events=400, rate=200.0)),
         Cell(REDIS, "1,000 keys uniform, one upsert, 50 % duplicates", replace(base, dup_rate=0.5),
              peers=("textbook", "consumerkit", "consumerkit-redis")),
-    ), CleanupSpec(rows=500_000, pace=Pace(events=1_200, rate=300.0), at=1.5))
+    ), CleanupSpec(rows=500_000, pace=Pace(events=1_800, rate=300.0), at=1.5))
 
 
 def full() -> Profile:
@@ -61,7 +61,7 @@ def full() -> Profile:
              latency=Pace(events=1_000, rate=200.0)),
         Cell("dup0", "1,000 keys uniform, one upsert, no duplicates", replace(base, dup_rate=0.0)),
         Cell(REDIS, "1,000 keys uniform, one upsert, 50 % duplicates", replace(base, dup_rate=0.5)),
-        Cell("replay", "replay burst: a second group re-reads the whole topic (all duplicates)",
+        Cell("replay", "replay burst: the consumer restarts from offset 0 (all duplicates)",
              replace(small, replay=True)),
         Cell("keys1", "one key, one upsert, 10 % duplicates", replace(small, keys=1)),
         Cell("keys10zipf", "10 keys Zipf, one upsert, 10 % duplicates",
@@ -76,7 +76,7 @@ def full() -> Profile:
              peers=("textbook", "tuned", "set-based", "consumerkit", "consumerkit-best")),
         Cell("sweep", "consumerkit settings against each other (main workload)", base,
              peers=("textbook", "consumerkit", *sweep)),
-    ), CleanupSpec(rows=2_000_000, pace=Pace(events=3_000, rate=300.0), at=3.0, repeats=3),
+    ), CleanupSpec(rows=5_000_000, pace=Pace(events=12_000, rate=300.0), at=5.0, repeats=3),
         extra_peers=sweep)
 
 

@@ -1,12 +1,17 @@
 """One measurement: a peer on its own group and fresh schema reads the whole published topic;
 the run checks its effects and reads the counters around it. ``benchmark`` measures every
-peer ``runs`` times, interleaved (the order rotates each round)."""
+peer ``runs`` times, interleaved (the order rotates each round).
+
+The measured window runs from the moment the first message reached the peer (stamped by the
+hand-written and FastStream peers; for consumerkit, its ``stats.delivered`` sampled every
+5 ms) to the last effect by the database's clock (the last message handled for the raw peer
+and for replays). Group join and start-up are outside it. Rate = messages published,
+duplicates included, over the window."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import resource
 import time
 import uuid
@@ -14,12 +19,20 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
 import asyncpg
+from aiokafka import AIOKafkaConsumer
 
 from .effects import Cost, create_schema, drop_schema, make_effect, wait_done
-from .peers import Peer, PeerEnv, group_name
+from .peers import FAST_GROUP, Peer, PeerEnv, group_name
 from .pgstats import per_message, relation_bytes, snapshot, statements_available
 from .report import Sample, Summary
-from .workload import KeySpread, Workload, create_topic, delete_topic, make_workload, publish
+from .workload import (
+    KeySpread,
+    Workload,
+    create_topic,
+    delete_topic,
+    make_workload,
+    publish,
+)
 
 Log = Callable[[str], None]
 
@@ -36,7 +49,7 @@ class Settings:
     spread: KeySpread = "uniform"
     cost: Cost = "upsert"
     prefill: int = 0  # dedup rows of earlier events in the peer's table before it starts
-    replay: bool = False  # measure a second group re-reading everything on the same schema
+    replay: bool = False  # measure the same consumer re-reading everything from offset 0
     redis_url: str | None = None
 
 
@@ -109,7 +122,8 @@ async def measure(peer_type: type[Peer], target: Target, run: int) -> Sample:
             if first.error or not first.finished:
                 return Sample(peer.name, run, workload.size, 0.0, False,
                               f"first pass before the replay: {first.error or 'not done'}")
-            peer = peer_type(dataclasses.replace(env, group=f"{group}.replay"))
+            await rewind(target.bootstrap, target.topic, group, deadline)
+            peer = peer_type(env)  # the same consumer (group, schema) restarted from offset 0
         counting = await statements_available(conn)
         size_before = await relation_bytes(conn, schema, peer.dedup_table)
         before, cpu = await snapshot(conn, counting), _cpu()
@@ -118,12 +132,16 @@ async def measure(peer_type: type[Peer], target: Target, run: int) -> Sample:
         await asyncio.sleep(0.1)  # closed backends flush their statistics
         after = await snapshot(conn, counting)
         grown = await relation_bytes(conn, schema, peer.dedup_table) - size_before
+        start = peer.began if peer.began is not None else outcome.first_received
+        if peer.uses_database and not s.replay:
+            end = await env.effect.last_at(conn)
+        else:
+            end = peer.ended if peer.began is not None else outcome.all_handled
+        seconds = max(end - start, 0.0) if start is not None else 0.0
         if peer.uses_database:
             verdict = await env.effect.check(conn, workload)
             exact, detail = verdict.exact, verdict.detail
-            seconds = outcome.seconds if s.replay else await env.effect.window(conn)
         else:
-            seconds = peer.elapsed()
             exact = peer.handled() == workload.size
             detail = f"{peer.handled()} of {workload.size} messages consumed"
         if not outcome.finished:
@@ -140,7 +158,8 @@ async def measure(peer_type: type[Peer], target: Target, run: int) -> Sample:
 class Outcome:
     finished: bool
     error: str
-    seconds: float  # first to last message handled, sampled every 5 ms
+    first_received: float | None  # time.time() sampled every 5 ms, for peers without stamps
+    all_handled: float
 
 
 async def consume(peer: Peer, conn: asyncpg.Connection[asyncpg.Record],
@@ -170,27 +189,24 @@ async def consume(peer: Peer, conn: asyncpg.Connection[asyncpg.Record],
         error = f"peer failed: {type(exc).__name__}: {exc}; "
     sampler.cancel()
     await asyncio.gather(sampler, return_exceptions=True)
-    return Outcome(bool(finished), error, progress.seconds)
+    return Outcome(bool(finished), error, progress.first, progress.last)
 
 
 class _Progress:
-    """When the peer first handled a message and when it had handled them all."""
+    """When the peer was first handed a message and when it had handled them all, sampled
+    every 5 ms (``time.time()``), for peers that do not stamp these themselves."""
 
     def __init__(self) -> None:
         self.first: float | None = None
         self.last = 0.0
 
-    @property
-    def seconds(self) -> float:
-        return self.last - self.first if self.first is not None else 0.0
-
     async def follow(self, peer: Peer, size: int) -> None:
         while True:
-            handled, now = peer.handled(), time.monotonic()
-            if handled and self.first is None:
+            now = time.time()
+            if self.first is None and peer.received():
                 self.first = now
             self.last = now
-            if handled >= size:
+            if peer.handled() >= size:
                 return
             await asyncio.sleep(0.005)
 
@@ -201,6 +217,23 @@ async def _wait_handled(peer: Peer, size: int, deadline: float) -> bool:
             return False
         await asyncio.sleep(0.05)
     return True
+
+
+async def rewind(bootstrap: str, topic: str, group: str, deadline: float) -> None:
+    """Join ``group`` (which has no other members), commit offset 0 on every partition it is
+    assigned and leave: its next consumer starts from the beginning, as after a reset to an
+    old offset. (Tansu refuses commits from outside the group's generation.)"""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+                                enable_auto_commit=False, **FAST_GROUP)
+    await consumer.start()
+    try:
+        while not consumer.assignment():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no partitions assigned to {group} for the rewind")
+            await consumer.getmany(timeout_ms=50, max_records=1)
+        await consumer.commit(dict.fromkeys(consumer.assignment(), 0))
+    finally:
+        await consumer.stop()
 
 
 def _cpu() -> float:
