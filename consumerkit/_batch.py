@@ -45,6 +45,7 @@ class _Group:
     abandon: asyncio.Event
     done: asyncio.Future[list[Claim] | RolledBack] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future())
+    batch: asyncio.Task[None] | None = None  # the batch applying it, once taken
 
 
 class Batcher:
@@ -55,6 +56,7 @@ class Batcher:
         self._wanted = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
         self._runner: asyncio.Task[None] | None = None
+        self._closing = False
 
     async def process(
         self, records: Sequence[RecordLike], abandon: asyncio.Event, report: Report,
@@ -109,7 +111,16 @@ class Batcher:
         self._wanted.set()
         if self._runner is None:
             self._runner = asyncio.create_task(self._run(), name="consumerkit-batcher")
-        return await group.done
+        try:
+            return await group.done
+        except asyncio.CancelledError:
+            # the lane was cut short (a revoked partition's handlers outlived the rebalance, or
+            # a shutdown): end the transaction holding its records, as the lane's own would
+            # end. Left running, a hung handler would keep the claim locks (and so the
+            # partition's new owner) and the other groups of the batch waiting.
+            if group.batch is not None and not group.batch.done():
+                group.batch.cancel()
+            raise
 
     async def _run(self) -> None:
         slots = self.pipeline.slots
@@ -124,6 +135,8 @@ class Batcher:
                 slots.release()
                 continue
             task = asyncio.create_task(self._apply_batch(batch))
+            for group in batch:
+                group.batch = task
             self._running.add(task)
             task.add_done_callback(self._finished)
 
@@ -152,9 +165,19 @@ class Batcher:
         try:
             claims = await self.pipeline.apply_batch(items)
         except asyncio.CancelledError:
+            if self._closing:
+                for group in batch:
+                    group.done.cancel()
+                raise
+            # a lane of the batch was cut short: the batch rolled back, and the records of
+            # the other lanes are applied one by one
+            self.pipeline.stats.batch_fallbacks += 1
+            log.info("a batch of %d records rolled back (a lane was cut short); applying the "
+                     "others one by one", len(items))
             for group in batch:
-                group.done.cancel()
-            raise
+                if not group.done.done():
+                    group.done.set_result(RolledBack())
+            return
         except Exception as exc:
             self.pipeline.stats.batch_fallbacks += 1
             log.info("a batch of %d records rolled back (%s); applying them one by one",
@@ -172,6 +195,7 @@ class Batcher:
 
     async def close(self) -> None:
         """Cancel the batches still running (they roll back) and the gathering task."""
+        self._closing = True
         tasks = [*self._running, *([self._runner] if self._runner else [])]
         for task in tasks:
             task.cancel()

@@ -250,24 +250,28 @@ def _engine(pipeline: Pipeline, max_batch: int = 100) -> Engine:
                   revoke_timeout=1.0, keepalive=10.0, stats=pipeline.stats)
 
 
-async def test_a_lane_killed_mid_batch_leaves_its_offsets_and_the_redelivery_is_a_duplicate(
-    bench_factory: Factory,
+async def test_a_lane_killed_while_its_batch_commits_leaves_its_offsets_and_finds_duplicates(
+    bench_factory: Factory, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Revocation kills a lane whose group is inside a running batch. The batch still commits
-    (its other lanes want it); the killed lane's records are applied but not reported, so their
-    offsets stay uncommitted, and the new owner's redelivery finds them as duplicates. Every
-    delivered record is accounted for."""
+    """Revocation kills a lane whose batch has committed in the database but not yet answered
+    (the kill cancels the batch too late to roll it back). The killed lane's records are applied
+    but not reported, so their offsets stay uncommitted and the new owner's redelivery finds
+    them as duplicates; the other lane's record, applied again alone, is a duplicate as well.
+    Every delivered record is accounted for."""
     bench = await bench_factory()
-    engine = _engine(bench.pipeline)
+    pipeline = bench.pipeline
+    engine = _engine(pipeline)
     engine.batcher = bench.batcher
-    inside = asyncio.Event()
-    go = asyncio.Event()
+    committed = asyncio.Event()
+    original = pipeline._batch_transaction
 
-    async def stall(event: Step, ctx: HandlerContext) -> None:
-        inside.set()
-        await go.wait()
+    async def slow_answer(conn: object, items: list[Decoded]) -> list[Claim]:
+        claims = await original(conn, items)  # type: ignore[arg-type]
+        committed.set()
+        await asyncio.Event().wait()  # the answer to COMMIT never comes
+        return claims
 
-    bench.hooks["r-2"] = stall
+    monkeypatch.setattr(pipeline, "_batch_transaction", slow_answer)
     part: Partition = (TOPIC, 0)
     state = engine.states[part] = PartitionState(part)
     revoked = [rec("r-1", "a"), rec("r-2", "a"), rec("r-3", "a")]
@@ -276,20 +280,20 @@ async def test_a_lane_killed_mid_batch_leaves_its_offsets_and_the_redelivery_is_
     kept = [rec("o-1", "b", partition=1)]
     engine._dispatch(part, revoked)
     engine._dispatch(other_part, kept)
-    await asyncio.wait_for(inside.wait(), 10)
+    await asyncio.wait_for(committed.wait(), 10)
+    monkeypatch.setattr(pipeline, "_batch_transaction", original)
 
     state.abandon.set()
     state.kill()
     await asyncio.wait_for(state.drained.wait(), 10)
     # nothing of the killed group is finished: the commit stays at its first record
     assert state.offsets.committable() == revoked[0].offset
-    go.set()
     await asyncio.wait_for(other.drained.wait(), 10)
     assert other.offsets.committable() == kept[0].offset + 1
     await asyncio.wait_for(engine.executor.join(), 10)
     assert await bench.ledger() == ["r-1", "r-2", "r-3", "o-1"]
-    stats = bench.pipeline.stats
-    assert stats.applied == 1  # only the kept lane's record was reported
+    stats = pipeline.stats
+    assert (stats.applied, stats.duplicates, stats.abandoned) == (0, 1, 3)
     assert bench.invariant() == (4, 4)
 
     # the new owner reads the revoked records again: all duplicates, nothing applied twice
@@ -297,7 +301,7 @@ async def test_a_lane_killed_mid_batch_leaves_its_offsets_and_the_redelivery_is_
     engine.states[part] = fresh
     engine._dispatch(part, revoked)
     await asyncio.wait_for(engine.executor.join(), 10)
-    assert stats.duplicates == 3
+    assert stats.duplicates == 4
     assert fresh.offsets.committable() == revoked[-1].offset + 1
     assert await bench.ledger() == ["r-1", "r-2", "r-3", "o-1"]
     assert bench.invariant() == (7, 7)
@@ -424,3 +428,48 @@ async def test_a_handler_that_commits_inside_a_batch_loses_no_other_effect(
     bench.hooks["u-1"] = commit
     await process(bench, [rec("u-0", "a"), rec("u-1", "a")], [rec("u-2", "b")])
     assert "u-2" in await bench.ledger()
+
+
+async def test_revoking_a_partition_whose_handler_hangs_in_a_batch_rolls_the_batch_back(
+    bench_factory: Factory,
+) -> None:
+    """A handler of a revoked partition hangs inside a batch that also holds a record of a
+    partition still owned (no handler_timeout). The kill must end that batch's transaction,
+    as it does alone: else its claim locks block the partition's new owner, and the owned
+    partition's record waits, for as long as the handler hangs."""
+    bench = await bench_factory(handler_timeout=None)
+    engine = _engine(bench.pipeline)
+    engine.batcher = bench.batcher
+    engine.revoke_timeout = 0.2
+    inside = asyncio.Event()
+    hung: list[str] = []
+
+    async def hang(event: Step, ctx: HandlerContext) -> None:
+        if not hung:  # only the first run
+            hung.append(ctx.envelope.event_id)
+            inside.set()
+            await asyncio.Event().wait()
+
+    bench.hooks["h-1"] = hang
+    revoked_part: Partition = (TOPIC, 0)
+    owned_part: Partition = (TOPIC, 1)
+    engine.states[revoked_part] = PartitionState(revoked_part)
+    owned = engine.states[owned_part] = PartitionState(owned_part)
+    revoked = [rec("h-0", "a"), rec("h-1", "a"), rec("h-2", "a")]
+    kept = [rec("k-1", "b", partition=1)]
+    engine._dispatch(owned_part, kept)
+    engine._dispatch(revoked_part, revoked)
+    await asyncio.wait_for(inside.wait(), 10)
+
+    await asyncio.wait_for(engine.on_revoked([revoked_part]), 10)
+    # the record of the owned partition is applied on its own, soon
+    await asyncio.wait_for(owned.drained.wait(), 10)
+    assert owned.offsets.committable() == kept[0].offset + 1
+
+    # the new owner (here the same engine, assigned the partition again) applies the revoked
+    # records without waiting for the hung transaction
+    await engine.on_assigned([revoked_part])
+    engine._dispatch(revoked_part, revoked)
+    await asyncio.wait_for(engine.executor.join(), 10)
+    assert sorted(await bench.ledger()) == ["h-0", "h-1", "h-2", "k-1"]
+    assert bench.invariant() == (7, 7)

@@ -1,0 +1,185 @@
+"""The batcher's gathering and bookkeeping, on a pipeline stand-in: groups are never split and
+keep their order, batches are bounded by max_batch and by the pipeline's slots, a lane cut
+short ends its batch, and every delivered record gets an outcome or counts as abandoned."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import cast
+
+from pydantic import BaseModel
+
+from consumerkit._batch import Batcher
+from consumerkit._decode import Decoded
+from consumerkit._failures import HandlerFailure
+from consumerkit._pipeline import Outcome, Pipeline
+from consumerkit.envelope import Envelope, Record, RecordLike
+from consumerkit.registry import Route
+from consumerkit.stats import ConsumerStats
+from consumerkit.types import Claim, ClaimStatus
+
+
+class _Event(BaseModel):
+    n: int
+
+
+async def _noop(event: _Event, ctx: object) -> None:
+    pass
+
+
+_ROUTE = Route(name="noop", event_type="e", topic=None, model=_Event, func=_noop)
+
+
+class _Decoder:
+    def decode(self, record: RecordLike) -> Decoded:
+        env = Envelope(event_id=f"id-{record.offset}", id_source="header", event_type="e",
+                       key=None, topic=record.topic, partition=record.partition,
+                       offset=record.offset, timestamp=None)
+        return Decoded(env, _ROUTE, _Event(n=record.offset))
+
+
+class FakePipeline:
+    """What the batcher uses of a pipeline; ``gate`` holds every batch until set."""
+
+    def __init__(self, concurrency: int) -> None:
+        self.stats = ConsumerStats()
+        self.decoder = _Decoder()
+        self.slots = asyncio.Semaphore(concurrency)
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.batches: list[list[int]] = []
+        self.running = 0
+        self.peak = 0
+        self.cancelled = 0
+        self.alone: list[int] = []
+
+    async def apply_batch(self, items: list[Decoded]) -> list[Claim]:
+        self.batches.append([d.envelope.offset for d in items])
+        self.running += 1
+        self.peak = max(self.peak, self.running)
+        try:
+            await self.gate.wait()
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        finally:
+            self.running -= 1
+        return [Claim(ClaimStatus.CLAIMED) for _ in items]
+
+    async def settle(self, claim: Claim, record: RecordLike, decoded: Decoded, attempt: int,
+                     abandon: asyncio.Event) -> Outcome:
+        self.stats.applied += 1
+        return Outcome.APPLIED
+
+    async def process_decoded(self, record: RecordLike, decoded: Decoded,
+                              abandon: asyncio.Event, failed: HandlerFailure | None = None,
+                              ) -> Outcome:
+        self.alone.append(record.offset)
+        self.stats.applied += 1
+        return Outcome.APPLIED
+
+
+def _batcher(fake: FakePipeline, max_batch: int) -> Batcher:
+    return Batcher(cast(Pipeline, fake), max_batch)
+
+
+def _records(*offsets: int) -> list[Record]:
+    return [Record("t", 0, n, b"k", b"{}") for n in offsets]
+
+
+class _Reports:
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, Outcome]] = []
+
+    def __call__(self, record: RecordLike, outcome: Outcome) -> None:
+        self.seen.append((record.offset, outcome))
+
+
+async def _lanes(batcher: Batcher, groups: Sequence[Sequence[int]], report: _Reports,
+                 abandon: asyncio.Event | None = None) -> list[asyncio.Task[None]]:
+    flag = abandon or asyncio.Event()
+    tasks = [asyncio.create_task(batcher.process(_records(*g), flag, report)) for g in groups]
+    await asyncio.sleep(0)
+    return tasks
+
+
+async def test_groups_are_never_split_and_batches_fill_up_to_max_batch_in_order() -> None:
+    fake = FakePipeline(concurrency=1)
+    fake.gate.clear()
+    batcher = _batcher(fake, max_batch=5)
+    report = _Reports()
+    tasks = await _lanes(batcher, [[1, 2], [3, 4], [5], [6, 7, 8, 9, 10], [11]], report)
+    fake.gate.set()
+    await asyncio.wait_for(asyncio.gather(*tasks), 5)
+    assert fake.batches == [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10], [11]]
+    assert sorted(report.seen) == [(n, Outcome.APPLIED) for n in range(1, 12)]
+    await batcher.close()
+
+
+async def test_no_more_batches_run_at_once_than_the_pipeline_has_slots() -> None:
+    fake = FakePipeline(concurrency=2)
+    fake.gate.clear()
+    batcher = _batcher(fake, max_batch=1)
+    report = _Reports()
+    tasks = await _lanes(batcher, [[n] for n in range(8)], report)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert fake.running == 2
+    fake.gate.set()
+    await asyncio.wait_for(asyncio.gather(*tasks), 5)
+    assert fake.peak == 2
+    assert len(report.seen) == 8
+    await batcher.close()
+
+
+async def test_a_lane_cut_short_ends_its_batch_and_the_other_lanes_go_one_by_one() -> None:
+    fake = FakePipeline(concurrency=1)
+    fake.gate.clear()
+    batcher = _batcher(fake, max_batch=10)
+    report = _Reports()
+    cut, kept = await _lanes(batcher, [[1, 2], [3]], report)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert fake.running == 1
+    cut.cancel()
+    await asyncio.gather(cut, return_exceptions=True)
+    await asyncio.wait_for(kept, 5)
+    assert fake.cancelled == 1
+    assert fake.alone == [3]
+    assert report.seen == [(3, Outcome.APPLIED)]
+    s = fake.stats
+    assert (s.delivered, s.applied, s.abandoned, s.batch_fallbacks) == (3, 1, 2, 1)
+    await batcher.close()
+
+
+async def test_an_abandoned_group_is_dropped_before_its_batch_and_counted() -> None:
+    fake = FakePipeline(concurrency=1)
+    await fake.slots.acquire()
+    batcher = _batcher(fake, max_batch=10)
+    report = _Reports()
+    abandon = asyncio.Event()
+    [lane] = await _lanes(batcher, [[1, 2, 3]], report, abandon)
+    abandon.set()
+    fake.slots.release()
+    await asyncio.wait_for(lane, 5)
+    assert fake.batches == []
+    assert report.seen == []
+    assert (fake.stats.delivered, fake.stats.abandoned) == (3, 3)
+    await batcher.close()
+
+
+async def test_close_cancels_running_batches_and_waiting_lanes() -> None:
+    fake = FakePipeline(concurrency=1)
+    fake.gate.clear()
+    batcher = _batcher(fake, max_batch=1)
+    report = _Reports()
+    tasks = await _lanes(batcher, [[1], [2]], report)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    await asyncio.wait_for(batcher.close(), 5)
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(isinstance(r, asyncio.CancelledError) for r in results)
+    assert fake.cancelled == 1
+    assert report.seen == []
+    assert (fake.stats.delivered, fake.stats.abandoned) == (2, 2)
