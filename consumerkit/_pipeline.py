@@ -208,13 +208,15 @@ class Pipeline:
     async def apply_batch(self, items: list[Decoded]) -> list[Claim]:
         """Apply ``items`` in one transaction: one bulk claim, each claimed item's handler in
         order, one COMMIT. Raises if anything fails; nothing of the batch is applied then."""
-        known = await self._known_many([d.envelope.event_id for d in items])
+        known = await self._known_many([d.envelope.event_id for d in items], count=False)
         todo = [d for d in items if d.envelope.event_id not in known]
         fresh: list[Claim] = []
         if todo:
             async with self._connection() as conn:  # the batcher holds the slot
                 fresh = await self._batch_transaction(conn, todo)
             self.stats.batches += 1
+        # counted only now: a batch that fails is applied again one by one, asking again
+        self.stats.cache_hits += sum(d.envelope.event_id in known for d in items)
         claims = iter(fresh)
         return [Claim(ClaimStatus.DUPLICATE) if d.envelope.event_id in known else next(claims)
                 for d in items]
@@ -265,11 +267,12 @@ class Pipeline:
     async def _known(self, event_id: str) -> bool:
         return bool(await self._known_many([event_id]))
 
-    async def _known_many(self, event_ids: list[str]) -> set[str]:
+    async def _known_many(self, event_ids: list[str], *, count: bool = True) -> set[str]:
         if self.cache is None:
             return set()
         known = await self.cache.known(self.namespace, event_ids)
-        self.stats.cache_hits += len(known)
+        if count:
+            self.stats.cache_hits += len(known)
         return known
 
     async def _handle(

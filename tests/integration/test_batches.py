@@ -32,7 +32,7 @@ from consumerkit.registry import RouteTable
 from consumerkit.schema import migrate
 from consumerkit.stats import ConsumerStats
 from consumerkit.transport.kafka import Partition
-from consumerkit.types import Claim
+from consumerkit.types import Claim, DedupCache
 
 from .ledger import create_ledger
 
@@ -112,7 +112,8 @@ async def bench_factory(pg_pool: asyncpg.Pool, pg_schema: str
     made: list[Bench] = []
 
     async def make(*, max_batch: int = 100, concurrency: int = 4, max_attempts: int = 3,
-                   handler_timeout: float | None = 30.0) -> Bench:
+                   handler_timeout: float | None = 30.0, cache: DedupCache | None = None,
+                   ) -> Bench:
         s = identifier(pg_schema)
         hooks: dict[str, Hook] = {}
 
@@ -132,7 +133,8 @@ async def bench_factory(pg_pool: asyncpg.Pool, pg_schema: str
             decoder=Decoder(RouteTable.build([record_step]), WireFormat(), 1 << 20),
             retry=RetryPolicy(max_attempts=max_attempts, initial_delay=0.01, max_delay=0.02),
             dead_letters=DeadLetterWriter([sink]), expired="dead_letter",
-            stats=ConsumerStats(), concurrency=concurrency, handler_timeout=handler_timeout)
+            stats=ConsumerStats(), concurrency=concurrency, handler_timeout=handler_timeout,
+            cache=cache)
         bench = Bench(pg_pool, pg_schema, pipeline, Batcher(pipeline, max_batch), sink, hooks)
         made.append(bench)
         return bench
@@ -305,6 +307,52 @@ async def test_a_lane_killed_while_its_batch_commits_leaves_its_offsets_and_find
     assert fresh.offsets.committable() == revoked[-1].offset + 1
     assert await bench.ledger() == ["r-1", "r-2", "r-3", "o-1"]
     assert bench.invariant() == (7, 7)
+
+
+class SetCache:
+    """A dedup cache in a set: what it was told after commits, and how often it was asked."""
+
+    def __init__(self, *known: str) -> None:
+        self.ids = set(known)
+        self.asked: list[str] = []
+
+    def check(self, policy: object) -> None:
+        pass
+
+    async def open(self) -> None:
+        pass
+
+    async def known(self, namespace: str, event_ids: Sequence[str]) -> set[str]:
+        self.asked.extend(event_ids)
+        return self.ids & set(event_ids)
+
+    async def remember(self, namespace: str, event_ids: Sequence[str]) -> None:
+        self.ids.update(event_ids)
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_cache_hits_of_a_batch_that_fell_back_are_counted_once(
+    bench_factory: Factory,
+) -> None:
+    cache = SetCache("seen-before")
+    bench = await bench_factory(cache=cache)
+    failed: list[str] = []
+
+    async def fail_once(event: Step, ctx: HandlerContext) -> None:
+        if not failed:
+            failed.append(ctx.envelope.event_id)
+            raise RuntimeError("first run fails")
+
+    bench.hooks["flaky"] = fail_once
+    await process(bench, [rec("seen-before", "a"), rec("fresh", "a")], [rec("flaky", "b")])
+    stats = bench.pipeline.stats
+    assert stats.batch_fallbacks == 1
+    assert (stats.cache_hits, stats.duplicates, stats.applied) == (1, 1, 2)
+    assert sorted(await bench.ledger()) == ["flaky", "fresh"]
+    assert {"fresh", "flaky"} <= cache.ids  # told after their commits
+    assert bench.invariant() == (3, 3)
 
 
 # -- COMMIT without its answer ----------------------------------------------------------------
