@@ -34,7 +34,22 @@ from consumerkit.stats import ConsumerStats
 from consumerkit.transport.kafka import Partition
 from consumerkit.types import Claim, DedupCache
 
-from .ledger import create_ledger
+from .conftest import LedgerTopic
+from .ledger import (
+    Running,
+    build,
+    create_ledger,
+    group,
+    ledger_rows,
+    make_events,
+    publish,
+    publish_raw,
+    settled,
+    verify,
+    wait_for,
+)
+from .ledger import Step as LedgerStep
+from .test_exactly_once import committed_total
 
 TOPIC = "orders"
 DAY_MS = 86_400_000
@@ -521,3 +536,56 @@ async def test_revoking_a_partition_whose_handler_hangs_in_a_batch_rolls_the_bat
     await asyncio.wait_for(engine.executor.join(), 10)
     assert sorted(await bench.ledger()) == ["h-0", "h-1", "h-2", "k-1"]
     assert bench.invariant() == (7, 7)
+
+
+# -- end to end, on the broker ----------------------------------------------------------------
+
+
+async def test_a_batched_consumer_with_poison_swallowers_duplicates_and_garbage(
+    postgres_dsn: str, kafka_bootstrap: str, ledger_topic: LedgerTopic, pg_schema: str,
+    pg_pool: asyncpg.Pool,
+) -> None:
+    """Batches meet every kind of trouble at once: handlers that always fail, a handler that
+    swallows a database error, re-sent events and undecodable records. Every good event is
+    applied once in key order, the bad ones are dead-lettered, every record is accounted for
+    in the stats, and every offset is committed at the end."""
+    topic = await ledger_topic(partitions=4)
+    events = make_events(keys=20, per_key=10, prefix="mix")
+    poison = {"mix-3-10", "mix-7-10"}
+    swallower = "mix-5-10"
+
+    async def misbehave(event: LedgerStep, ctx: HandlerContext) -> None:
+        if ctx.envelope.event_id in poison:
+            raise RuntimeError("poison")
+        if ctx.envelope.event_id == swallower:
+            with contextlib.suppress(asyncpg.DivisionByZeroError):
+                await ctx.tx.execute("SELECT 1/0")
+
+    bad = poison | {swallower}
+    resent = [e for e in events if e.seq in (2, 6)][:20]
+    garbage = [(f"key-{k}".encode(), b"{not json", [("id", f"junk-{k}".encode()),
+                                                      ("event_type", b"step.recorded")])
+               for k in (1, 4, 9)]
+    await publish(kafka_bootstrap, topic, events)
+    await publish_raw(kafka_bootstrap, topic, garbage)
+    await publish(kafka_bootstrap, topic, resent)
+    total = len(events) + len(garbage) + len(resent)
+    consumer = build("mixed", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=misbehave,
+                     max_batch=50, concurrency=3)
+    async with Running(consumer):
+        await wait_for(lambda: settled(consumer, total), 120, "every record settled")
+    s = consumer.stats
+    assert s.batches > 0
+    assert s.batch_fallbacks > 0
+    assert s.delivered == total
+    assert s.delivered == s.applied + s.duplicates + s.dead_lettered + s.expired_skipped + (
+        s.abandoned)
+    assert (s.applied, s.duplicates, s.dead_lettered) == (
+        len(events) - len(bad), len(resent), len(bad) + len(garbage))
+    async with pg_pool.acquire() as conn:
+        verify(await ledger_rows(conn, pg_schema), [e for e in events if e.event_id not in bad])
+        parked = await conn.fetch(
+            f"SELECT reason, event_id FROM {identifier(pg_schema)}.dead_letters")
+    assert sorted(r["event_id"] for r in parked) == sorted(
+        [*bad, *(f"junk-{k}" for k in (1, 4, 9))])
+    assert await committed_total(kafka_bootstrap, group("mixed", topic), topic, 4) == total
