@@ -60,19 +60,20 @@ def _log(line: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
-    settings = Settings(events=args.events, keys=args.keys, dup_rate=args.dup_rate,
-                        runs=args.runs, partitions=args.partitions, deadline=args.deadline)
     peers = [PEERS[name] for name in args.peers.split(",")]
-    for peer in list(peers):
-        reason = peer.unavailable(settings.redis_url)
-        if reason:
-            _log(f"{peer.name}: unavailable: {reason}")
-            peers.remove(peer)
     loop_factory: Any = None
     if args.uvloop:
         loop_factory = importlib.import_module("uvloop").new_event_loop
-    with services(args.postgres, args.kafka) as svc, \
+    with services(args.postgres, args.kafka, want_redis=True) as svc, \
             asyncio.Runner(loop_factory=loop_factory) as runner:
+        settings = Settings(events=args.events, keys=args.keys, dup_rate=args.dup_rate,
+                            runs=args.runs, partitions=args.partitions, deadline=args.deadline,
+                            redis_url=svc.redis_url)
+        for peer in list(peers):
+            reason = peer.unavailable(settings.redis_url)
+            if reason:
+                _log(f"{peer.name}: unavailable: {reason}")
+                peers.remove(peer)
         context = runner.run(collect(svc, args.uvloop))
         _log("\n".join(f"{k}: {v}" for k, v in context.items()))
         summaries: list[Summary] = runner.run(
@@ -82,8 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"one upsert per distinct event; median of {settings.runs} runs")
     print(f"\n{workload}\n\n{table(summaries)}\n\n{context_lines(context)}")
     if args.json:
-        write_json(args.json, to_json(summaries, context,
-                                      {**dataclasses.asdict(settings), "peers": args.peers}))
+        fields = {k: v for k, v in dataclasses.asdict(settings).items() if k != "redis_url"}
+        write_json(args.json, to_json(summaries, context, {**fields, "peers": args.peers}))
     return 0 if all(s.exact for s in summaries) else 1
 
 
