@@ -370,6 +370,37 @@ async def test_cache_hits_of_a_batch_that_fell_back_are_counted_once(
     assert bench.invariant() == (3, 3)
 
 
+async def test_a_shutdown_with_a_handler_hung_in_a_batch_ends_and_accounts_for_everything(
+    bench_factory: Factory,
+) -> None:
+    """drain: the lanes are cancelled after the shutdown wait, the batch holding a hung
+    handler rolls back, nothing is committed past what was applied, and every delivered record
+    is accounted for."""
+    bench = await bench_factory(handler_timeout=None)
+    engine = _engine(bench.pipeline)
+    engine.batcher = bench.batcher
+    inside = asyncio.Event()
+
+    async def hang(event: Step, ctx: HandlerContext) -> None:
+        inside.set()
+        await asyncio.Event().wait()
+
+    bench.hooks["s-2"] = hang
+    part: Partition = (TOPIC, 0)
+    state = engine.states[part] = PartitionState(part)
+    records = [rec("s-1", "a"), rec("s-2", "b"), rec("s-3", "c")]
+    engine._dispatch(part, records[:1])
+    await asyncio.wait_for(engine.executor.join(), 10)  # s-1 applied on its own
+    engine._dispatch(part, records[1:])
+    await asyncio.wait_for(inside.wait(), 10)
+    await asyncio.wait_for(engine.drain(0.2, asyncio.Event()), 10)
+    assert await bench.ledger() == ["s-1"]
+    assert state.offsets.committable() == records[1].offset
+    assert engine.in_flight == 0
+    assert bench.invariant() == (3, 3)
+    assert bench.pipeline.stats.abandoned == 2
+
+
 # -- COMMIT without its answer ----------------------------------------------------------------
 
 
