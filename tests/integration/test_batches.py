@@ -524,8 +524,9 @@ async def test_a_handler_that_commits_inside_a_batch_loses_no_other_effect(
     assert "u-2" in await bench.ledger()
 
 
+@pytest.mark.parametrize("where", ["in the handler", "in the database"])
 async def test_revoking_a_partition_whose_handler_hangs_in_a_batch_rolls_the_batch_back(
-    bench_factory: Factory,
+    bench_factory: Factory, where: str,
 ) -> None:
     """A handler of a revoked partition hangs inside a batch that also holds a record of a
     partition still owned (no handler_timeout). The kill must end that batch's transaction,
@@ -542,6 +543,8 @@ async def test_revoking_a_partition_whose_handler_hangs_in_a_batch_rolls_the_bat
         if not hung:  # only the first run
             hung.append(ctx.envelope.event_id)
             inside.set()
+            if where == "in the database":
+                await ctx.tx.execute("SELECT pg_sleep(600)")
             await asyncio.Event().wait()
 
     bench.hooks["h-1"] = hang
