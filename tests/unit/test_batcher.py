@@ -5,7 +5,7 @@ short ends its batch, and every delivered record gets an outcome or counts as ab
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import cast
 
 from pydantic import BaseModel
@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from consumerkit._batch import Batcher
 from consumerkit._decode import Decoded
 from consumerkit._failures import HandlerFailure
+from consumerkit._ordering import KeyedExecutor
 from consumerkit._pipeline import Outcome, Pipeline
 from consumerkit.envelope import Envelope, Record, RecordLike
 from consumerkit.registry import Route
@@ -183,3 +184,44 @@ async def test_close_cancels_running_batches_and_waiting_lanes() -> None:
     assert fake.cancelled == 1
     assert report.seen == []
     assert (fake.stats.delivered, fake.stats.abandoned) == (2, 2)
+
+
+async def test_a_keys_groups_reach_batches_one_at_a_time_in_order() -> None:
+    """Lanes hand the batcher one group at a time: two records of one key are never in two
+    batches at once, and its batches follow the key's order, whatever the other keys do."""
+    fake = FakePipeline(concurrency=4)
+    batcher = _batcher(fake, max_batch=4)
+    in_batch: dict[bytes, int] = {}
+    overlap: list[bytes] = []
+    original = fake.apply_batch
+
+    async def watched(items: list[Decoded]) -> list[Claim]:
+        keys = [d.envelope.offset % 3 for d in items]
+        for key in {bytes([k]) for k in keys}:
+            if in_batch.get(key):
+                overlap.append(key)
+            in_batch[key] = in_batch.get(key, 0) + 1
+        try:
+            for _ in range(3):
+                await asyncio.sleep(0)
+            return await original(items)
+        finally:
+            for key in {bytes([k]) for k in keys}:
+                in_batch[key] -= 1
+
+    fake.apply_batch = watched  # type: ignore[method-assign]
+    report = _Reports()
+
+    async def run(_key: Hashable, records: list[RecordLike]) -> None:
+        await batcher.process(records, asyncio.Event(), report)
+
+    executor: KeyedExecutor[RecordLike] = KeyedExecutor(run, 100, max_group=2)
+    for n in range(60):
+        executor.submit(n % 3, Record("t", 0, n, bytes([n % 3]), b"{}"))
+    await asyncio.wait_for(executor.join(), 10)
+    assert overlap == []
+    for key in range(3):
+        offsets = [n for batch in fake.batches for n in batch if n % 3 == key]
+        assert offsets == list(range(key, 60, 3))
+    assert len(report.seen) == 60
+    await batcher.close()
