@@ -54,7 +54,7 @@ class Consumer:
         outbox: Outbox | None = None,
         retry: RetryPolicy | None = None, wire: WireFormat | None = None,
         dead_letter: DeadLetterSink | Sequence[DeadLetterSink] | None = None,
-        concurrency: int = 16, max_batch: int = 100, max_in_flight: int = 1000,
+        concurrency: int | None = None, max_batch: int = 500, max_in_flight: int = 5000,
         max_message_bytes: int = 1 << 20,
         migrate: bool = True, kafka_options: Mapping[str, Any] | None = None,
         kafka_consumer_options: Mapping[str, Any] | None = None,
@@ -67,6 +67,10 @@ class Consumer:
         if not self.topics:
             raise ConfigurationError("at least one topic is required")
         identifier(schema, "schema name")
+        # batches: a few at once, so they fill while PostgreSQL works; one record per
+        # transaction: more at once, so handlers that wait on I/O overlap
+        if concurrency is None:
+            concurrency = 4 if max_batch > 1 else 16
         if min(concurrency, max_batch, max_in_flight, max_message_bytes) < 1:
             raise ConfigurationError(
                 "concurrency, max_batch, max_in_flight and max_message_bytes must be at least 1")

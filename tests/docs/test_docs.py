@@ -231,7 +231,8 @@ def test_example_consumers_build() -> None:
             database_only.max_in_flight) == (4, 500, 5_000)
     slow_io = batching.build_slow_io(KAFKA, DSN)
     assert (slow_io.max_batch, slow_io.concurrency) == (1, 64)
-    assert (billing.max_batch, billing.outbox, billing.dedup_cache) == (100, None, None)
+    assert (billing.max_batch, billing.outbox, billing.dedup_cache) == (500, None, None)
+    assert billing.concurrency == 4  # the default with batches
 
     saga = example("saga").build(KAFKA, DSN, ["orders"], schema="payments")
     assert saga.outbox is not None
