@@ -91,6 +91,16 @@ class Decoder:
         )
         return Decoded(envelope, route, event)
 
+    def event_id(self, record: RecordLike) -> str | None:
+        """The record's event id as :meth:`decode` would find it, or ``None`` when it has
+        none (or the record is unusable); never raises."""
+        if record.value is None:
+            return None
+        try:
+            return self._event_id(record, header_map(record), record.value)[0]
+        except DecodeError:
+            return None
+
     def _event_id(
         self, record: RecordLike, headers: dict[str, bytes], value: bytes
     ) -> tuple[str, IdSource]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Hashable, Iterable
+from collections.abc import Collection, Hashable, Iterable
 from functools import partial
 from typing import Any
 
@@ -106,8 +106,10 @@ class Engine:
                 await asyncio.wait({fetch, stop}, return_when=asyncio.FIRST_COMPLETED)
                 if not fetch.done():  # stopping: do not wait for a rebalance or a fetch
                     break
-                for part, records in fetch.result().items():
-                    self._dispatch(part, records)
+                fetched = fetch.result()
+                known = await self._known(fetched)
+                for part, records in fetched.items():
+                    self._dispatch(part, records, known)
         finally:
             for task in (fetch, stop, committer):
                 if task is not None:
@@ -126,12 +128,32 @@ class Engine:
         room.cancel()
         return bool(done)
 
-    def _dispatch(self, part: Partition, records: Iterable[RecordLike]) -> None:
+    async def _known(self, fetched: dict[Partition, list[RecordLike]]) -> set[str]:
+        """Event ids of ``fetched`` that the dedup cache knows were applied: one lookup per
+        poll, before anything is decoded."""
+        if self.pipeline.cache is None:
+            return set()
+        ids = [i for records in fetched.values() for record in records
+               if (i := self.pipeline.decoder.event_id(record)) is not None]
+        return await self.pipeline.known_many(ids) if ids else set()
+
+    def _dispatch(
+        self, part: Partition, records: Iterable[RecordLike], known: Collection[str] = (),
+    ) -> None:
         state = self.states.get(part)
         if state is None or state.abandon.is_set() or self.stopping.is_set():
             return  # fetched before a revocation or a stop: read again from the commit
         for record in records:
             state.submitted(record.offset)
+            if known and self.pipeline.decoder.event_id(record) in known:
+                # applied before (the cache holds committed ids only): settled at once, with
+                # no lane; the watermark still waits for earlier records of the partition
+                self.stats.delivered += 1
+                self.stats.duplicates += 1
+                state.offsets.finished(record.offset)
+                state.settled()
+                self._commit_wanted.set()
+                continue
             self.in_flight += 1
             # one lane per key of this ownership of the partition: a zombie left by an earlier
             # ownership never holds up (or breaks) the lanes of the current one

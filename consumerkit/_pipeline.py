@@ -208,7 +208,7 @@ class Pipeline:
     async def apply_batch(self, items: list[Decoded]) -> list[Claim]:
         """Apply ``items`` in one transaction: one bulk claim, each claimed item's handler in
         order, one COMMIT. Raises if anything fails; nothing of the batch is applied then."""
-        known = await self._known_many([d.envelope.event_id for d in items], count=False)
+        known = await self.known_many([d.envelope.event_id for d in items], count=False)
         todo = [d for d in items if d.envelope.event_id not in known]
         fresh: list[Claim] = []
         if todo:
@@ -265,9 +265,9 @@ class Pipeline:
             await self.cache.remember(self.namespace, [r.envelope.event_id for r in claimed])
 
     async def _known(self, event_id: str) -> bool:
-        return bool(await self._known_many([event_id]))
+        return bool(await self.known_many([event_id]))
 
-    async def _known_many(self, event_ids: list[str], *, count: bool = True) -> set[str]:
+    async def known_many(self, event_ids: list[str], *, count: bool = True) -> set[str]:
         if self.cache is None:
             return set()
         known = await self.cache.known(self.namespace, event_ids)
