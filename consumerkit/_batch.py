@@ -170,13 +170,15 @@ class Batcher:
                     group.done.cancel()
                 raise
             # a lane of the batch was cut short: the batch rolled back, and the records of
-            # the other lanes are applied one by one
-            self.pipeline.stats.batch_fallbacks += 1
-            log.info("a batch of %d records rolled back (a lane was cut short); applying the "
-                     "others one by one", len(items))
-            for group in batch:
-                if not group.done.done():
-                    group.done.set_result(RolledBack())
+            # the other lanes still waiting are applied one by one
+            waiting = [group for group in batch if not group.done.done()]
+            if waiting:
+                self.pipeline.stats.batch_fallbacks += 1
+                log.info("a batch of %d records rolled back (a lane was cut short); applying "
+                         "the other %d one by one", len(items),
+                         sum(len(group.items) for group in waiting))
+            for group in waiting:
+                group.done.set_result(RolledBack())
             return
         except Exception as exc:
             self.pipeline.stats.batch_fallbacks += 1

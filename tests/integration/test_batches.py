@@ -399,6 +399,7 @@ async def test_a_shutdown_with_a_handler_hung_in_a_batch_ends_and_accounts_for_e
     assert engine.in_flight == 0
     assert bench.invariant() == (3, 3)
     assert bench.pipeline.stats.abandoned == 2
+    assert bench.pipeline.stats.batch_fallbacks == 0  # nobody was left to fall back
 
 
 # -- COMMIT without its answer ----------------------------------------------------------------
