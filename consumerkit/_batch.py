@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +53,10 @@ class Batcher:
     def __init__(self, pipeline: Pipeline, max_batch: int) -> None:
         self.pipeline = pipeline
         self.max_batch = max_batch
+        # records per batch for now: halved when a batch overruns handler_timeout (slow
+        # handlers), doubled back after a full batch that took under a quarter of it
+        self.limit = max_batch
+        self.on_limit: Callable[[int], None] | None = None  # told when the limit changes
         self._pending: deque[_Group] = deque()
         self._wanted = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
@@ -154,7 +159,7 @@ class Batcher:
                 if not group.done.done():
                     group.done.set_result(RolledBack())
                 continue
-            if batch and size + len(group.items) > self.max_batch:
+            if batch and size + len(group.items) > self.limit:
                 break
             batch.append(self._pending.popleft())
             size += len(group.items)
@@ -162,6 +167,7 @@ class Batcher:
 
     async def _apply_batch(self, batch: list[_Group]) -> None:
         items = [item for group in batch for item in group.items]
+        started = time.monotonic()
         try:
             claims = await self.pipeline.apply_batch(items)
         except asyncio.CancelledError:
@@ -184,16 +190,32 @@ class Batcher:
             self.pipeline.stats.batch_fallbacks += 1
             log.info("a batch of %d records rolled back (%s); applying them one by one",
                      len(items), describe(exc))
+            if isinstance(exc, TimeoutError):
+                self._resize(max(1, len(items) // 2))
             outcome = RolledBack(exc if isinstance(exc, BatchItemFailed) else None)
             for group in batch:
                 if not group.done.done():
                     group.done.set_result(outcome)
             return
+        deadline = self.pipeline.handler_timeout
+        if (self.limit < self.max_batch and len(items) >= self.limit and deadline is not None
+                and time.monotonic() - started < deadline / 4):
+            self._resize(min(self.max_batch, self.limit * 2))
         start = 0
         for group in batch:
             if not group.done.done():  # its lane was cancelled: its offsets stay uncommitted
                 group.done.set_result(claims[start:start + len(group.items)])
             start += len(group.items)
+
+    def _resize(self, limit: int) -> None:
+        if limit == self.limit:
+            return
+        if limit < self.limit:
+            log.warning("a batch of %d records overran handler_timeout: batches now hold at "
+                        "most %d", self.limit, limit)
+        self.limit = limit
+        if self.on_limit is not None:
+            self.on_limit(limit)
 
     async def close(self) -> None:
         """Cancel the batches still running (they roll back) and the gathering task."""

@@ -40,6 +40,8 @@ class Engine:
         # lanes never outnumber records in flight; the pipeline bounds transactions
         self.executor: KeyedExecutor[RecordLike] = KeyedExecutor(
             self._run_group, max_in_flight, max_group=max_batch)
+        if self.batcher is not None:  # a lane's group never outgrows the batches
+            self.batcher.on_limit = partial(setattr, self.executor, "max_group")
         self.max_in_flight = max_in_flight
         self.batch_size = batch_size
         self.revoke_timeout = revoke_timeout

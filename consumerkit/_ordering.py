@@ -25,7 +25,7 @@ class KeyedExecutor(Generic[T]):
         if max_group < 1:
             raise ValueError("max_group must be at least 1")
         self._run = run
-        self._max_group = max_group
+        self.max_group = max_group  # may change while running
         self._slots = asyncio.Semaphore(concurrency)
         self._lanes: dict[Hashable, deque[T]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -49,7 +49,7 @@ class KeyedExecutor(Generic[T]):
         try:
             while lane:
                 async with self._slots:
-                    group = [lane[i] for i in range(min(len(lane), self._max_group))]
+                    group = [lane[i] for i in range(min(len(lane), self.max_group))]
                     await self._run(key, group)
                 for _ in group:
                     lane.popleft()

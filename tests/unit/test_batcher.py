@@ -45,6 +45,7 @@ class FakePipeline:
 
     def __init__(self, concurrency: int) -> None:
         self.stats = ConsumerStats()
+        self.handler_timeout: float | None = None
         self.decoder = _Decoder()
         self.slots = asyncio.Semaphore(concurrency)
         self.gate = asyncio.Event()
@@ -224,4 +225,35 @@ async def test_a_keys_groups_reach_batches_one_at_a_time_in_order() -> None:
         offsets = [n for batch in fake.batches for n in batch if n % 3 == key]
         assert offsets == list(range(key, 60, 3))
     assert len(report.seen) == 60
+    await batcher.close()
+
+
+async def test_a_batch_that_overruns_the_deadline_halves_the_batches_then_they_grow_back() -> None:
+    fake = FakePipeline(concurrency=1)
+    fake.handler_timeout = 60.0
+    overrun = {1}  # the batch that starts at offset 1 overruns its deadline
+
+    async def apply(items: list[Decoded]) -> list[Claim]:
+        fake.batches.append([d.envelope.offset for d in items])
+        if items[0].envelope.offset in overrun:
+            raise TimeoutError
+        return [Claim(ClaimStatus.CLAIMED) for _ in items]
+
+    fake.apply_batch = apply  # type: ignore[method-assign]
+    batcher = _batcher(fake, max_batch=8)
+    limits: list[int] = []
+    batcher.on_limit = limits.append
+    report = _Reports()
+    await asyncio.wait_for(asyncio.gather(*await _lanes(
+        batcher, [[n] for n in range(1, 9)], report)), 5)
+    assert fake.batches[0] == list(range(1, 9))
+    assert fake.alone == list(range(1, 9))  # the overrun batch went one by one
+    assert batcher.limit == 4
+    assert limits == [4]
+    # a full batch well within the deadline doubles the limit again, up to max_batch
+    await asyncio.wait_for(asyncio.gather(*await _lanes(
+        batcher, [[n] for n in range(10, 14)], report)), 5)
+    assert fake.batches[-1] == [10, 11, 12, 13]
+    assert batcher.limit == 8
+    assert limits == [4, 8]
     await batcher.close()
