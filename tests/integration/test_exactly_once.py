@@ -25,6 +25,7 @@ from .ledger import (
     ledger_rows,
     make_events,
     publish,
+    settled,
     verify,
     wait_for,
 )
@@ -62,7 +63,7 @@ async def test_2000_events_with_duplicates_apply_once_in_key_order(
     consumer = build("billing", pg_schema, topic, postgres_dsn, kafka_bootstrap,
                      max_batch=max_batch)
     async with Running(consumer):
-        await wait_for(lambda: _stat(consumer, "delivered", 2200), 120, "2,200 deliveries")
+        await wait_for(lambda: settled(consumer, 2200), 120, "2,200 deliveries settled")
     verify(await rows(pg_pool, pg_schema), events)
     assert consumer.stats.applied == 2000
     assert consumer.stats.duplicates == 200
@@ -153,10 +154,6 @@ async def committed_total(bootstrap: str, group: str, topic: str, partitions: in
     finally:
         await probe.stop()
     return sum(o or 0 for o in offsets)
-
-
-async def _stat(consumer: Consumer, name: str, value: int) -> bool:
-    return int(getattr(consumer.stats, name)) >= value
 
 
 async def _at_least(pool: asyncpg.Pool, schema: str, value: int) -> bool:
