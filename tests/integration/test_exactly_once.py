@@ -114,7 +114,10 @@ async def test_rebalance_mid_stream_loses_nothing_and_applies_nothing_twice(
 ) -> None:
     topic = await ledger_topic(partitions=4)
     events = make_events(keys=30, per_key=50)
-    await publish(kafka_bootstrap, topic, events)
+    # two thirds before the second member joins, the rest once it holds partitions: the
+    # first member may be done with its share by then, so the rest gives the second work
+    split = len(events) * 2 // 3
+    await publish(kafka_bootstrap, topic, events[:split])
     first = build("inventory", pg_schema, topic, postgres_dsn, kafka_bootstrap,
                           concurrency=2, max_in_flight=50)
     second = build("inventory", pg_schema, topic, postgres_dsn, kafka_bootstrap,
@@ -123,6 +126,7 @@ async def test_rebalance_mid_stream_loses_nothing_and_applies_nothing_twice(
         await wait_for(lambda: _at_least(pg_pool, pg_schema, 150), 120, "150 effects")
         async with Running(second):
             await wait_for(lambda: _assigned(second), 60, "the second member's partitions")
+            await publish(kafka_bootstrap, topic, events[split:])
             await wait_for(lambda: _at_least(pg_pool, pg_schema, len(events)), 180,
                            "every effect")
     verify(await rows(pg_pool, pg_schema), events)
