@@ -10,10 +10,13 @@ were applied:
   remembered, so a hit always means a committed dedup row.
 
 Each is one ``EVALSHA`` of a small Lua script that gets the key prefix and the batch's ids in
-one argument (ids separated by newlines) and builds the keys itself: ``known`` answers with one
+one argument (``namespace:id`` lines) and builds the keys itself: ``known`` answers with one
 string of ``0``/``1``, one per id; ``remember`` runs ``SET key 1 PX ttl`` per id inside Redis.
 One argument to pack and one reply to parse, instead of one per id, is what keeps the cache
-cheap for the consumer's CPU (a pipeline of 500 ``SET`` commands costs ten times more). Since
+cheap for the consumer's CPU (a pipeline of 500 ``SET`` commands costs ten times more). Calls
+made while an earlier one of the same kind is out wait and go together in the next round trip
+(:mod:`~consumerkit.dedup.coalesce`), so however many lanes ask at once the cache uses two
+connections, and a consumer with a record per transaction still sends few, larger calls. Since
 the scripts name keys they were not given as keys, the cache needs a standalone Redis (with
 replicas or Sentinel if wanted), not Redis Cluster. The scripts are loaded at :meth:`open`, and
 again after a Redis restart.
@@ -46,6 +49,7 @@ from redis.commands.core import AsyncScript
 
 from .._identifiers import redact_dsn
 from ..errors import ConfigurationError
+from .coalesce import Coalescer
 from .policy import DedupPolicy
 
 log = logging.getLogger("consumerkit.dedup")
@@ -112,6 +116,8 @@ class RedisDedupCache:
         self._open = False  # the breaker: True while Redis is considered away
         self._retry_at = 0.0
         self._probing = False
+        self._known_calls: Coalescer[int] = Coalescer(self._send_known)
+        self._remember_calls: Coalescer[int] = Coalescer(self._send_remember)
 
     def __repr__(self) -> str:
         return f"RedisDedupCache({redact_dsn(self.url)!r}, ttl={self.ttl})"
@@ -153,20 +159,10 @@ class RedisDedupCache:
 
     async def known(self, namespace: str, event_ids: Sequence[str]) -> set[str]:
         """The ids of ``event_ids`` the cache knows were applied in ``namespace``; an empty
-        set when Redis is away. One round trip."""
+        set when Redis is away. One round trip, shared with concurrent calls."""
         if not event_ids or not self._admit():
             return set()
-        base, ids = self._base(namespace), _joined(event_ids)
-        assert self._known is not None  # _admit says so
-        try:
-            async with asyncio.timeout(self._deadline):
-                flags = bytes(await self._known(args=[base, ids]))
-            if len(flags) != len(event_ids):
-                raise ValueError(f"{len(flags)} answers for {len(event_ids)} ids")
-        except Exception as exc:
-            self._failed(exc)
-            return set()
-        self._succeeded()
+        flags = await self._known_calls.ask(_lines(namespace, event_ids), len(event_ids))
         found = {event_id for event_id, flag in zip(event_ids, flags, strict=True)
                  if flag == 0x31}  # b"1"
         self.hits += len(found)
@@ -175,32 +171,55 @@ class RedisDedupCache:
 
     async def remember(self, namespace: str, event_ids: Sequence[str]) -> None:
         """Remember ``event_ids`` as applied in ``namespace`` for ``ttl``; call it only after
-        the transaction that claimed them committed. One round trip; nothing if Redis is
-        away."""
-        if not event_ids or not self._admit():
-            return
-        base, ids = self._base(namespace), _joined(event_ids)
-        assert self._remember is not None
-        ttl_ms = max(1, self.ttl // timedelta(milliseconds=1))
+        the transaction that claimed them committed. One round trip, shared with concurrent
+        calls; nothing if Redis is away."""
+        if event_ids and self._admit():
+            await self._remember_calls.ask(_lines(namespace, event_ids), len(event_ids))
+
+    async def _send_known(self, payloads: list[bytes], count: int) -> bytes:
+        """One ``known`` round trip; all ``0`` when it fails or the breaker opened while
+        these calls waited."""
+        if not self._sendable():
+            return b"0" * count
+        assert self._known is not None  # _sendable says so
         try:
             async with asyncio.timeout(self._deadline):
-                await self._remember(args=[base, ttl_ms, ids])
+                flags = bytes(await self._known(args=[self._base, b"\n".join(payloads)]))
+            if len(flags) != count:
+                raise ValueError(f"{len(flags)} answers for {count} ids")
         except Exception as exc:
             self._failed(exc)
-            return
+            return b"0" * count
         self._succeeded()
+        return flags
+
+    async def _send_remember(self, payloads: list[bytes], count: int) -> bytes:
+        if self._sendable():
+            assert self._remember is not None
+            ttl_ms = max(1, self.ttl // timedelta(milliseconds=1))
+            try:
+                async with asyncio.timeout(self._deadline):
+                    await self._remember(args=[self._base, ttl_ms, b"\n".join(payloads)])
+            except Exception as exc:
+                self._failed(exc)
+            else:
+                self._succeeded()
+        return b"1" * count  # nothing to answer: one item per id, for the coalescer
 
     async def close(self) -> None:
+        await self._known_calls.close()
+        await self._remember_calls.close()
         if self._client is not None:
             client, self._client = self._client, None
             await client.aclose()
 
     def key(self, namespace: str, event_id: str) -> bytes:
         """The Redis key of ``event_id`` in ``namespace``."""
-        return self._base(namespace) + _id_part(event_id)
+        return self._base + _lines(namespace, [event_id])
 
-    def _base(self, namespace: str) -> bytes:
-        return f"{self.prefix}:{namespace}:".encode("utf-8", "surrogatepass")
+    @property
+    def _base(self) -> bytes:
+        return f"{self.prefix}:".encode("utf-8", "surrogatepass")
 
     @property
     def _deadline(self) -> float:
@@ -219,6 +238,11 @@ class RedisDedupCache:
             return False
         self._probing = True
         return True
+
+    def _sendable(self) -> bool:
+        """Whether a round trip of admitted calls may go: not once the breaker opened while
+        they waited, unless one of them is the probe."""
+        return self._client is not None and (not self._open or self._probing)
 
     def _failed(self, exc: BaseException) -> None:
         self.failures += 1
@@ -250,12 +274,14 @@ def _id_part(event_id: str) -> bytes:
     return raw
 
 
-def _joined(event_ids: Sequence[str]) -> bytes:
-    """The ids as the scripts take them, one per line. The usual batch (short plain ids) is
-    checked and joined without a Python loop per id."""
+def _lines(namespace: str, event_ids: Sequence[str]) -> bytes:
+    """The ids as the scripts take them: ``namespace:id``, one per line. The usual batch
+    (short plain ids) is checked and joined without a Python loop per id."""
+    head = namespace + ":"
     text = "\n".join(event_ids)
     lengths = list(map(len, event_ids))
     if (min(lengths) > 0 and max(lengths) <= _LONGEST_PLAIN_ID
             and text.count("\n") == len(event_ids) - 1 and "sha256:" not in text):
-        return text.encode("utf-8", "surrogatepass")
-    return b"\n".join(_id_part(event_id) for event_id in event_ids)
+        return (head + text.replace("\n", "\n" + head)).encode("utf-8", "surrogatepass")
+    prefix = head.encode("utf-8", "surrogatepass")
+    return b"\n".join(prefix + _id_part(event_id) for event_id in event_ids)

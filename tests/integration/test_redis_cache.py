@@ -62,6 +62,32 @@ async def test_known_and_remember_round_trip(own_redis: OwnRedis) -> None:
         await cache.close()
 
 
+async def test_many_concurrent_calls_share_few_round_trips_and_connections(
+    own_redis: OwnRedis,
+) -> None:
+    """1,000 lanes asking at once (a consumer with ``max_batch=1``) would need 1,000
+    connections one call each; redis-py's pool refuses past 100, which used to open the
+    breaker and turn the cache off under load."""
+    cache = RedisDedupCache(own_redis.url, ttl=timedelta(minutes=5))
+    await cache.open()
+    try:
+        await cache.remember(NS, [f"e-{i}" for i in range(0, 1000, 2)])
+        client = own_redis.client()
+        client.config_resetstat()
+        answers = await asyncio.gather(*(cache.known(NS, [f"e-{i}"]) for i in range(1000)))
+        assert answers == [{f"e-{i}"} if i % 2 == 0 else set() for i in range(1000)]
+        await asyncio.gather(*(cache.remember(NS, [f"e-{i}"]) for i in range(1, 1000, 2)))
+        assert (cache.failures, cache.breaker_opens, cache.available) == (0, 0, True)
+        assert await cache.known(NS, [f"e-{i}" for i in range(1000)]) == {
+            f"e-{i}" for i in range(1000)}
+        calls = client.info("commandstats")["cmdstat_evalsha"]["calls"]
+        assert calls <= 10, f"{calls} round trips for 2,001 calls"
+        assert client.info("clients")["connected_clients"] <= 4  # 2 of the cache + this one
+        client.close()
+    finally:
+        await cache.close()
+
+
 def test_the_ttl_is_checked_against_the_retention() -> None:
     policy = DedupPolicy(retention=timedelta(hours=6), partition_interval=timedelta(hours=6))
     default = RedisDedupCache("redis://127.0.0.1:1/0")
