@@ -14,9 +14,11 @@ Locking, since maintenance runs while consumers claim:
 * a new partition is created as a plain table and then attached: ``ATTACH PARTITION`` takes
   only a ``SHARE UPDATE EXCLUSIVE`` lock on the parent, which does not block claims, whereas
   ``CREATE TABLE ... PARTITION OF`` would take ``ACCESS EXCLUSIVE``;
-* dropping a partition needs ``ACCESS EXCLUSIVE`` on the parent, and while it waits every new
-  claim queues behind it. ``lock_timeout`` bounds that stall; drops that cannot get the lock in
-  time are rolled back to a savepoint, reported as ``deferred`` and retried next run.
+* an expired partition is detached (``ACCESS EXCLUSIVE`` on the parent, for a catalog change)
+  and dropped afterwards, in a transaction that holds no lock a claim needs: see
+  :mod:`~consumerkit.dedup.expiry`. While a detach waits for its lock every new claim queues
+  behind it; ``lock_timeout`` bounds that stall, and detaches that cannot get the lock in time
+  are rolled back to a savepoint, reported as ``deferred`` and retried next run.
 """
 
 from __future__ import annotations
@@ -25,12 +27,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-import asyncpg
-
 from .._identifiers import identifier, qualified
 from ..errors import ConfigurationError, StartupError
 from ..types import DbConnection
 from .cleanup import clean_table
+from .expiry import detach, drop_detached
 from .layout import check_layout, existing_layout
 from .policy import DedupPolicy
 from .retention import longest, register
@@ -187,8 +188,11 @@ async def maintain(
     (:mod:`~consumerkit.dedup.retention`); ``namespace``, if given, first registers
     ``policy.retention`` for itself. The skew margin keeps a row until a redelivery stamped by
     a fast producer clock counts as expired (see :class:`DedupPolicy`). ``now`` defaults to
-    the database's ``now()``; tests pass a time. One transaction, so a failure leaves the table
-    as it was. Raises :class:`StartupError` if the table is missing or has the other layout.
+    the database's ``now()``; tests pass a time. Creating partitions and detaching expired
+    ones is one transaction, so a failure there leaves the table as it was; each detached
+    partition is then dropped in a transaction of its own (:mod:`~consumerkit.dedup.expiry`),
+    so call it outside a transaction for the parent's lock to be short. Raises
+    :class:`StartupError` if the table is missing or has the other layout.
     """
     if policy.layout == "table":
         cleanup = await clean_table(conn, schema, policy, now=now, namespace=namespace,
@@ -200,17 +204,16 @@ async def maintain(
     if now is not None and now.tzinfo is None:
         raise ConfigurationError("maintenance time must be timezone-aware")
     created: list[str] = []
-    dropped: list[str] = []
     deferred: list[str] = []
+    lock_key = f"consumerkit.maintain\x1f{schema}.{policy.table}"
+    # (0 would mean "no timeout": at least 1 ms)
+    timeout = f"{max(1, int(lock_timeout.total_seconds() * 1000))}ms"
     async with conn.transaction():
-        await conn.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended($1, $2))",
-            f"consumerkit.maintain\x1f{schema}.{policy.table}", LOCK_SEED)
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, $2))",
+                           lock_key, LOCK_SEED)
         # Set after the advisory lock: lock_timeout applies to advisory locks too, and waiting
-        # for another maintainer is harmless. (0 would mean "no timeout": at least 1 ms.)
-        await conn.execute(
-            "SELECT set_config('lock_timeout', $1, true)",
-            f"{max(1, int(lock_timeout.total_seconds() * 1000))}ms")
+        # for another maintainer is harmless.
+        await conn.execute("SELECT set_config('lock_timeout', $1, true)", timeout)
         if await check_layout(conn, schema, policy) is None:
             raise StartupError(f"dedup table {schema}.{policy.table} does not exist: run migrate")
         moment: datetime = now if now is not None else await conn.fetchval("SELECT now()")
@@ -229,11 +232,11 @@ async def maintain(
             if part.upper is None or part.upper > horizon:
                 continue
             # After one lock timeout, defer the rest: consumers queue behind every attempt.
-            if deferred or not await _drop(conn, schema, part.name):
+            if deferred or not await detach(conn, schema, policy.table, part.name):
                 deferred.append(part.name)
-            else:
-                dropped.append(part.name)
-    return MaintenanceReport(created, dropped, deferred)
+    dropped, left = await drop_detached(conn, schema, policy.table, lock_key=lock_key,
+                                        lock_seed=LOCK_SEED, lock_timeout=timeout)
+    return MaintenanceReport(created, dropped, deferred + left)
 
 
 async def _create(
@@ -247,14 +250,3 @@ async def _create(
     await conn.execute(
         f"ALTER TABLE {parent} ATTACH PARTITION {table} "
         f"FOR VALUES FROM ('{lower.isoformat()}') TO ('{upper.isoformat()}')")
-
-
-async def _drop(conn: DbConnection, schema: str, name: str) -> bool:
-    """Drop one expired partition; ``False`` if the parent's lock was not granted in time (the
-    savepoint keeps the rest of the run)."""
-    try:
-        async with conn.transaction():
-            await conn.execute(f"DROP TABLE {qualified(schema, name)}")
-    except asyncpg.LockNotAvailableError:
-        return False
-    return True
