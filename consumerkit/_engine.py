@@ -111,7 +111,7 @@ class Engine:
                 fetched = fetch.result()
                 known = await self._known(fetched)
                 for part, records in fetched.items():
-                    self._dispatch(part, records, known)
+                    self._dispatch(part, records, known.get(part, ()))
         finally:
             for task in (fetch, stop, committer):
                 if task is not None:
@@ -130,24 +130,37 @@ class Engine:
         room.cancel()
         return bool(done)
 
-    async def _known(self, fetched: dict[Partition, list[RecordLike]]) -> set[str]:
-        """Event ids of ``fetched`` that the dedup cache knows were applied: one lookup per
-        poll, before anything is decoded."""
+    async def _known(
+        self, fetched: dict[Partition, list[RecordLike]],
+    ) -> dict[Partition, set[int]]:
+        """Offsets of the records of ``fetched`` whose event ids the dedup cache knows were
+        applied: one lookup per poll, before anything is decoded."""
         if self.pipeline.cache is None:
-            return set()
-        ids = [i for records in fetched.values() for record in records
-               if (i := self.pipeline.decoder.event_id(record)) is not None]
-        return await self.pipeline.known_many(ids) if ids else set()
+            return {}
+        event_id = self.pipeline.decoder.event_id
+        ids: list[str] = []
+        where: list[tuple[Partition, int]] = []
+        for part, records in fetched.items():
+            for record in records:
+                if (i := event_id(record)) is not None:
+                    ids.append(i)
+                    where.append((part, record.offset))
+        known = await self.pipeline.known_many(ids) if ids else set()
+        offsets: dict[Partition, set[int]] = {}
+        for i, (part, offset) in zip(ids, where, strict=True):
+            if i in known:
+                offsets.setdefault(part, set()).add(offset)
+        return offsets
 
     def _dispatch(
-        self, part: Partition, records: Iterable[RecordLike], known: Collection[str] = (),
+        self, part: Partition, records: Iterable[RecordLike], known: Collection[int] = (),
     ) -> None:
         state = self.states.get(part)
         if state is None or state.abandon.is_set() or self.stopping.is_set():
             return  # fetched before a revocation or a stop: read again from the commit
         for record in records:
             state.submitted(record.offset)
-            if known and self.pipeline.decoder.event_id(record) in known:
+            if record.offset in known:
                 # applied before (the cache holds committed ids only): settled at once, with
                 # no lane; the watermark still waits for earlier records of the partition
                 self.stats.delivered += 1
