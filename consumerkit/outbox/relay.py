@@ -82,7 +82,7 @@ class Relay:
     @property
     def slots(self) -> frozenset[int]:
         """The slots this relay owns now (empty before start and after a lost connection)."""
-        return self._owner.owned
+        return self._owner.owned if self._owner.healthy else frozenset()
 
     def stop(self) -> None:
         """Ask the relay to stop after the batch in flight (its acks are still recorded)."""
