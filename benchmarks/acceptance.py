@@ -8,6 +8,10 @@
 
 A target whose figures are missing (a peer unavailable or WRONG, a cell not in the profile)
 is "not measured", never met.
+
+Beside the targets, one figure is reported without a threshold (``met`` is ``"figure"``): the
+Redis cache against PostgreSQL alone in the replay cell, where every message is a duplicate
+the cache can know (a redelivery burst), to set beside target 2.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from .profiles import MAIN, REDIS
+from .profiles import MAIN, REDIS, REPLAY
 
 
 def _median(cell: dict[str, Any] | None, peer: str) -> float | None:
@@ -62,8 +66,17 @@ def _cleanup(passes: list[dict[str, Any]] | None) -> dict[str, Any]:
                          "no visible p99 hit during the drops")}
 
 
+def _figure(what: str, top: float | None, bottom: float | None) -> dict[str, Any]:
+    if top is None or bottom is None or bottom <= 0:
+        return {"target": what, "met": "figure", "measured": None, "detail": "not measured"}
+    ratio = top / bottom
+    return {"target": what, "met": "figure", "measured": ratio,
+            "detail": f"{top:,.0f} / {bottom:,.0f} msg/s = {ratio:.2f}x"}
+
+
 def judge(document: dict[str, Any]) -> list[dict[str, Any]]:
     main, redis = _cell(document, MAIN), _cell(document, REDIS)
+    replay = _cell(document, REPLAY)
     return [
         _ratio("consumerkit defaults >= 10x textbook (main cell)", 10.0,
                _median(main, "consumerkit"), _median(main, "textbook"),
@@ -72,4 +85,6 @@ def judge(document: dict[str, Any]) -> list[dict[str, Any]]:
                _median(redis, "consumerkit-redis"), _median(redis, "consumerkit"),
                "consumerkit-redis or consumerkit"),
         _cleanup(document.get("cleanup")),
+        _figure("consumerkit-redis / consumerkit in a replay burst (all duplicates)",
+                _median(replay, "consumerkit-redis"), _median(replay, "consumerkit")),
     ]

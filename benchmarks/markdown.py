@@ -81,7 +81,7 @@ def cleanup_section(passes: list[dict[str, Any]]) -> str:
 def acceptance_section(targets: list[dict[str, Any]]) -> str:
     lines = ["| target | met | measured |", "|---|---|---|"]
     for t in targets:
-        met = {True: "yes", False: "**no**", None: "not measured"}[t["met"]]
+        met = {True: "yes", False: "**no**", None: "not measured", "figure": "(figure)"}[t["met"]]
         lines.append(f"| {t['target']} | {met} | {t['detail']} |")
     return "\n".join(lines)
 

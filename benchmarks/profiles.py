@@ -18,6 +18,7 @@ from .runner import Settings
 
 MAIN = "main"
 REDIS = "dup50"
+REPLAY = "replay"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +48,12 @@ def quick() -> Profile:
     return Profile("quick", (
         Cell(MAIN, "1,000 keys uniform, one upsert, 10 % duplicates", base,
              latency=Pace(events=400, rate=200.0)),
-        Cell(REDIS, "1,000 keys uniform, one upsert, 50 % duplicates", replace(base, dup_rate=0.5),
+        # 6,000 messages: at 2,000 the cached peer finishes before its cache knows anything
+        Cell(REDIS, "1,000 keys uniform, one upsert, 50 % duplicates",
+             replace(base, events=6_000, dup_rate=0.5),
+             peers=("textbook", "consumerkit", "consumerkit-redis")),
+        Cell(REPLAY, "replay burst: the consumer restarts from offset 0 (all duplicates)",
+             replace(base, events=4_000, replay=True),
              peers=("textbook", "consumerkit", "consumerkit-redis")),
     ), CleanupSpec(rows=500_000, pace=Pace(events=1_800, rate=300.0), at=1.5))
 
@@ -61,7 +67,7 @@ def full() -> Profile:
              latency=Pace(events=1_000, rate=200.0)),
         Cell("dup0", "1,000 keys uniform, one upsert, no duplicates", replace(base, dup_rate=0.0)),
         Cell(REDIS, "1,000 keys uniform, one upsert, 50 % duplicates", replace(base, dup_rate=0.5)),
-        Cell("replay", "replay burst: the consumer restarts from offset 0 (all duplicates)",
+        Cell(REPLAY, "replay burst: the consumer restarts from offset 0 (all duplicates)",
              replace(small, replay=True)),
         Cell("keys1", "one key, one upsert, 10 % duplicates", replace(small, keys=1)),
         Cell("keys10zipf", "10 keys Zipf, one upsert, 10 % duplicates",
