@@ -35,6 +35,11 @@ class HandlerEndedTransaction(Exception):
     retriable = False
 
 
+class TransactionReplaced(Exception):
+    """A handler of a batch ended the batch's transaction and began another: the batch rolls
+    back and its records are applied one by one, where the culprit is found."""
+
+
 _OUTAGES = (
     asyncpg.PostgresConnectionError,
     asyncpg.exceptions.AdminShutdownError,

@@ -25,10 +25,12 @@ from ._failures import (
     ConnectionLost,
     HandlerEndedTransaction,
     HandlerFailure,
+    TransactionReplaced,
     connection_lost,
     describe,
     judge,
 )
+from ._xact import mark, still_ours
 from .context import HandlerContext
 from .deadletter.entry import DeadLetterEntry
 from .deadletter.writer import DeadLetterWriter, wait_or_abandon
@@ -45,7 +47,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("consumerkit.pipeline")
 
 
-_STILL_OPEN = "SELECT 1"
 _LOST_CONNECTIONS_PER_MESSAGE = 10
 
 
@@ -192,7 +193,7 @@ class Pipeline:
                 (claim,) = await self._claim(conn, [request])
                 if claim.status is ClaimStatus.CLAIMED:
                     handled = True
-                    await self._handle(conn, decoded, attempt)
+                    await self._handle(conn, decoded, attempt, token=await mark(conn))
             committed = True
         except HandlerFailure:
             raise
@@ -228,6 +229,8 @@ class Pipeline:
         try:
             async with conn.transaction(isolation="read_committed"):
                 claims = await self._claim(conn, requests)
+                token = await mark(conn) if any(
+                    c.status is ClaimStatus.CLAIMED for c in claims) else ""
                 # one deadline for the batch: one that overruns rolls back, and its records
                 # then run one by one, each with a handler_timeout of its own
                 async with asyncio.timeout(self.handler_timeout):
@@ -240,8 +243,11 @@ class Pipeline:
                                 if isinstance(exc.cause, asyncpg.InFailedSQLTransactionError):
                                     raise  # an earlier handler swallowed an error: not this one
                                 raise BatchItemFailed(decoded, exc) from exc
-                if claimed:  # once for all: no handler left the transaction aborted
-                    await conn.execute(_STILL_OPEN)
+                # once for all: no handler left the transaction aborted, or ended it and
+                # began another (the batch then rolls back and its records run one by one)
+                if claimed and not await still_ours(conn, token):
+                    raise TransactionReplaced(
+                        "a handler of the batch ended its transaction and began another")
             committed = True
         finally:
             if claimed:
@@ -276,11 +282,13 @@ class Pipeline:
         return known
 
     async def _handle(
-        self, conn: DbConnection, decoded: Decoded, attempt: int, *, alone: bool = True,
+        self, conn: DbConnection, decoded: Decoded, attempt: int, *, token: str = "",
+        alone: bool = True,
     ) -> None:
-        """Run the handler; ``alone`` when it has the transaction to itself. In a batch the
-        caller bounds the whole batch by ``handler_timeout`` and checks once, at the end,
-        that the transaction is not aborted."""
+        """Run the handler; ``alone`` when it has the transaction to itself, marked with
+        ``token`` (see :mod:`~consumerkit._xact`). In a batch the caller bounds the whole
+        batch by ``handler_timeout`` and checks once, at the end, that the transaction is
+        still its own and not aborted."""
         ctx = HandlerContext(conn, decoded.envelope, attempt, handler=decoded.route.name,
                              outbox=self.outbox)
         try:
@@ -292,9 +300,11 @@ class Pipeline:
             if not conn.is_in_transaction():
                 raise HandlerEndedTransaction("the handler ended the transaction itself")
             # a handler that swallowed a database error leaves the transaction aborted;
-            # COMMIT would then silently roll back and the event would be lost
-            if alone:
-                await conn.execute(_STILL_OPEN)
+            # COMMIT would then silently roll back and the event would be lost. One that
+            # ended it and began another has lost the claim, or committed it early.
+            if alone and not await still_ours(conn, token):
+                raise HandlerEndedTransaction(
+                    "the handler ended the transaction and began another")
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if task is not None and task.cancelling():

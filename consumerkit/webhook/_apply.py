@@ -16,12 +16,12 @@ import asyncpg
 
 from .._decode import Decoded
 from .._failures import ClaimBlocked, HandlerEndedTransaction, HandlerFailure, describe
+from .._xact import mark, still_ours
 from ..context import HandlerContext
 from ..types import Claim, ClaimRequest, ClaimStatus, DbConnection, DedupStore
 
 log = logging.getLogger("consumerkit.webhook")
 
-_STILL_OPEN = "SELECT 1"
 
 
 async def apply(
@@ -61,7 +61,7 @@ async def _transaction(
                 raise ClaimBlocked(exc) from exc
             if claim.status is ClaimStatus.CLAIMED:
                 handled = True
-                await _handle(conn, decoded, attempt, handler_timeout)
+                await _handle(conn, decoded, attempt, handler_timeout, await mark(conn))
         committed = True
         return claim
     except HandlerFailure:
@@ -77,6 +77,7 @@ async def _transaction(
 
 async def _handle(
     conn: DbConnection, decoded: Decoded, attempt: int, handler_timeout: float | None,
+    token: str,
 ) -> None:
     ctx = HandlerContext(conn, decoded.envelope, attempt, handler_log(decoded))
     try:
@@ -85,8 +86,10 @@ async def _handle(
         if not conn.is_in_transaction():
             raise HandlerEndedTransaction("the handler ended the transaction itself")
         # a handler that swallowed a database error leaves the transaction aborted; COMMIT
-        # would then roll back silently and the sender would be told "applied"
-        await conn.execute(_STILL_OPEN)
+        # would then roll back silently and the sender would be told "applied". One that
+        # ended it and began another has lost the claim, or committed it early.
+        if not await still_ours(conn, token):
+            raise HandlerEndedTransaction("the handler ended the transaction and began another")
     except asyncio.CancelledError as exc:
         task = asyncio.current_task()
         if task is not None and task.cancelling():

@@ -290,8 +290,8 @@ async def misuse(event: Misuse, ctx: HandlerContext) -> None:
     elif event.mode == "rollback":
         await ctx.tx.execute("ROLLBACK")
         await ctx.tx.execute("INSERT INTO effects VALUES ($1, 'after')", event.mode)
-    elif event.mode == "rollback-begin":
-        await ctx.tx.execute("ROLLBACK")
+    elif event.mode in ("rollback-begin", "commit-begin"):
+        await ctx.tx.execute("ROLLBACK" if event.mode == "rollback-begin" else "COMMIT")
         await ctx.tx.execute("BEGIN")
         await ctx.tx.execute("INSERT INTO effects VALUES ($1, 'after')", event.mode)
     elif event.mode == "cancel":
@@ -324,8 +324,12 @@ class ListSink:
     # ROLLBACK: the claim is gone, later statements commit on their own
     ("rollback", Outcome.DEAD_LETTERED, ("handler_failed", 1, "HandlerEndedTransaction"),
      ["after"], False),
-    # ROLLBACK then BEGIN is not noticed: applied without a dedup row (assumption A1)
-    ("rollback-begin", Outcome.APPLIED, None, ["after"], False),
+    # ROLLBACK then BEGIN: noticed (not the marked transaction); what followed rolls back
+    ("rollback-begin", Outcome.DEAD_LETTERED, ("handler_failed", 1, "began another"), [],
+     False),
+    # COMMIT then BEGIN: the effect before it and the dedup row stay committed
+    ("commit-begin", Outcome.DEAD_LETTERED, ("handler_failed", 1, "began another"),
+     ["first"], True),
     # CancelledError raised by the handler itself is an ordinary failure
     ("cancel", Outcome.DEAD_LETTERED, ("handler_failed", 3, "CancelledError"), [], False),
     # past handler_timeout: cancelled, a failed attempt

@@ -30,6 +30,7 @@ class Control:
     started: dict[str, asyncio.Event] = field(default_factory=dict)
     retry: set[str] = field(default_factory=set)
     refuse: set[str] = field(default_factory=set)
+    restart: set[str] = field(default_factory=set)  # ROLLBACK, BEGIN, insert again
     seen: dict[str, tuple[Envelope, int]] = field(default_factory=dict)
 
     def hold(self, order_id: str) -> tuple[asyncio.Event, asyncio.Event]:
@@ -52,6 +53,12 @@ async def record_payment(event: OrderPaid, ctx: HandlerContext) -> None:
         raise DeadLetter("amount over the limit")
     await ctx.tx.execute("INSERT INTO effects (event_id, order_id, amount) VALUES ($1, $2, $3)",
                          ctx.envelope.event_id, event.order_id, event.amount)
+    if event.order_id in CONTROL.restart:
+        await ctx.tx.execute("ROLLBACK")
+        await ctx.tx.execute("BEGIN")
+        await ctx.tx.execute(
+            "INSERT INTO effects (event_id, order_id, amount) VALUES ($1, $2, $3)",
+            ctx.envelope.event_id, event.order_id, event.amount)
     if CONTROL.fail.get(event.order_id, 0) > 0:
         CONTROL.fail[event.order_id] -= 1
         raise RuntimeError(f"ledger refused {event.order_id}")

@@ -178,6 +178,20 @@ async def test_a_handler_refusing_the_event_is_422_and_rolled_back(
     assert not await claimed(pg_pool, pg_schema, key)
 
 
+async def test_a_handler_that_restarts_the_transaction_applies_nothing(
+    client: httpx.AsyncClient, pg_pool: Pool, pg_schema: str,
+) -> None:
+    """ROLLBACK then BEGIN in the handler drops the claim; the effect written after it must
+    not commit without one (a repeated post would apply it again)."""
+    order, key = order_id(), str(uuid.uuid4())
+    CONTROL.restart.add(order)
+    reply = await client.post("/orders", content=body(order), headers=headers(key))
+    assert reply.status_code == 422, reply.text
+    assert "began another" in reply.json()["detail"]
+    assert await effects_of(pg_pool, pg_schema, key) == 0
+    assert not await claimed(pg_pool, pg_schema, key)
+
+
 @pytest.mark.parametrize(("expired", "status", "outcome", "effects"), [
     ("dead_letter", 422, "expired", 0), ("skip", 200, "expired_skipped", 0),
     ("apply", 200, "applied", 1),
