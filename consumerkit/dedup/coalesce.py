@@ -11,7 +11,8 @@ A request is a payload standing for ``count`` items (for the Redis cache: ids, o
 ``send`` gets the payloads of a round trip and their number of items, and returns one answer
 per item, in order; it must
 not raise (a failed round trip answers for every item as the caller decides, e.g. "not
-known"). A caller cancelled while waiting leaves the others unharmed.
+known"). A caller cancelled while waiting leaves the others unharmed. After :meth:`close`,
+callers still waiting, and later ones, get :class:`Closed`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 Answer = TypeVar("Answer")
+
+
+class Closed(Exception):
+    """The coalescer was closed before the request was answered."""
 
 
 @dataclass(slots=True)
@@ -41,10 +46,13 @@ class Coalescer(Generic[Answer]):
         self.max_items = max_items
         self._waiting: deque[_Request[Answer]] = deque()
         self._runner: asyncio.Task[None] | None = None
+        self._closed = False
         self.round_trips = 0
 
     async def ask(self, payload: bytes, count: int) -> Sequence[Answer]:
         """The ``count`` answers to ``payload``, sent with whatever else is waiting."""
+        if self._closed:
+            raise Closed("the coalescer is closed")
         future: asyncio.Future[Sequence[Answer]] = asyncio.get_running_loop().create_future()
         self._waiting.append(_Request(payload, count, future))
         if self._runner is None or self._runner.done():
@@ -52,13 +60,13 @@ class Coalescer(Generic[Answer]):
         return await future
 
     async def close(self) -> None:
-        """Stop sending; requests still waiting are cancelled."""
+        """Stop sending; requests still waiting, or out, get :class:`Closed`."""
+        self._closed = True
         if self._runner is not None:
             self._runner.cancel()
             await asyncio.gather(self._runner, return_exceptions=True)
             self._runner = None
-        for request in self._waiting:
-            request.future.cancel()
+        _settle(list(self._waiting), Closed("the coalescer was closed"))
         self._waiting.clear()
 
     async def _run(self) -> None:
@@ -66,9 +74,8 @@ class Coalescer(Generic[Answer]):
             items = sum(r.count for r in group)
             try:
                 answers = await self._send([r.payload for r in group], items)
-            except asyncio.CancelledError:
-                for request in group:
-                    request.future.cancel()
+            except asyncio.CancelledError:  # closed while out: its callers are answered
+                _settle(group, Closed("the coalescer was closed"))
                 raise
             except Exception as exc:  # a send that broke its word: its callers hear of it
                 _settle(group, exc)

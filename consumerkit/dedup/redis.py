@@ -49,7 +49,7 @@ from redis.commands.core import AsyncScript
 
 from .._identifiers import redact_dsn
 from ..errors import ConfigurationError
-from .coalesce import Coalescer
+from .coalesce import Closed, Coalescer
 from .policy import DedupPolicy
 
 log = logging.getLogger("consumerkit.dedup")
@@ -141,6 +141,9 @@ class RedisDedupCache:
 
     async def open(self) -> None:
         """Connect and ping once. Redis being away is no error: the breaker starts open."""
+        self._open = self._probing = False  # a cache opened again starts afresh
+        self._known_calls = Coalescer(self._send_known)
+        self._remember_calls = Coalescer(self._send_remember)
         self._client = Redis.from_url(
             self.url, socket_timeout=self.socket_timeout,
             socket_connect_timeout=self.socket_timeout, retry=Retry(NoBackoff(), 0),
@@ -162,7 +165,14 @@ class RedisDedupCache:
         set when Redis is away. One round trip, shared with concurrent calls."""
         if not event_ids or not self._admit():
             return set()
-        flags = await self._known_calls.ask(_lines(namespace, event_ids), len(event_ids))
+        probe = self._open
+        try:
+            flags = await self._known_calls.ask(_lines(namespace, event_ids), len(event_ids))
+        except Closed:
+            return set()
+        except asyncio.CancelledError:
+            self._gave_up(probe)
+            raise
         found = {event_id for event_id, flag in zip(event_ids, flags, strict=True)
                  if flag == 0x31}  # b"1"
         self.hits += len(found)
@@ -173,8 +183,16 @@ class RedisDedupCache:
         """Remember ``event_ids`` as applied in ``namespace`` for ``ttl``; call it only after
         the transaction that claimed them committed. One round trip, shared with concurrent
         calls; nothing if Redis is away."""
-        if event_ids and self._admit():
+        if not event_ids or not self._admit():
+            return
+        probe = self._open
+        try:
             await self._remember_calls.ask(_lines(namespace, event_ids), len(event_ids))
+        except Closed:
+            pass
+        except asyncio.CancelledError:
+            self._gave_up(probe)
+            raise
 
     async def _send_known(self, payloads: list[bytes], count: int) -> bytes:
         """One ``known`` round trip; all ``0`` when it fails or the breaker opened while
@@ -238,6 +256,11 @@ class RedisDedupCache:
             return False
         self._probing = True
         return True
+
+    def _gave_up(self, probe: bool) -> None:
+        """A call cancelled before its answer: if it was the probe, another call may try."""
+        if probe:
+            self._probing = False
 
     def _sendable(self) -> bool:
         """Whether a round trip of admitted calls may go: not once the breaker opened while

@@ -138,6 +138,52 @@ async def test_a_dead_redis_opens_the_breaker_and_costs_nothing_until_it_is_back
         await cache.close()
 
 
+async def test_a_probe_given_up_before_it_was_sent_does_not_keep_the_cache_off(
+    own_redis: OwnRedis,
+) -> None:
+    """While Redis is away one call at a time may try it. A lane cancelled (a revocation, a
+    shutdown) while its call waited to be sent must leave the next call free to try, or the
+    cache would stay off for good."""
+    cache = RedisDedupCache(own_redis.url, retry_interval=0.2)
+    await cache.open()
+    try:
+        own_redis.kill()
+        assert await cache.known(NS, ["a"]) == set()
+        assert cache.breaker_opens == 1
+
+        async def retry_due() -> bool:
+            return time.monotonic() >= cache._retry_at
+
+        await wait_for(retry_due, 10, "the retry interval to pass")
+        given_up = asyncio.create_task(cache.known(NS, ["a"]))  # admitted as the probe
+        await asyncio.sleep(0)
+        given_up.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await given_up
+        own_redis.start()
+        await wait_for(_probed(cache, available=True), 10, "the cache to come back")
+        assert cache.recoveries == 1
+    finally:
+        await cache.close()
+
+
+async def test_a_closed_cache_answers_nothing_known_to_calls_still_waiting(
+    own_redis: OwnRedis,
+) -> None:
+    """Another consumer closing a shared cache must not cancel this one's calls."""
+    cache = RedisDedupCache(own_redis.url, socket_timeout=2.0)
+    await cache.open()
+    own_redis.pause()
+    try:
+        calls = [asyncio.create_task(cache.known(NS, [f"e-{i}"])) for i in range(3)]
+        await asyncio.sleep(0)
+        await cache.close()
+        assert await asyncio.gather(*calls) == [set(), set(), set()]
+        await cache.remember(NS, ["e-0"])  # closed: nothing sent, nothing raised
+    finally:
+        own_redis.resume()
+
+
 async def test_a_stalled_redis_costs_one_socket_timeout(own_redis: OwnRedis) -> None:
     cache = RedisDedupCache(own_redis.url, socket_timeout=0.05, retry_interval=0.2)
     await cache.open()

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from consumerkit.dedup.coalesce import Coalescer
+from consumerkit.dedup.coalesce import Closed, Coalescer
 
 
 class Echo:
@@ -113,7 +113,9 @@ async def test_a_send_that_raises_fails_its_callers_and_not_the_next() -> None:
         await coalescer.ask(*_payload("a", "b"))
 
 
-async def test_close_cancels_what_waits() -> None:
+async def test_close_answers_what_waits_with_closed() -> None:
+    """Callers are not cancelled by another's close: they get Closed (the cache turns that
+    into "nothing known"), and so does any later call."""
     send = Echo()
     send.gate.clear()
     coalescer: Coalescer[int] = Coalescer(send)
@@ -123,7 +125,9 @@ async def test_close_cancels_what_waits() -> None:
     await asyncio.sleep(0)
     await coalescer.close()
     for task in (out, waiting):
-        with pytest.raises(asyncio.CancelledError):
+        with pytest.raises(Closed):
             await task
+    with pytest.raises(Closed):
+        await coalescer.ask(*_payload("c"))
     with pytest.raises(ValueError, match="max_items"):
         Coalescer(send, max_items=0)
