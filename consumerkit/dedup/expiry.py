@@ -26,8 +26,14 @@ SELECT c.relname FROM pg_catalog.pg_class c
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = $1 AND c.relkind = 'r' AND NOT c.relispartition
   AND pg_catalog.obj_description(c.oid, 'pg_class') = $2
+  AND ($3::text IS NULL OR c.relname = $3)
 ORDER BY c.relname
 """
+
+
+async def is_marked(conn: DbConnection, schema: str, table: str, name: str) -> bool:
+    """Whether ``schema.name`` is a detached, marked partition of dedup table ``table``."""
+    return bool(await conn.fetch(_MARKED, schema, marker(table), name))
 
 
 def marker(table: str) -> str:
@@ -62,14 +68,16 @@ async def drop_detached(
     within ``lock_timeout`` (a PostgreSQL interval, e.g. ``"2000ms"``)."""
     dropped: list[str] = []
     deferred: list[str] = []
-    for row in await conn.fetch(_MARKED, schema, marker(table)):
+    for row in await conn.fetch(_MARKED, schema, marker(table), None):
         name: str = row["relname"]
         try:
             async with conn.transaction():
                 await conn.execute(
                     "SELECT pg_advisory_xact_lock(hashtextextended($1, $2)),"
                     " set_config('lock_timeout', $3, true)", lock_key, lock_seed, lock_timeout)
-                if await conn.fetchval("SELECT to_regclass($1)", qualified(schema, name)):
+                # still there, detached and marked: a maintainer may have dropped it, or
+                # (after a change of partition_interval) adopted its name for a new one
+                if await is_marked(conn, schema, table, name):
                     await conn.execute(f"DROP TABLE {qualified(schema, name)}")
                     dropped.append(name)
         except asyncpg.LockNotAvailableError:

@@ -31,7 +31,7 @@ from .._identifiers import identifier, qualified
 from ..errors import ConfigurationError, StartupError
 from ..types import DbConnection
 from .cleanup import clean_table
-from .expiry import detach, drop_detached
+from .expiry import detach, drop_detached, is_marked
 from .layout import check_layout, existing_layout
 from .policy import DedupPolicy
 from .retention import longest, register
@@ -221,6 +221,10 @@ async def maintain(
         for lo, hi in wanted_ranges(moment, policy):
             for gap_lo, gap_hi in uncovered(lo, hi, existing):
                 name = partition_name(policy.table, gap_lo)
+                if await is_marked(conn, schema, policy.table, name):
+                    # a detached leftover holding expired rows, whose name a new range takes
+                    # after a change of partition_interval: never adopt it
+                    await conn.execute(f"DROP TABLE {qualified(schema, name)}")
                 await _create(conn, schema, parent, name, gap_lo, gap_hi)
                 created.append(name)
         if namespace is not None:

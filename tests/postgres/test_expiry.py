@@ -128,3 +128,26 @@ async def test_concurrent_maintainers_drop_each_partition_once(
     dropped = [name for r in reports for name in r.dropped]
     assert len(dropped) == len(set(dropped)) == 2
     assert not [name for r in reports for name in r.deferred]
+
+
+async def test_a_leftover_whose_name_a_new_range_takes_is_never_adopted(
+    conn: Conn, migrated: str,
+) -> None:
+    """After a change of partition_interval a wanted range can start where a detached,
+    marked leftover did, and so take its name. The leftover (expired rows) is dropped and a
+    fresh partition made; it is never attached back with its rows and its marker."""
+    first = (await list_partitions(conn, migrated, POLICY.table))[0]
+    assert first.lower is not None
+    await conn.execute(
+        f'INSERT INTO "{migrated}".{POLICY.table} (namespace, event_id, seen_at, handler, '
+        "id_source, topic, \"partition\", \"offset\") "
+        "VALUES ('billing', 'stale', $1, 'charge', 'header', 'orders', 0, 1)", first.lower)
+    async with conn.transaction():
+        assert await detach(conn, migrated, POLICY.table, first.name)
+    report = await maintain(conn, migrated, POLICY)
+    assert report.created == [first.name]
+    assert first.name in [p.name for p in await list_partitions(conn, migrated, POLICY.table)]
+    assert await conn.fetchval(f'SELECT count(*) FROM "{migrated}".{first.name}') == 0
+    assert await conn.fetchval(
+        "SELECT obj_description($1::regclass, 'pg_class')",
+        f'"{migrated}".{first.name}') is None
