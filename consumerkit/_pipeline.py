@@ -30,7 +30,7 @@ from ._failures import (
     describe,
     judge,
 )
-from ._xact import mark, still_ours
+from ._xact import Mark, check, mark
 from .context import HandlerContext
 from .deadletter.entry import DeadLetterEntry
 from .deadletter.writer import DeadLetterWriter, wait_or_abandon
@@ -192,8 +192,9 @@ class Pipeline:
             async with conn.transaction(isolation="read_committed"):
                 (claim,) = await self._claim(conn, [request])
                 if claim.status is ClaimStatus.CLAIMED:
+                    token = await mark(conn)
                     handled = True
-                    await self._handle(conn, decoded, attempt, token=await mark(conn))
+                    await self._handle(conn, decoded, attempt, token=token)
             committed = True
         except HandlerFailure:
             raise
@@ -238,16 +239,16 @@ class Pipeline:
                         if claim.status is ClaimStatus.CLAIMED:
                             claimed.append(request)
                             try:
-                                await self._handle(conn, decoded, 1, alone=False)
+                                await self._handle(conn, decoded, 1, token=token, alone=False)
                             except HandlerFailure as exc:
                                 if isinstance(exc.cause, asyncpg.InFailedSQLTransactionError):
                                     raise  # an earlier handler swallowed an error: not this one
                                 raise BatchItemFailed(decoded, exc) from exc
-                # once for all: no handler left the transaction aborted, or ended it and
-                # began another (the batch then rolls back and its records run one by one)
-                if claimed and not await still_ours(conn, token):
-                    raise TransactionReplaced(
-                        "a handler of the batch ended its transaction and began another")
+                # once for all: no handler left the transaction aborted, or rolled it back
+                # and began another (the batch then rolls back and its records run one by one)
+                if claimed:
+                    await self._check_mark(conn, token, f"a batch of {len(items)} records",
+                                           alone=False)
             committed = True
         finally:
             if claimed:
@@ -281,6 +282,24 @@ class Pipeline:
             self.stats.cache_hits += len(known)
         return known
 
+    async def _check_mark(self, conn: DbConnection, token: str, what: str, *,
+                          alone: bool) -> None:
+        """Raise if a handler rolled the marked transaction back and began another (alone:
+        :class:`HandlerEndedTransaction`, dead-lettered; in a batch:
+        :class:`TransactionReplaced`, the batch runs again one by one). One that committed it
+        and began another committed the claims with the effects so far; the open transaction
+        holds the rest, so it is committed too, and the misuse logged."""
+        outcome = await check(conn, token)
+        if outcome is Mark.ROLLED_BACK:
+            if alone:
+                raise HandlerEndedTransaction(
+                    "the handler rolled the transaction back and began another")
+            raise TransactionReplaced(
+                "a handler of the batch rolled its transaction back and began another")
+        if outcome is Mark.COMMITTED:
+            log.error("a handler committed the transaction of %s itself and began another: "
+                      "its claims and effects were committed in two transactions", what)
+
     async def _handle(
         self, conn: DbConnection, decoded: Decoded, attempt: int, *, token: str = "",
         alone: bool = True,
@@ -298,13 +317,17 @@ class Pipeline:
             else:
                 await decoded.route.func(decoded.event, ctx)
             if not conn.is_in_transaction():
-                raise HandlerEndedTransaction("the handler ended the transaction itself")
+                if alone or await check(conn, token) is not Mark.COMMITTED:
+                    raise HandlerEndedTransaction("the handler ended the transaction itself")
+                # it committed the batch's claims early: the records after it go on in a
+                # transaction of their own, or their effects would be lost (logged at the end)
+                await conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
             # a handler that swallowed a database error leaves the transaction aborted;
             # COMMIT would then silently roll back and the event would be lost. One that
-            # ended it and began another has lost the claim, or committed it early.
-            if alone and not await still_ours(conn, token):
-                raise HandlerEndedTransaction(
-                    "the handler ended the transaction and began another")
+            # rolled it back and began another has lost the claim.
+            if alone:
+                await self._check_mark(conn, token, f"event {decoded.envelope.event_id}",
+                                       alone=True)
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if task is not None and task.cancelling():

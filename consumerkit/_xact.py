@@ -1,34 +1,54 @@
 """A mark telling whether the transaction that made the claims is still the one open.
 
-A handler that runs ``ROLLBACK`` then ``BEGIN`` on ``ctx.tx`` (or ``COMMIT`` then ``BEGIN``)
-leaves a transaction open, so the connection looks as it should; but it is another
-transaction, without the claims (rolled back, or committed before the effects that followed).
-Right after the claims, :func:`mark` sets a transaction-local setting to a token of its own;
-at the end, :func:`still_ours` finds the token there only if no transaction ended in between,
-since ending one resets the setting. The check is also the round trip that finds a
-transaction a handler left aborted (it raises ``InFailedSQLTransactionError`` then).
+A handler that runs ``ROLLBACK`` then ``BEGIN`` on ``ctx.tx`` leaves a transaction open, so the
+connection looks as it should; but it is another transaction, and the claims are gone with the
+first. Right after the claims, :func:`mark` sets two settings to a token of its own: one local
+to the transaction, which any end of the transaction resets, and one of the session, which a
+``ROLLBACK`` resets and a ``COMMIT`` keeps. At the end, :func:`check` reads both, in the round
+trip that also finds a transaction a handler left aborted (it raises
+``InFailedSQLTransactionError`` then):
+
+- both there: the marked transaction is still open;
+- neither: it was rolled back (``ROLLBACK`` then ``BEGIN``), claims and all;
+- only the session's: it was committed (``COMMIT`` then ``BEGIN``), claims included, and the
+  open transaction holds what the handlers wrote after.
+
+Tokens are unique in the process, so a value left on a pooled connection never matches.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+from enum import Enum
 
 from .types import DbConnection
 
-_MARK = "SELECT set_config('consumerkit.xact', $1, true)"
-_CHECK = "SELECT current_setting('consumerkit.xact', true) IS NOT DISTINCT FROM $1"
+_MARK = ("SELECT set_config('consumerkit.xact', $1, true),"
+         " set_config('consumerkit.claimed', $1, false)")
+_CHECK = ("SELECT current_setting('consumerkit.xact', true) IS NOT DISTINCT FROM $1,"
+          " current_setting('consumerkit.claimed', true) IS NOT DISTINCT FROM $1")
 _tokens = itertools.count(1)
 
 
+class Mark(Enum):
+    OURS = "ours"  # the marked transaction is still open
+    ROLLED_BACK = "rolled back"  # ended by ROLLBACK, another one begun
+    COMMITTED = "committed"  # ended by COMMIT, another one begun
+
+
 async def mark(conn: DbConnection) -> str:
-    """Mark the open transaction; returns the token :func:`still_ours` expects."""
+    """Mark the open transaction; returns the token :func:`check` expects."""
     token = f"{os.getpid()}.{next(_tokens)}"
     await conn.execute(_MARK, token)
     return token
 
 
-async def still_ours(conn: DbConnection, token: str) -> bool:
-    """Whether the open transaction is the one :func:`mark` marked with ``token``; raises if
-    the transaction is aborted."""
-    return bool(await conn.fetchval(_CHECK, token))
+async def check(conn: DbConnection, token: str) -> Mark:
+    """What became of the transaction :func:`mark` marked with ``token``; raises if the open
+    transaction is aborted."""
+    row = await conn.fetchrow(_CHECK, token)
+    assert row is not None
+    if row[0]:
+        return Mark.OURS
+    return Mark.COMMITTED if row[1] else Mark.ROLLED_BACK

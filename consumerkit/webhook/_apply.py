@@ -16,7 +16,7 @@ import asyncpg
 
 from .._decode import Decoded
 from .._failures import ClaimBlocked, HandlerEndedTransaction, HandlerFailure, describe
-from .._xact import mark, still_ours
+from .._xact import Mark, check, mark
 from ..context import HandlerContext
 from ..types import Claim, ClaimRequest, ClaimStatus, DbConnection, DedupStore
 
@@ -60,8 +60,9 @@ async def _transaction(
             except (asyncpg.CheckViolationError, asyncpg.LockNotAvailableError) as exc:
                 raise ClaimBlocked(exc) from exc
             if claim.status is ClaimStatus.CLAIMED:
+                token = await mark(conn)
                 handled = True
-                await _handle(conn, decoded, attempt, handler_timeout, await mark(conn))
+                await _handle(conn, decoded, attempt, handler_timeout, token)
         committed = True
         return claim
     except HandlerFailure:
@@ -87,9 +88,16 @@ async def _handle(
             raise HandlerEndedTransaction("the handler ended the transaction itself")
         # a handler that swallowed a database error leaves the transaction aborted; COMMIT
         # would then roll back silently and the sender would be told "applied". One that
-        # ended it and began another has lost the claim, or committed it early.
-        if not await still_ours(conn, token):
-            raise HandlerEndedTransaction("the handler ended the transaction and began another")
+        # rolled it back and began another has lost the claim; one that committed it and
+        # began another committed the claim early, and the rest commits now.
+        outcome = await check(conn, token)
+        if outcome is Mark.ROLLED_BACK:
+            raise HandlerEndedTransaction(
+                "the handler rolled the transaction back and began another")
+        if outcome is Mark.COMMITTED:
+            handler_log(decoded).error(
+                "the handler committed the transaction itself and began another: the claim "
+                "and the effects were committed in two transactions")
     except asyncio.CancelledError as exc:
         task = asyncio.current_task()
         if task is not None and task.cancelling():

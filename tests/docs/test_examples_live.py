@@ -327,9 +327,9 @@ class ListSink:
     # ROLLBACK then BEGIN: noticed (not the marked transaction); what followed rolls back
     ("rollback-begin", Outcome.DEAD_LETTERED, ("handler_failed", 1, "began another"), [],
      False),
-    # COMMIT then BEGIN: the effect before it and the dedup row stay committed
-    ("commit-begin", Outcome.DEAD_LETTERED, ("handler_failed", 1, "began another"),
-     ["first"], True),
+    # COMMIT then BEGIN: the claim and the effect before it committed early; the rest
+    # commits at the end (logged as an error)
+    ("commit-begin", Outcome.APPLIED, None, ["first", "after"], True),
     # CancelledError raised by the handler itself is an ordinary failure
     ("cancel", Outcome.DEAD_LETTERED, ("handler_failed", 3, "CancelledError"), [], False),
     # past handler_timeout: cancelled, a failed attempt
