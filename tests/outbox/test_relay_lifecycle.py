@@ -82,6 +82,23 @@ async def write(pool: asyncpg.Pool[asyncpg.Record], outbox: Outbox, n: int) -> W
     return {i: (a, n, slots[i]) for i, a in zip(ids, AGGREGATES, strict=True)}
 
 
+async def held_at_gate(pool: asyncpg.Pool[asyncpg.Record], outbox: Outbox, relay: Relay,
+                       sink: GatedSink) -> tuple[Written, set[UUID]]:
+    """Close ``sink``'s gate, write one event per aggregate, and wait until ``relay``'s batch
+    of the events in its slots waits at the gate; the events written and those held."""
+    slots = relay.slots
+    sink.gate.clear()
+    written = await write(pool, outbox, 1)
+    held = {i for i, (_, _, slot) in written.items() if slot in slots}
+    assert held
+
+    async def at_gate() -> bool:
+        return {e.event_id for e in sink.waiting} == held
+
+    await wait_until(at_gate, TIMEOUT, "the relay's batch waiting at the gate")
+    return written, held
+
+
 async def owners(pool: asyncpg.Pool[asyncpg.Record], table: OutboxTable) -> dict[int, int]:
     async with pool.acquire() as conn:
         return await slot_owners(conn, table)
@@ -215,16 +232,7 @@ async def test_a_relay_cancelled_mid_batch_leaves_its_slots_and_rows_to_the_othe
         try:
             await wait_until(lambda: settled(pg_pool, outbox_table, a, b), TIMEOUT,
                              "two relays settled")
-            slots_a = a.slots
-            sink_a.gate.clear()
-            first = await write(pg_pool, outbox, 1)
-            abandoned = {i for i, (_, _, slot) in first.items() if slot in slots_a}
-            assert abandoned
-
-            async def at_gate() -> bool:
-                return {e.event_id for e in sink_a.waiting} == abandoned
-
-            await wait_until(at_gate, TIMEOUT, "a's batch waiting at the gate")
+            first, abandoned = await held_at_gate(pg_pool, outbox, a, sink_a)
             task_a.cancel()
             await asyncio.wait({task_a}, timeout=TIMEOUT)
             assert task_a.cancelled()
@@ -263,16 +271,7 @@ async def test_a_relay_whose_backends_die_mid_batch_loses_its_slots_to_the_other
         try:
             await wait_until(lambda: settled(pg_pool, outbox_table, a, b), TIMEOUT,
                              "two relays settled")
-            slots_a = a.slots
-            sink_a.gate.clear()
-            first = await write(pg_pool, outbox, 1)
-            stuck = {i for i, (_, _, slot) in first.items() if slot in slots_a}
-            assert stuck
-
-            async def at_gate() -> bool:
-                return {e.event_id for e in sink_a.waiting} == stuck
-
-            await wait_until(at_gate, TIMEOUT, "a's batch waiting at the gate")
+            first, stuck = await held_at_gate(pg_pool, outbox, a, sink_a)
             killed = await backends(pg_pool, a)
             assert len(killed) == 2  # the lock connection and the one that claims and deletes
             await pg_pool.execute("SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) pid",
