@@ -30,7 +30,7 @@ from ._failures import (
     describe,
     judge,
 )
-from ._xact import Mark, check, mark
+from ._xact import Mark, check, mark, verify
 from .context import HandlerContext
 from .deadletter.entry import DeadLetterEntry
 from .deadletter.writer import DeadLetterWriter, wait_or_abandon
@@ -247,8 +247,10 @@ class Pipeline:
                 # once for all: no handler left the transaction aborted, or rolled it back
                 # and began another (the batch then rolls back and its records run one by one)
                 if claimed:
-                    await self._check_mark(conn, token, f"a batch of {len(items)} records",
-                                           alone=False)
+                    await verify(conn, token, what=f"a batch of {len(items)} records", log=log,
+                                 rolled_back=TransactionReplaced("a handler of the batch rolled "
+                                                                 "its transaction back and "
+                                                                 "began another"))
             committed = True
         finally:
             if claimed:
@@ -282,24 +284,6 @@ class Pipeline:
             self.stats.cache_hits += len(known)
         return known
 
-    async def _check_mark(self, conn: DbConnection, token: str, what: str, *,
-                          alone: bool) -> None:
-        """Raise if a handler rolled the marked transaction back and began another (alone:
-        :class:`HandlerEndedTransaction`, dead-lettered; in a batch:
-        :class:`TransactionReplaced`, the batch runs again one by one). One that committed it
-        and began another committed the claims with the effects so far; the open transaction
-        holds the rest, so it is committed too, and the misuse logged."""
-        outcome = await check(conn, token)
-        if outcome is Mark.ROLLED_BACK:
-            if alone:
-                raise HandlerEndedTransaction(
-                    "the handler rolled the transaction back and began another")
-            raise TransactionReplaced(
-                "a handler of the batch rolled its transaction back and began another")
-        if outcome is Mark.COMMITTED:
-            log.error("a handler committed the transaction of %s itself and began another: "
-                      "its claims and effects were committed in two transactions", what)
-
     async def _handle(
         self, conn: DbConnection, decoded: Decoded, attempt: int, *, token: str = "",
         alone: bool = True,
@@ -326,8 +310,9 @@ class Pipeline:
             # COMMIT would then silently roll back and the event would be lost. One that
             # rolled it back and began another has lost the claim.
             if alone:
-                await self._check_mark(conn, token, f"event {decoded.envelope.event_id}",
-                                       alone=True)
+                await verify(conn, token, what=f"event {decoded.envelope.event_id}", log=log,
+                             rolled_back=HandlerEndedTransaction(
+                                 "the handler rolled the transaction back and began another"))
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if task is not None and task.cancelling():

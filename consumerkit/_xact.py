@@ -19,6 +19,7 @@ Tokens are unique in the process, so a value left on a pooled connection never m
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 from enum import Enum
 
@@ -52,3 +53,17 @@ async def check(conn: DbConnection, token: str) -> Mark:
     if row[0]:
         return Mark.OURS
     return Mark.COMMITTED if row[1] else Mark.ROLLED_BACK
+
+
+async def verify(conn: DbConnection, token: str, *, what: str,
+                 log: logging.Logger | logging.LoggerAdapter[logging.Logger],
+                 rolled_back: Exception) -> None:
+    """Raise ``rolled_back`` if the marked transaction was rolled back and another begun. One
+    committed and another begun committed the claims with the effects so far, and the open
+    transaction holds the rest: it is to be committed too, and the misuse is logged."""
+    outcome = await check(conn, token)
+    if outcome is Mark.ROLLED_BACK:
+        raise rolled_back
+    if outcome is Mark.COMMITTED:
+        log.error("a handler committed the transaction of %s itself and began another: its "
+                  "claims and effects were committed in two transactions", what)

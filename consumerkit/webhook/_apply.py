@@ -16,12 +16,11 @@ import asyncpg
 
 from .._decode import Decoded
 from .._failures import ClaimBlocked, HandlerEndedTransaction, HandlerFailure, describe
-from .._xact import Mark, check, mark
+from .._xact import mark, verify
 from ..context import HandlerContext
 from ..types import Claim, ClaimRequest, ClaimStatus, DbConnection, DedupStore
 
 log = logging.getLogger("consumerkit.webhook")
-
 
 
 async def apply(
@@ -90,14 +89,9 @@ async def _handle(
         # would then roll back silently and the sender would be told "applied". One that
         # rolled it back and began another has lost the claim; one that committed it and
         # began another committed the claim early, and the rest commits now.
-        outcome = await check(conn, token)
-        if outcome is Mark.ROLLED_BACK:
-            raise HandlerEndedTransaction(
-                "the handler rolled the transaction back and began another")
-        if outcome is Mark.COMMITTED:
-            handler_log(decoded).error(
-                "the handler committed the transaction itself and began another: the claim "
-                "and the effects were committed in two transactions")
+        await verify(conn, token, what=f"event {decoded.envelope.event_id}",
+                     log=handler_log(decoded), rolled_back=HandlerEndedTransaction(
+                         "the handler rolled the transaction back and began another"))
     except asyncio.CancelledError as exc:
         task = asyncio.current_task()
         if task is not None and task.cancelling():
