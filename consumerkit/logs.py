@@ -1,0 +1,55 @@
+"""Log output for the command line: plain text for a terminal, or one JSON object per line.
+
+Log records that concern a message carry its fields as record attributes (``extra=``, or
+``ctx.log``'s adapter): :data:`MESSAGE_FIELDS`. The JSON formatter writes every one that is
+present, so a log pipeline can filter on them without parsing messages.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Literal
+
+import orjson
+
+LogFormat = Literal["text", "json"]
+
+MESSAGE_FIELDS = ("event_id", "event_type", "key", "topic", "partition", "offset", "handler",
+                  "attempt", "consumer")
+"""Record attributes written as JSON fields when present."""
+
+_TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, the message's fields and, for
+    an exception, its type and traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, object] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name in MESSAGE_FIELDS:
+            value = record.__dict__.get(name)
+            if value is not None:
+                entry[name] = value if isinstance(value, int | float | str | bool) else str(value)
+        if record.exc_info and record.exc_info[0] is not None:
+            entry["error"] = record.exc_info[0].__name__
+            entry["traceback"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry, default=str).decode()
+
+
+def configure_logging(fmt: LogFormat = "text", level: str | int = "INFO") -> None:
+    """Send every log record to stderr in ``fmt``, replacing the root logger's handlers."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(_TEXT))
+    root = logging.getLogger()
+    for old in root.handlers[:]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper() if isinstance(level, str) else level)

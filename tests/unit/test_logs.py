@@ -1,0 +1,62 @@
+"""JSON log lines: one object per line, with a message's fields when the record has them."""
+
+from __future__ import annotations
+
+import io
+import logging
+import sys
+
+import orjson
+import pytest
+
+from consumerkit.logs import JsonFormatter, configure_logging
+
+
+def _line(record: logging.LogRecord) -> dict[str, object]:
+    parsed = orjson.loads(JsonFormatter().format(record))
+    assert isinstance(parsed, dict)
+    return parsed
+
+
+def test_a_message_record_carries_its_fields() -> None:
+    record = logging.makeLogRecord({
+        "name": "consumerkit.pipeline", "levelname": "WARNING", "msg": "dead-lettered %s",
+        "args": ("e-1",), "event_id": "e-1", "event_type": "order.created", "key": b"k",
+        "topic": "orders", "partition": 2, "offset": 17, "handler": "charge", "attempt": 3})
+    line = _line(record)
+    assert line["message"] == "dead-lettered e-1"
+    assert line["level"] == "WARNING"
+    assert line["logger"] == "consumerkit.pipeline"
+    assert str(line["time"]).endswith("+00:00")
+    assert {k: line[k] for k in ("event_id", "event_type", "topic", "partition", "offset",
+                                 "handler", "attempt")} == {
+        "event_id": "e-1", "event_type": "order.created", "topic": "orders", "partition": 2,
+        "offset": 17, "handler": "charge", "attempt": 3}
+    assert line["key"] == "b'k'"
+
+
+def test_an_exception_is_one_line_with_its_traceback() -> None:
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        record = logging.makeLogRecord({"msg": "failed", "exc_info": sys.exc_info()})
+    text = JsonFormatter().format(record)
+    assert "\n" not in text
+    line = orjson.loads(text)
+    assert line["error"] == "ValueError"
+    assert "boom" in line["traceback"]
+
+
+def test_configure_logging_replaces_handlers(monkeypatch: pytest.MonkeyPatch) -> None:
+    root = logging.getLogger()
+    saved, level = root.handlers[:], root.level
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    try:
+        configure_logging("json", "debug")
+        logging.getLogger("consumerkit.test").debug("hello %d", 1)
+        assert orjson.loads(stream.getvalue())["message"] == "hello 1"
+        assert root.level == logging.DEBUG
+    finally:
+        root.handlers[:] = saved
+        root.setLevel(level)
