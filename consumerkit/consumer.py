@@ -49,7 +49,8 @@ class Consumer:
 
     def __init__(
         self, *, name: str, handlers: Iterable[HandlerSource], topics: Sequence[str],
-        kafka_bootstrap: str, postgres_dsn: str, schema: str = "consumerkit",
+        kafka_bootstrap: str | None = None, postgres_dsn: str | None = None,
+        schema: str = "consumerkit",
         dedup: DedupPolicy | None = None, dedup_cache: DedupCache | None = None,
         outbox: Outbox | None = None,
         retry: RetryPolicy | None = None, wire: WireFormat | None = None,
@@ -61,6 +62,7 @@ class Consumer:
         handler_timeout: float | None = 60.0, shutdown_timeout: float = 30.0,
         handle_signals: bool = True,
         maintenance_interval: timedelta | None = None,
+        metrics_port: int | None = None, metrics_host: str = "0.0.0.0",  # noqa: S104
     ) -> None:
         self.name = check_name(name, "consumer name")
         self.topics = [check_name(t, "topic") for t in topics]
@@ -88,8 +90,11 @@ class Consumer:
             tuple(sinks) if isinstance(sinks, Sequence) else (sinks,))
         if not self.dead_letter:
             raise ConfigurationError("at least one dead-letter destination is required")
+        # None: given later (``consumerkit run`` fills them from its settings)
         self.kafka_bootstrap = kafka_bootstrap
-        self._dsn = postgres_dsn
+        self.postgres_dsn = postgres_dsn
+        self.metrics_port = metrics_port
+        self.metrics_host = metrics_host
         self.concurrency = concurrency
         self.max_batch = max_batch
         self.max_in_flight = max_in_flight
@@ -133,8 +138,34 @@ class Consumer:
         self._finished = asyncio.Event()
 
     def __repr__(self) -> str:
+        dsn = None if self.postgres_dsn is None else redact_dsn(self.postgres_dsn)
         return (f"Consumer(name={self.name!r}, topics={self.topics!r}, "
-                f"postgres={redact_dsn(self._dsn)!r}, kafka={self.kafka_bootstrap!r})")
+                f"postgres={dsn!r}, kafka={self.kafka_bootstrap!r})")
+
+    @property
+    def postgres_dsn(self) -> str | None:
+        return self._dsn
+
+    @postgres_dsn.setter
+    def postgres_dsn(self, dsn: str | None) -> None:
+        self._dsn = dsn
+
+    def _require_dsn(self) -> str:
+        if self._dsn is None:
+            raise ConfigurationError(
+                "no PostgreSQL DSN: pass postgres_dsn=, or set CONSUMERKIT_POSTGRES_DSN "
+                "(consumerkit run --postgres)")
+        return self._dsn
+
+    def _services(self) -> tuple[str, str]:
+        """The DSN and the bootstrap servers, or a :class:`ConfigurationError` naming the
+        setting that is missing."""
+        dsn = self._require_dsn()
+        if self.kafka_bootstrap is None:
+            raise ConfigurationError(
+                "no Kafka bootstrap servers: pass kafka_bootstrap=, or set "
+                "CONSUMERKIT_KAFKA_BOOTSTRAP (consumerkit run --kafka)")
+        return dsn, self.kafka_bootstrap
 
     @property
     def assignment(self) -> list[Partition]:
@@ -142,7 +173,7 @@ class Consumer:
 
     async def migrate(self) -> None:
         """Create or upgrade consumerkit's tables (idempotent; safe concurrently)."""
-        async with connect(self._dsn) as conn:
+        async with connect(self._require_dsn()) as conn:
             await migrate(conn, self.schema, self.dedup, namespace=self.name)
 
     async def run(self) -> None:
@@ -150,6 +181,7 @@ class Consumer:
         gracefully. Raises :class:`StartupError` if a service or topic is missing."""
         if self._running:
             raise ConfigurationError("a Consumer runs once; create a new one to run again")
+        self._services()
         self._running = True
         try:
             async with contextlib.AsyncExitStack() as stack:
@@ -169,10 +201,11 @@ class Consumer:
             self._engine.stopping.set()
 
     async def _serve(self, stack: contextlib.AsyncExitStack) -> None:
-        pool = await open_pool(self._dsn, self.name, self.concurrency + 2)
+        dsn, bootstrap = self._services()
+        pool = await open_pool(dsn, self.name, self.concurrency + 2)
         stack.push_async_callback(pool.close)
         await self._prepare_database(pool)
-        resources = SinkResources(pool, self.schema, self.kafka_bootstrap, self.kafka_options,
+        resources = SinkResources(pool, self.schema, bootstrap, self.kafka_options,
                                   tuple(self.topics))
         for sink in self.dead_letter:
             await sink.open(resources)
@@ -185,7 +218,7 @@ class Consumer:
             batch_size=self.batch_size, max_batch=self.max_batch,
             revoke_timeout=self.revoke_timeout, keepalive=self.keepalive, stats=self.stats)
         source = KafkaSource(
-            topics=self.topics, group_id=self.name, bootstrap=self.kafka_bootstrap,
+            topics=self.topics, group_id=self.name, bootstrap=bootstrap,
             options=self.kafka_consumer_options, rebalance=engine)
         await source.start()
         stack.push_async_callback(bounded, source.stop, self.shutdown_timeout)
@@ -208,8 +241,9 @@ class Consumer:
     async def _check_horizon(self) -> None:
         """Warn when a redelivery (a reset to the start of a topic that keeps records longer
         than the dedup window) could bring back events the dedup table has forgotten."""
+        _, bootstrap = self._services()
         findings = await redelivery_horizon_check(
-            self.dedup, topics=self.topics, kafka_bootstrap=self.kafka_bootstrap,
+            self.dedup, topics=self.topics, kafka_bootstrap=bootstrap,
             retry=self.retry, handler_timeout=self.handler_timeout,
             kafka_options=self.kafka_options)
         for finding in findings:

@@ -24,7 +24,7 @@ ACTIONS = ("failed", "retry", "skip", "cleanup", "migrate")
 def add_arguments(parser: argparse.ArgumentParser,
                   duration: Callable[[str], timedelta]) -> None:
     parser.add_argument("action", choices=ACTIONS)
-    parser.add_argument("--table", default="outbox")
+    parser.add_argument("--table", default="outbox", help="the outbox table")
     parser.add_argument("--id", dest="ids", action="append", type=UUID, default=None,
                         help="event id of a FAILED row (repeat for several)")
     parser.add_argument("--all", action="store_true", help="every FAILED row")

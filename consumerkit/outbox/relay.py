@@ -53,6 +53,7 @@ class Relay:
         poll_interval: float = 1.0, rebalance_interval: float = 1.0,
         retry: RetryPolicy = DEFAULT_RETRY, name: str | None = None,
         handle_signals: bool = True,
+        metrics_port: int | None = None, metrics_host: str = "0.0.0.0",  # noqa: S104
     ) -> None:
         if batch_size < 1 or poll_interval <= 0 or rebalance_interval <= 0:
             raise ConfigurationError("need batch_size >= 1, poll_interval > 0 and "
@@ -66,6 +67,8 @@ class Relay:
         self.retry = retry
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.handle_signals = handle_signals
+        self.metrics_port = metrics_port
+        self.metrics_host = metrics_host
         self.published = 0
         self.pauses = 0  # outages: batches of which nothing was acknowledged, lost databases
         self.started = asyncio.Event()

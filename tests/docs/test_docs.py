@@ -44,6 +44,7 @@ from consumerkit.cli import main as cli_main
 from consumerkit.errors import ConfigurationError, is_retriable
 from consumerkit.registry import RouteTable
 from consumerkit.schema import CORE_STEPS, DEDUP_STEPS
+from consumerkit.settings.reference import render as render_reference
 from consumerkit.transport import kafka as kafka_transport
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,7 +63,7 @@ OUTSIDE_LINK = re.compile(r"\]\((\.\./[^)#\s]+)(?:#[^)]*)?\)")
 EXPECTED_PAGES = {
     "index.md", "guarantees.md", "handlers.md", "consumer.md", "dedup.md",
     "ordering-and-offsets.md", "failures.md", "wire-format.md", "operations.md", "outbox.md",
-    "webhooks.md", "benchmarks.md",
+    "webhooks.md", "benchmarks.md", "configuration.md",
 }
 KAFKA = "127.0.0.1:9092"
 DSN = "postgresql://app@db.invalid/app"
@@ -492,7 +493,8 @@ def test_cli_commands_are_documented() -> None:
     subparsers = next(a for a in _parser()._actions
                       if isinstance(a, argparse._SubParsersAction))
     commands = list(subparsers.choices)
-    assert set(commands) == {"demo", "migrate", "dedup", "dead-letters", "outbox"}
+    assert set(commands) == {"run", "relay", "config", "check", "demo", "migrate", "dedup",
+                             "dead-letters", "outbox"}
     usage = section(page("operations.md"), "Command line")
     for command in commands:
         assert f"consumerkit {command}" in usage
@@ -502,15 +504,56 @@ def test_cli_usage_lists_the_options_of_each_command() -> None:
     subparsers = next(a for a in _parser()._actions
                       if isinstance(a, argparse._SubParsersAction))
     usage = section(page("operations.md"), "Command line")
+    reference = page("configuration.md")
     for command, parser in subparsers.choices.items():
         line = next(x for x in usage.splitlines() if x.startswith(f"consumerkit {command} "))
-        options = {o for a in parser._actions for o in a.option_strings
-                   if o.startswith("--") and o != "--help"}
+        settings = {a for g in parser._action_groups if g.title == "settings"
+                    for a in g._group_actions}
+        options = {o for a in parser._actions if a not in settings for o in a.option_strings
+                   if o.startswith("--") and o not in ("--help", "--debug", "--env-file")}
         assert set(re.findall(r"--[a-z-]+", line)) == options, command
+        if settings:  # "[settings]": every one of them is in the configuration reference
+            assert "[settings]" in line, command
+            for action in settings:
+                flag = action.option_strings[0].removeprefix("--")
+                assert f"`--{flag}`" in reference or f"`--[no-]{flag}`" in reference, flag
+
+
+def test_the_configuration_reference_is_generated_from_the_settings() -> None:
+    assert page("configuration.md") == render_reference(), (
+        "docs/configuration.md is out of date: python -m consumerkit.settings.reference --write")
+
+
+def test_every_option_shows_its_default(capsys: pytest.CaptureFixture[str]) -> None:
+    subparsers = next(a for a in _parser()._actions
+                      if isinstance(a, argparse._SubParsersAction))
+    parsers = [_parser(), *subparsers.choices.values()]
+    parsers += [p for parser in subparsers.choices.values() for a in parser._actions
+                if isinstance(a, argparse._SubParsersAction) for p in a.choices.values()]
+    for parser in parsers:
+        text = parser.format_help()
+        for action in parser._actions:
+            if action.option_strings and action.dest != "help":
+                assert action.help, (parser.prog, action.dest)  # no help, no default shown
+                helped = parser._get_formatter()._get_help_string(action)
+                assert helped, (parser.prog, action.dest)
+                assert "(default:" in helped, (parser.prog, action.dest)
+        assert "usage: consumerkit" in text
+
+
+def test_the_top_level_help_describes_the_tool(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli_main(["--help"])
+    out = capsys.readouterr().out
+    assert "exactly once" in out
+    for command in ("run", "relay", "check", "migrate", "config"):
+        assert f"    {command} " in out
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["dedup", "--help"], ["migrate", "--help"],
-                                  ["dead-letters", "--help"], ["demo", "--help"]])
+                                  ["dead-letters", "--help"], ["demo", "--help"],
+                                  ["run", "--help"], ["relay", "--help"], ["check", "--help"],
+                                  ["config", "relay", "--help"]])
 def test_cli_help_exits_zero(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         cli_main(argv)

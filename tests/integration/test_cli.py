@@ -52,7 +52,8 @@ def test_unreachable_database_is_a_clear_error_without_the_password(
 ) -> None:
     code, out = run(capsys, "migrate", "--postgres", "postgresql://app:hunter2@127.0.0.1:1/x")
     assert code == 1
-    assert "cannot connect to postgresql://app:***@127.0.0.1:1/x" in out
+    assert "cannot connect to PostgreSQL at postgresql://app:***@127.0.0.1:1/x" in out
+    assert "connection refused" in out
     assert "hunter2" not in out
 
 

@@ -1,0 +1,124 @@
+"""The ``consumerkit`` command line (also ``python -m consumerkit``).
+
+One module per command: :mod:`.run`, :mod:`.relay`, :mod:`.config`, :mod:`.check`,
+:mod:`.migrate`, :mod:`.admin` (dead letters, dedup, outbox); :mod:`.errors` turns failures
+into one line, :mod:`.options` makes flags of the settings models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import inspect
+import logging
+import os
+import re
+import sys
+import traceback
+from collections.abc import Iterator, Sequence
+from urllib.parse import urlsplit
+
+from ..logs import configure_logging
+from . import admin, check, config, migrate, relay, run
+from .common import HelpFormatter, duration, positive, sub
+from .errors import database_error, one_line, scrub
+
+__all__ = ["duration", "main"]
+
+DESCRIPTION = """\
+consumerkit applies every Kafka event's effect exactly once, with a dedup row in the same
+PostgreSQL transaction as the effect, and publishes a transactional outbox.
+
+This command runs a consumer or an outbox relay, creates and checks what a deployment needs,
+and inspects dead letters, the dedup table and outboxes. Settings also come from CONSUMERKIT_*
+variables and a .env file; see docs/configuration.md."""
+
+EPILOG = """\
+exit status: 0 on success, 1 on an error (one line on stderr: consumerkit: ...), 2 on a usage
+error. --debug (before or after the command) shows the traceback of an error."""
+
+KAFKA_CLIENT_LOGGER = "aiokafka"
+_PASSWORD = re.compile(r"password\s*=\s*'?([^'\s]+)", re.IGNORECASE)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="consumerkit", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=HelpFormatter)
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of an error")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run.add_parser(commands)
+    relay.add_parser(commands)
+    config.add_parser(commands)
+    check.add_parser(commands)
+    migrate.add_parser(commands)
+    admin.add_parsers(commands)
+    demo = sub(commands, "demo", "run the duplicate-laden demo on embedded services")
+    demo.add_argument("--orders", type=positive, default=500, help="order events published")
+    demo.add_argument("--kafka", help="use this broker instead of an embedded one")
+    demo.add_argument("--postgres", help="use this database instead of an embedded one")
+    demo.set_defaults(handler=_demo)
+    return parser
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from ..demo import main as demo
+
+    return demo(args.orders, args.kafka, args.postgres)
+
+
+def _secrets(args: argparse.Namespace) -> Iterator[str]:
+    """Every password or secret header the command may know of, to keep out of its output."""
+    values = [str(v) for v in vars(args).values() if isinstance(v, str)]
+    values += [v for k, v in os.environ.items() if k.startswith("CONSUMERKIT_")]
+    for value in values:
+        try:
+            password = urlsplit(value.strip()).password
+        except ValueError:
+            password = None
+        if password:
+            yield password
+        yield from _PASSWORD.findall(value)
+    for name, value in os.environ.items():
+        if name.startswith("CONSUMERKIT_") and name.endswith(("PASSWORD", "HEADERS")):
+            yield value
+    for name in ("sasl_plain_password", "ssl_password"):
+        if isinstance(getattr(args, name, None), str):
+            yield getattr(args, name)
+    for header in getattr(args, "webhook_headers", None) or []:
+        yield header.partition(":")[2].strip()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its exit status."""
+    args = _parser().parse_args(argv)
+    if args.command not in ("run", "relay"):  # those two configure logging from settings
+        configure_logging("text", "WARNING")
+        # the command reports a broker it cannot reach in one line of its own
+        logging.getLogger(KAFKA_CLIENT_LOGGER).setLevel(logging.CRITICAL)
+    try:
+        result = args.handler(args)
+        if inspect.iscoroutine(result):
+            result = asyncio.run(result)
+        return int(result)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        message = one_line(exc)
+        dsn = getattr(args, "postgres", None)
+        if message is None and isinstance(dsn, str):  # the demo connects by itself
+            error = database_error(exc, dsn)
+            message = None if error is None else str(error)
+        if message is None and not args.debug:
+            message = f"unexpected {type(exc).__name__}: {exc} (--debug shows the traceback)"
+        if args.debug:
+            traceback.print_exc()
+        if message is not None:
+            print(f"consumerkit: {scrub(message, _secrets(args))}", file=sys.stderr)
+        return 1
+    finally:
+        logging.shutdown()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""``consumerkit dead-letters``, ``dedup`` and ``outbox``: inspect and maintain the tables."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from .._identifiers import identifier
+from ..deadletter.table import list_dead_letters
+from ..dedup import cli as dedup_cli
+from ..dedup.policy import DedupPolicy
+from ..outbox import cli as outbox_cli
+from .check import reach_broker
+from .common import count, database_args, duration, positive, sub
+from .errors import database
+
+
+def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    letters = database_args(sub(commands, "dead-letters", "list dead-lettered messages"))
+    letters.add_argument("--consumer", help="only this consumer's (default: every consumer's)")
+    letters.add_argument("--limit", type=count, default=50, help="rows listed, oldest first")
+    letters.set_defaults(handler=dead_letters)
+    dedup = database_args(sub(commands, "dedup",
+                              "inspect or maintain the dedup table, check its window"))
+    dedup_cli.add_arguments(dedup, duration)
+    dedup.set_defaults(handler=dedup_command)
+    outbox = database_args(sub(commands, "outbox",
+                               "failed outbox rows, retry, skip, cleanup, migrate"))
+    outbox_cli.add_arguments(outbox, duration)
+    outbox.set_defaults(handler=outbox_command)
+    for action in outbox._actions:  # row counts: a negative one is a usage error
+        if action.dest == "limit":
+            action.type = count
+        elif action.dest == "batch":
+            action.type = positive
+
+
+def dsn(args: argparse.Namespace) -> str | None:
+    """``--postgres``, else ``$CONSUMERKIT_POSTGRES_DSN``."""
+    return args.postgres or os.environ.get("CONSUMERKIT_POSTGRES_DSN")
+
+
+async def dead_letters(args: argparse.Namespace) -> int:
+    identifier(args.schema, "schema name")
+    async with database(dsn(args)) as conn:
+        entries = await list_dead_letters(conn, args.schema, args.consumer, args.limit)
+    for e in entries:
+        print(f"{e.failed_at:%Y-%m-%d %H:%M:%S} {e.consumer} {e.topic}/{e.partition}/"
+              f"{e.offset} id={e.event_id} type={e.event_type} {e.reason}: {e.detail}")
+    print(f"{len(entries)} dead letters")
+    return 0
+
+
+async def dedup_command(args: argparse.Namespace) -> int:
+    DedupPolicy(retention=args.retention, partition_interval=args.interval, table=args.table)
+    if args.action == "check":
+        if args.kafka:  # an unreachable broker is an error, not an "unknown" retention
+            await reach_broker(args.kafka, {})
+        await dedup_cli.check(args)
+        return 0
+    identifier(args.schema, "schema name")
+    async with database(dsn(args)) as conn:
+        await dedup_cli.run(args, conn)
+    return 0
+
+
+async def outbox_command(args: argparse.Namespace) -> int:
+    identifier(args.schema, "schema name")
+    async with database(dsn(args)) as conn:
+        await outbox_cli.run(args, conn)
+    return 0
+
+

@@ -1,0 +1,206 @@
+"""``consumerkit check [MODULE:ATTR]``: what is wrong with a deployment, one line each.
+
+PostgreSQL: reachable, ``synchronous_commit`` on, every table migrated, dedup partitions
+created at least one interval ahead. The broker: reachable, every topic present, no topic
+keeping records longer than the dedup window. With ``MODULE:ATTR`` the consumer's own schema,
+dedup policy, topics, retries and outbox are checked. Exit status 1 when anything is wrong,
+else 0 and a short all-clear.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ..dedup.horizon import redelivery_horizon_check
+from ..dedup.layout import existing_layout
+from ..dedup.partitions import list_partitions
+from ..dedup.policy import DedupPolicy
+from ..errors import ConsumerKitError
+from ..outbox.table import OutboxTable
+from ..retry import RetryPolicy
+from ..schema import VERSION_TABLE
+from ..settings import CommonSettings, ConsumerSettings
+from ..transport.kafka import KafkaProducer
+from .common import policy_args, sub
+from .errors import MIGRATE_HINT, database, one_line
+from .options import add_settings_arguments, load_settings, sources
+from .run import apply_settings
+from .target import load_consumer
+
+SERVICE_FIELDS = {"postgres_dsn", "kafka_bootstrap", "db_schema", "security_protocol",
+                  "sasl_mechanism", "sasl_plain_username", "sasl_plain_password", "ssl_cafile",
+                  "ssl_certfile", "ssl_keyfile", "ssl_password"}
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub(commands, "check", "report what is wrong with a deployment", __doc__)
+    parser.add_argument("target", metavar="MODULE:ATTR", nargs="?", default=None,
+                        help="check this consumer's schema, dedup policy, topics and outbox "
+                        "(default: the options below)")
+    add_settings_arguments(parser, ConsumerSettings, only=SERVICE_FIELDS)
+    policy_args(parser)
+    parser.add_argument("--expired", choices=["dead_letter", "skip", "apply"],
+                        default="dead_letter", help="the consumers' expired policy")
+    parser.add_argument("--topic", dest="topics", action="append", default=None,
+                        help="a topic the consumers read (repeat for several; default: none)")
+    parser.add_argument("--outbox-table", dest="outbox_tables", action="append", default=None,
+                        metavar="TABLE", help="an outbox table to look for (repeat; "
+                        "default: none)")
+    parser.set_defaults(handler=check_command)
+
+
+@dataclass
+class Deployment:
+    """What to check, from the options or a consumer."""
+
+    dsn: str | None
+    bootstrap: str | None
+    schema: str
+    policy: DedupPolicy
+    topics: list[str]
+    outboxes: list[OutboxTable]
+    kafka_options: Mapping[str, Any]
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    handler_timeout: float | None = 60.0
+
+
+@dataclass
+class Report:
+    problems: list[str] = field(default_factory=list)
+
+    def ok(self, text: str) -> None:
+        print(f"ok       {text}")
+
+    def note(self, text: str) -> None:
+        print(f"note     {text}")
+
+    def problem(self, text: str) -> None:
+        print(f"PROBLEM  {text}")
+        self.problems.append(text)
+
+
+async def check_command(args: argparse.Namespace) -> int:
+    settings = load_settings(args, ConsumerSettings)
+    deployment = await _deployment(args, settings)
+    report = Report()
+    await check_postgres(deployment, report)
+    await check_broker(deployment, report)
+    if report.problems:
+        print(f"{len(report.problems)} problem{'s' if len(report.problems) > 1 else ''} found")
+        return 1
+    print("all clear")
+    return 0
+
+
+async def _deployment(args: argparse.Namespace, settings: CommonSettings) -> Deployment:
+    if args.target is None:
+        return Deployment(
+            dsn=settings.dsn(), bootstrap=settings.kafka_bootstrap, schema=settings.db_schema,
+            policy=DedupPolicy(retention=args.retention, partition_interval=args.interval,
+                               table=args.table, expired=args.expired),
+            topics=args.topics or [],
+            outboxes=[OutboxTable(settings.db_schema, t) for t in args.outbox_tables or []],
+            kafka_options=settings.kafka_options())
+    assert isinstance(settings, ConsumerSettings)
+    consumer = await load_consumer(args.target)
+    apply_settings(consumer, settings, sources(args, ConsumerSettings))
+    return Deployment(
+        dsn=consumer.postgres_dsn, bootstrap=consumer.kafka_bootstrap, schema=consumer.schema,
+        policy=consumer.dedup, topics=[*consumer.topics, *(args.topics or [])],
+        outboxes=[consumer.outbox.table] if consumer.outbox is not None else [],
+        kafka_options=consumer.kafka_options, retry=consumer.retry,
+        handler_timeout=consumer.handler_timeout)
+
+
+async def check_postgres(d: Deployment, report: Report) -> None:
+    try:
+        async with database(d.dsn) as conn:
+            report.ok(f"PostgreSQL answers ({await conn.fetchval('SHOW server_version')})")
+            if await conn.fetchval("SELECT current_setting('synchronous_commit')") == "off":
+                report.problem("synchronous_commit is off: a committed effect can vanish in a "
+                               "crash after its offset was committed; turn it on for this role")
+            tables = [VERSION_TABLE, "dead_letters", *(t.table for t in d.outboxes),
+                      *(f"{t.table}_failures" for t in d.outboxes)]
+            missing = [t for t in tables if await conn.fetchval(
+                "SELECT to_regclass($1)", f"{d.schema}.{t}") is None]
+            layout = await existing_layout(conn, d.schema, d.policy.table)
+            if layout is None:
+                missing.append(d.policy.table)
+            if missing:
+                report.problem(f"tables missing in schema {d.schema}: {', '.join(missing)}; "
+                               f"{MIGRATE_HINT.replace(' it', ' them')}")
+            else:
+                report.ok(f"tables of schema {d.schema} present")
+            if layout == "partitioned":
+                await _partitions_ahead(conn, d, report)
+    except ConsumerKitError as exc:
+        report.problem(str(exc))
+
+
+async def _partitions_ahead(conn: Any, d: Deployment, report: Report) -> None:
+    parts = await list_partitions(conn, d.schema, d.policy.table)
+    now: datetime = await conn.fetchval("SELECT now()")
+    newest = max((p.upper for p in parts if p.upper is not None), default=None)
+    if newest is None or newest - now < d.policy.partition_interval:
+        ends = "no partition at all" if newest is None else f"the newest ends at {newest}"
+        report.problem(f"dedup partitions of {d.schema}.{d.policy.table} not created ahead "
+                       f"({ends}): run `consumerkit dedup maintain` and keep a consumer "
+                       "running (it maintains them)")
+    else:
+        report.ok(f"dedup partitions ready until {newest:%Y-%m-%d %H:%M %Z}")
+
+
+async def check_broker(d: Deployment, report: Report) -> None:
+    if d.bootstrap is None:
+        if d.topics:
+            report.problem("topics given but no broker: pass --kafka or set "
+                           "CONSUMERKIT_KAFKA_BOOTSTRAP")
+        else:
+            report.note("broker not checked: pass --kafka or set CONSUMERKIT_KAFKA_BOOTSTRAP")
+        return
+    known = await broker_topics(d.bootstrap, d.kafka_options, report)
+    if known is None:
+        return
+    missing = sorted(set(d.topics) - known)
+    if missing:
+        report.problem(f"topics missing on the broker: {', '.join(missing)}")
+    present = [t for t in d.topics if t in known]
+    if not present:
+        return
+    report.ok(f"topics present: {', '.join(present)}")
+    findings = await redelivery_horizon_check(
+        d.policy, topics=present, kafka_bootstrap=d.bootstrap, retry=d.retry,
+        handler_timeout=d.handler_timeout, kafka_options=d.kafka_options)
+    for finding in findings:
+        if finding.level == "unknown":
+            report.note(finding.message)
+        else:
+            report.problem(finding.message)
+
+
+async def broker_topics(bootstrap: str, options: Mapping[str, Any],
+                        report: Report) -> set[str] | None:
+    """The broker's topics, or None (and a problem) when it cannot be reached."""
+    try:
+        topics = await reach_broker(bootstrap, options)
+    except ConsumerKitError as exc:
+        report.problem(one_line(exc) or str(exc))
+        return None
+    report.ok(f"Kafka broker at {bootstrap} answers")
+    return topics
+
+
+async def reach_broker(bootstrap: str, options: Mapping[str, Any]) -> set[str]:
+    """The broker's topics; :class:`StartupError` when it cannot be reached."""
+    producer = KafkaProducer(bootstrap, {**options, "enable_idempotence": False})
+    try:
+        await producer.start()
+        return await producer.topics()
+    finally:
+        await producer.stop()
+
+

@@ -1,0 +1,63 @@
+"""``consumerkit migrate``: create every table any command touches, and say what it did.
+
+The dead-letter table and the retention registry (component ``core``), the dedup table and its
+claim functions (``dedup:<table>``, then its partitions ahead), and each outbox with its
+failure and idempotency-key side tables (``outbox:<table>``). Idempotent: a second run finds
+everything already present.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..dedup.policy import DedupPolicy
+from ..outbox.table import OutboxTable, migrate_outbox
+from ..schema import applied_versions, migrate
+from .admin import dsn
+from .common import database_args, policy_args, sub
+from .errors import database
+
+WHAT = {"core": "dead-letter table and retention registry", "dedup": "dedup table",
+        "outbox": "outbox and its side tables"}
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = database_args(sub(
+        commands, "migrate", "create or upgrade every table consumerkit uses",
+        "Create or upgrade, idempotently, every table the commands and consumers use: dead "
+        "letters, the dedup table and its partitions ahead, and the outbox with its side "
+        "tables. Prints what it created and what was already present."))
+    policy_args(parser)
+    parser.add_argument("--layout", choices=["partitioned", "table"], default="partitioned",
+                        help="the dedup table's layout (when it is created)")
+    parser.add_argument("--outbox-table", dest="outbox_tables", action="append",
+                        metavar="TABLE", help="an outbox table (repeat for several; "
+                        "default: outbox)")
+    parser.set_defaults(handler=migrate_command)
+
+
+def describe(component: str, before: int | None, after: int | None) -> str:
+    kind, _, name = component.partition(":")
+    what = f"{WHAT.get(kind, kind)}{' ' + name if name else ''}"
+    if before is None:
+        return f"created {what} (version {after})"
+    if after != before:
+        return f"upgraded {what} from version {before} to {after}"
+    return f"{what}: already present (version {after})"
+
+
+async def migrate_command(args: argparse.Namespace) -> int:
+    policy = DedupPolicy(retention=args.retention, partition_interval=args.interval,
+                         table=args.table, layout=args.layout)
+    outboxes = [OutboxTable(args.schema, t) for t in args.outbox_tables or ["outbox"]]
+    async with database(dsn(args)) as conn:
+        before = await applied_versions(conn, args.schema)
+        await migrate(conn, args.schema, policy)
+        for table in outboxes:
+            await migrate_outbox(conn, table)
+        after = await applied_versions(conn, args.schema)
+    wanted = ["core", f"dedup:{policy.table}", *(f"outbox:{t.table}" for t in outboxes)]
+    for component in wanted:
+        print(describe(component, before.get(component), after.get(component)))
+    print(f"schema {args.schema} is up to date")
+    return 0

@@ -1,0 +1,88 @@
+"""``consumerkit relay``: publish one outbox to Kafka (or a webhook) until SIGTERM or SIGINT.
+
+Everything comes from the settings (flags, ``CONSUMERKIT_*`` variables, ``.env``). With
+``--webhook-url`` each event is posted there instead of published to Kafka. The first signal
+lets the batch in flight finish (its acknowledgements are recorded) and exits with 0; a second
+one stops at once (the batch is published again later).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+
+from .. import _signals
+from ..logs import configure_logging
+from ..outbox.kafka import KafkaSink
+from ..outbox.relay import Relay
+from ..outbox.sink import OutboxSink
+from ..outbox.table import OutboxTable
+from ..settings import RelaySettings
+from .common import sub
+from .errors import MIGRATE_HINT, CommandError, database
+from .options import add_settings_arguments, load_settings
+
+log = logging.getLogger("consumerkit.cli")
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub(commands, "relay", "publish an outbox to Kafka or a webhook until SIGTERM",
+                 __doc__)
+    add_settings_arguments(parser, RelaySettings)
+    parser.set_defaults(handler=relay_command)
+
+
+def make_sink(settings: RelaySettings) -> OutboxSink:
+    """A webhook sink when ``webhook_url`` is set, else a Kafka sink."""
+    if settings.webhook_url is not None:
+        from ..outbox.webhook import WebhookSink
+
+        headers = {k: v.get_secret_value() for k, v in settings.webhook_headers.items()}
+        return WebhookSink(settings.webhook_url, headers=headers,
+                           timeout=settings.webhook_timeout)
+    if settings.kafka_bootstrap is None:
+        raise CommandError("no Kafka bootstrap servers: pass --kafka or set "
+                           "CONSUMERKIT_KAFKA_BOOTSTRAP (or --webhook-url for a webhook)")
+    options = {**settings.kafka_options(), "enable_idempotence": settings.enable_idempotence}
+    return KafkaSink(settings.kafka_bootstrap, route=settings.route, kafka_options=options)
+
+
+async def relay_command(args: argparse.Namespace) -> int:
+    settings = load_settings(args, RelaySettings)
+    assert isinstance(settings, RelaySettings)
+    configure_logging(settings.log_format, settings.log_level)
+    table = OutboxTable(settings.db_schema, settings.table)
+    dsn = settings.dsn()
+    async with database(dsn) as conn:
+        if await conn.fetchval("SELECT to_regclass($1)",
+                               f"{table.schema}.{table.table}") is None:
+            raise CommandError(f"no outbox table {table.schema}.{table.table}: {MIGRATE_HINT}")
+    assert dsn is not None
+    relay = Relay(dsn, make_sink(settings), schema=table.schema, table=table.table,
+                  batch_size=settings.batch_size, notify=settings.notify,
+                  poll_interval=settings.poll_interval, name=settings.name,
+                  handle_signals=False, metrics_port=settings.metrics_port,
+                  metrics_host=settings.metrics_host)
+    task = asyncio.create_task(relay.run())
+    signals = 0
+
+    def on_signal(sig: signal.Signals) -> None:
+        nonlocal signals
+        signals += 1
+        if signals == 1 and relay.started.is_set():
+            log.info("%s received: finishing the batch in flight, then stopping", sig.name)
+            relay.stop()
+        else:
+            log.warning("%s: stopping now", sig.name)
+            task.cancel()
+
+    remove = _signals.install(on_signal)
+    try:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    finally:
+        remove()
+    return 0

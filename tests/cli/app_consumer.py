@@ -1,0 +1,44 @@
+"""A consumer for the ``consumerkit run`` tests, loaded by MODULE:ATTR from the current
+directory. Its DSN and bootstrap servers are left unset: the command's settings fill them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from pydantic import BaseModel
+
+from consumerkit import Consumer, HandlerContext, handler
+
+SCHEMA = os.environ.get("CLI_TEST_SCHEMA", "consumerkit")
+DELAY = float(os.environ.get("CLI_TEST_DELAY", "0"))
+FAST_GROUP = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 300,
+              "rebalance_timeout_ms": 3000, "metadata_max_age_ms": 2000}
+
+
+class Charge(BaseModel):
+    order_id: str
+    amount: int
+
+
+@handler("charge")
+async def charge(event: Charge, ctx: HandlerContext) -> None:
+    await ctx.tx.execute(
+        f'INSERT INTO "{SCHEMA}".charges (order_id, amount) VALUES ($1, $2)',
+        event.order_id, event.amount)
+    if DELAY:  # holds the transaction open, so a signal finds work in flight
+        await asyncio.sleep(DELAY)
+
+
+def build() -> Consumer:
+    return Consumer(
+        name=os.environ.get("CLI_TEST_GROUP", "cli-test"), handlers=[charge],
+        topics=[os.environ.get("CLI_TEST_TOPIC", "orders")], schema=SCHEMA, max_batch=1,
+        concurrency=4, kafka_consumer_options=FAST_GROUP)
+
+
+async def build_async() -> Consumer:
+    return build()
+
+
+consumer = build() if "CLI_TEST_TOPIC" in os.environ else None

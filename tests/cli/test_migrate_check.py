@@ -1,0 +1,160 @@
+"""``consumerkit migrate`` creates every table, idempotently, and says what it did;
+``consumerkit check`` gives a healthy deployment its all-clear and names each problem; and
+``consumerkit config`` shows where each setting came from."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from consumerkit.cli import main
+from consumerkit.dedup.partitions import list_partitions
+from consumerkit.testing.services import MakeTopic
+
+from .conftest import PASSWORD, cli, with_password
+
+TABLES = {"consumerkit_schema_version", "dead_letters", "consumerkit_retention",
+          "processed_events", "outbox", "outbox_failures", "outbox_keys", "orders_outbox",
+          "orders_outbox_failures", "orders_outbox_keys"}
+
+
+async def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = await asyncio.to_thread(main, list(argv))  # the CLI runs its own event loop
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+async def test_migrate_creates_every_table_once_and_says_so(
+    postgres_dsn: str, pg_schema: str, pg_pool: asyncpg.Pool,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    db = ["--postgres", postgres_dsn, "--schema", pg_schema, "--outbox-table", "outbox",
+          "--outbox-table", "orders_outbox"]
+    code, out = await run(capsys, "migrate", *db)
+    assert code == 0, out
+    assert out.splitlines() == [
+        "created dead-letter table and retention registry (version 2)",
+        "created dedup table processed_events (version 3)",
+        "created outbox and its side tables outbox (version 1)",
+        "created outbox and its side tables orders_outbox (version 1)",
+        f"schema {pg_schema} is up to date"]
+    tables = {r["tablename"] for r in await pg_pool.fetch(
+        "SELECT tablename FROM pg_tables WHERE schemaname = $1", pg_schema)}
+    assert tables >= TABLES
+    code, out = await run(capsys, "migrate", *db)
+    assert code == 0, out
+    assert out.splitlines() == [
+        "dead-letter table and retention registry: already present (version 2)",
+        "dedup table processed_events: already present (version 3)",
+        "outbox and its side tables outbox: already present (version 1)",
+        "outbox and its side tables orders_outbox: already present (version 1)",
+        f"schema {pg_schema} is up to date"]
+    after = {r["tablename"] for r in await pg_pool.fetch(
+        "SELECT tablename FROM pg_tables WHERE schemaname = $1", pg_schema)}
+    assert after == tables
+
+
+@pytest.fixture
+async def long_topic(kafka_bootstrap: str) -> AsyncIterator[str]:
+    """A topic keeping its records 30 days: longer than the default dedup window."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap, request_timeout_ms=10_000)
+    await admin.start()
+    name = f"ck-c-{uuid.uuid4().hex[:8]}"
+    await admin.create_topics([NewTopic(name, 1, 1, topic_configs={
+        "retention.ms": str(30 * 86_400_000)})])
+    try:
+        yield name
+    finally:
+        await admin.delete_topics([name])
+        await admin.close()
+
+
+async def test_check_gives_the_all_clear_then_names_each_problem(
+    postgres_dsn: str, pg_schema: str, pg_pool: asyncpg.Pool, kafka_bootstrap: str,
+    make_topic: MakeTopic, long_topic: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    topic = await make_topic(1)
+    db = ["--postgres", postgres_dsn, "--schema", pg_schema]
+    code, out = await run(capsys, "check", *db)
+    assert code == 1
+    assert "PROBLEM  tables missing in schema" in out
+    assert "run `consumerkit migrate`" in out
+
+    assert (await run(capsys, "migrate", *db))[0] == 0
+    healthy = [*db, "--kafka", kafka_bootstrap, "--topic", topic, "--outbox-table", "outbox"]
+    code, out = await run(capsys, "check", *healthy)
+    assert code == 0, out
+    assert out.splitlines()[-1] == "all clear"
+    assert "PROBLEM" not in out
+
+    problems = {
+        "topics missing on the broker: no-such-topic": [*healthy, "--topic", "no-such-topic"],
+        "cannot reach the Kafka broker at 127.0.0.1:1": [*db, "--kafka", "127.0.0.1:1"],
+        f"topic {long_topic} keeps records for 30d, longer than the dedup retention (7d)": [
+            *healthy, "--topic", long_topic],
+        "tables missing in schema": [*healthy, "--outbox-table", "never_made"],
+        "cannot connect to PostgreSQL at postgresql://app:***@127.0.0.1:1/x": [
+            "--postgres", f"postgresql://app:{PASSWORD}@127.0.0.1:1/x"],
+        "synchronous_commit is off": [
+            "--postgres", with_password(postgres_dsn) + (
+                "&" if "?" in postgres_dsn else "?") + "synchronous_commit=off",
+            "--schema", pg_schema],
+    }
+    for expected, argv in problems.items():
+        code, out = await run(capsys, "check", *argv)
+        assert code == 1, (expected, out)
+        assert f"PROBLEM  {expected}" in out, out
+        assert out.splitlines()[-1].endswith("found")
+        assert PASSWORD not in out
+
+    async with pg_pool.acquire() as conn:
+        parts = await list_partitions(conn, pg_schema, "processed_events")
+    now = await pg_pool.fetchval("SELECT now()")
+    for part in parts:
+        if part.lower is not None and part.lower > now:
+            await pg_pool.execute(f'DROP TABLE "{pg_schema}"."{part.name}"')
+    code, out = await run(capsys, "check", *db)
+    assert code == 1
+    assert f"PROBLEM  dedup partitions of {pg_schema}.processed_events not created ahead" in out
+
+
+async def test_check_takes_a_consumers_own_settings(
+    app_dir: Path, postgres_dsn: str, pg_schema: str, kafka_bootstrap: str,
+) -> None:
+    env = {"CLI_TEST_SCHEMA": pg_schema, "CLI_TEST_TOPIC": "no-such-topic-for-check",
+           "CONSUMERKIT_POSTGRES_DSN": with_password(postgres_dsn),
+           "CONSUMERKIT_KAFKA_BOOTSTRAP": kafka_bootstrap}
+    done = await cli("check", "app_consumer:consumer", cwd=app_dir, env=env)
+    assert done.code == 1
+    assert f"tables missing in schema {pg_schema}" in done.out
+    assert "topics missing on the broker: no-such-topic-for-check" in done.out
+    assert PASSWORD not in done.output
+
+
+async def test_config_shows_values_and_their_sources(
+    app_dir: Path, postgres_dsn: str, pg_schema: str,
+) -> None:
+    (app_dir / ".env").write_text("CONSUMERKIT_METRICS_PORT=9100\n"
+                                  f"CONSUMERKIT_SASL_PLAIN_PASSWORD={PASSWORD}\n")
+    env = {"CLI_TEST_SCHEMA": pg_schema, "CLI_TEST_TOPIC": "orders",
+           "CONSUMERKIT_POSTGRES_DSN": with_password(postgres_dsn),
+           "CONSUMERKIT_MAX_BATCH": "50"}
+    done = await cli("config", "run", "app_consumer:consumer", "--kafka", "broker:9092",
+                     cwd=app_dir, env=env)
+    assert done.code == 0, done.err
+    rows = {line.split()[0]: line.split() for line in done.out.splitlines()[1:]}
+    assert rows["kafka_bootstrap"][1:] == ["flag", "CONSUMERKIT_KAFKA_BOOTSTRAP", "broker:9092"]
+    assert rows["postgres_dsn"][1] == "env"
+    assert "***" in rows["postgres_dsn"][3]
+    assert rows["metrics_port"][1:] == [".env", "CONSUMERKIT_METRICS_PORT", "9100"]
+    assert rows["sasl_plain_password"][1:] == [".env", "CONSUMERKIT_SASL_PLAIN_PASSWORD",
+                                               "**********"]
+    assert rows["max_batch"][1:] == ["code", "CONSUMERKIT_MAX_BATCH", "1"]  # the code sets 1
+    assert rows["schema"][1:] == ["code", "CONSUMERKIT_SCHEMA", pg_schema]
+    assert PASSWORD not in done.output
