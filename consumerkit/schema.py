@@ -22,6 +22,7 @@ import asyncpg
 
 from ._identifiers import identifier, qualified
 from .deadletter.table import dead_letter_ddl
+from .dedup.ddl_functions import ddl_functions_ddl
 from .dedup.layout import check_layout
 from .dedup.partitions import LOCK_SEED, maintain
 from .dedup.policy import DedupPolicy
@@ -52,6 +53,8 @@ class Step:
 CORE_STEPS = (
     Step(1, "dead-letter table", lambda schema, _policy: dead_letter_ddl(schema)),
     Step(2, "dedup retention registry", lambda schema, _policy: retention_ddl(schema)),
+    Step(3, "partition maintenance functions for a role without DDL rights",
+         lambda schema, _policy: ddl_functions_ddl(schema)),
 )
 DEDUP_STEPS = (
     Step(1, "partitioned dedup table and claim function", dedup_ddl),
@@ -114,7 +117,10 @@ async def migrate(
             elif namespace is not None:
                 await register(conn, schema, policy.table, namespace, policy.retention)
     except asyncpg.PostgresError as exc:
-        raise StartupError(f"migration of schema {schema!r} failed: {exc}") from exc
+        hint = ("; a role without DDL rights runs with migrate=False after the owner ran "
+                "consumerkit migrate (docs/security.md)"
+                if isinstance(exc, asyncpg.InsufficientPrivilegeError) else "")
+        raise StartupError(f"migration of schema {schema!r} failed: {exc}{hint}") from exc
 
 
 async def applied_versions(conn: DbConnection, schema: str = "consumerkit") -> dict[str, int]:

@@ -1,10 +1,13 @@
 """Webhooks: a relay posting outbox events to a partner's endpoint, and the endpoint that applies
 each of them once.
 
-The receiving side runs under any ASGI server, for example (the ``payments`` table must exist,
-see docs/webhooks.md)::
+Both sides share a secret in the Standard Webhooks form (``whsec_`` + base64): the sink signs
+every request with it and the receiver refuses (401) what it cannot verify. The receiving side
+runs under any ASGI server, for example (the ``payments`` table must exist, see
+docs/webhooks.md)::
 
     export CONSUMERKIT_POSTGRES_DSN=postgresql://payments@db/payments
+    export PAYMENTS_WEBHOOK_SECRETS="whsec_..."   # during a rotation: "whsec_new whsec_old"
     uvicorn --factory examples.webhooks:create_app
 """
 
@@ -12,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TypeAlias
 
 from pydantic import BaseModel
@@ -38,14 +41,16 @@ async def record_payment(event: PaymentCaptured, ctx: HandlerContext) -> None:
         event.payment_id, event.order_id, event.amount_cents)
 
 
-def build_receiver(postgres_dsn: str, schema: str = "consumerkit") -> WebhookReceiver:
+def build_receiver(postgres_dsn: str, secrets: Sequence[str],
+                   schema: str = "consumerkit") -> WebhookReceiver:
     return WebhookReceiver(
         [record_payment], namespace="payments-webhook", postgres_dsn=postgres_dsn,
-        schema=schema, max_body_bytes=64 * 1024, handler_timeout=10.0)
+        secrets=secrets, schema=schema, max_body_bytes=64 * 1024, handler_timeout=10.0)
 
 
 def create_app() -> WebhookReceiver:
-    return build_receiver(os.environ["CONSUMERKIT_POSTGRES_DSN"])
+    return build_receiver(os.environ["CONSUMERKIT_POSTGRES_DSN"],
+                          os.environ["PAYMENTS_WEBHOOK_SECRETS"].split())
 
 
 def lifespan_for(receiver: WebhookReceiver) -> Lifespan:
@@ -60,14 +65,14 @@ def lifespan_for(receiver: WebhookReceiver) -> Lifespan:
 # -- sending -----------------------------------------------------------------------------------
 
 
-def build_sink(token: str) -> WebhookSink:
+def build_sink(secrets: Sequence[str]) -> WebhookSink:
     return WebhookSink(
-        "https://partner.example.com/hooks/payments",
-        headers={"Authorization": f"Bearer {token}"}, timeout=10.0, concurrency=16)
+        "https://partner.example.com/hooks/payments", secrets=secrets,
+        timeout=10.0, concurrency=16)
 
 
-def build_relay(postgres_dsn: str, token: str) -> Relay:
-    return Relay(postgres_dsn, build_sink(token))
+def build_relay(postgres_dsn: str, secrets: Sequence[str]) -> Relay:
+    return Relay(postgres_dsn, build_sink(secrets))
 
 
 PARTNER_URLS = {
@@ -80,5 +85,7 @@ def partner_url(event: OutboxEvent) -> str:
     return PARTNER_URLS[event.event_type]
 
 
-def build_routed_sink(token: str) -> WebhookSink:
-    return WebhookSink(partner_url, headers={"Authorization": f"Bearer {token}"})
+def build_routed_sink(secrets: Sequence[str], token: str) -> WebhookSink:
+    # a partner that also wants its own bearer token: headers= are never shown either
+    return WebhookSink(partner_url, secrets=secrets,
+                       headers={"Authorization": f"Bearer {token}"})

@@ -9,8 +9,10 @@ everything already present.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..dedup.policy import DedupPolicy
+from ..grants import runtime_grants
 from ..outbox.table import OutboxTable, migrate_outbox
 from ..schema import applied_versions, migrate
 from .admin import dsn
@@ -33,6 +35,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--outbox-table", dest="outbox_tables", action="append",
                         metavar="TABLE", help="an outbox table (repeat for several; "
                         "default: outbox)")
+    parser.add_argument("--print-grants", metavar="ROLE",
+                        help="then print the GRANTs a runtime role needs (docs/security.md)")
     parser.set_defaults(handler=migrate_command)
 
 
@@ -56,8 +60,14 @@ async def migrate_command(args: argparse.Namespace) -> int:
         for table in outboxes:
             await migrate_outbox(conn, table)
         after = await applied_versions(conn, args.schema)
+        grants = (await runtime_grants(conn, args.schema, args.print_grants)
+                  if args.print_grants else [])
+    # with --print-grants the statements alone go to stdout, so they can be piped to psql
+    report = sys.stderr if args.print_grants else sys.stdout
     wanted = ["core", f"dedup:{policy.table}", *(f"outbox:{t.table}" for t in outboxes)]
     for component in wanted:
-        print(describe(component, before.get(component), after.get(component)))
-    print(f"schema {args.schema} is up to date")
+        print(describe(component, before.get(component), after.get(component)), file=report)
+    print(f"schema {args.schema} is up to date", file=report)
+    if grants:
+        print("\n".join(grants))
     return 0

@@ -18,13 +18,11 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
-from .._identifiers import identifier, qualified
+from .._identifiers import qualified
 from ..types import DbConnection
 from .partitions import maintain, partition_floor, partition_name
 from .policy import DedupPolicy
-from .postgres import claim_function, dedup_ddl
-from .retention import retention_ddl
-from .table import table_dedup_ddl
+from .postgres import claim_function
 
 _FILL = """
 INSERT INTO {table} (namespace, event_id, seen_at, handler, event_type, id_source, topic,
@@ -70,12 +68,12 @@ async def measure_cleanup(
     retention = timedelta(days=7)
     partitioned = DedupPolicy(retention=retention, table=tables[0])
     table = DedupPolicy(retention=retention, table=tables[1], layout="table")
-    await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {identifier(schema, 'schema name')}")
-    for statement in [*retention_ddl(schema), *dedup_ddl(schema, partitioned),
-                      *table_dedup_ddl(schema, table)]:
-        await conn.execute(statement)
+    from ..schema import migrate  # (schema imports this package)
+
     try:
-        await maintain(conn, schema, partitioned)  # the current partitions, as in production
+        # created as in production, with the current partitions
+        await migrate(conn, schema, partitioned)
+        await migrate(conn, schema, table)
         now: datetime = await conn.fetchval("SELECT now()")
         day = partition_floor(now - retention - timedelta(days=3), timedelta(days=1))
         parent = qualified(schema, partitioned.table)

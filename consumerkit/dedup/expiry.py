@@ -11,15 +11,17 @@ table in a transaction of its own, which locks nothing a consumer uses.
 
 A run interrupted between the two steps leaves marked tables behind: they hold only expired
 rows, no claim reads them, and the next run drops them. Only tables carrying the marker of
-this dedup table are ever dropped here.
+this dedup table are ever dropped here. Detaching, marking and dropping go through functions
+the owner role created (:mod:`~consumerkit.dedup.ddl_functions`), so this works under a
+runtime role without DDL rights.
 """
 
 from __future__ import annotations
 
 import asyncpg
 
-from .._identifiers import qualified
 from ..types import DbConnection
+from .ddl_functions import detach_partition, drop_partition
 
 _MARKED = """
 SELECT c.relname FROM pg_catalog.pg_class c
@@ -45,14 +47,9 @@ async def detach(conn: DbConnection, schema: str, table: str, name: str) -> bool
     """Detach partition ``name`` of ``schema.table`` and mark it, in a savepoint of the
     caller's transaction; ``False`` if the parent's lock was not granted within the
     transaction's ``lock_timeout`` (nothing changed then)."""
-    part = qualified(schema, name)
     try:
-        async with conn.transaction():
-            await conn.execute(
-                f"ALTER TABLE {qualified(schema, table)} DETACH PARTITION {part}")
-            # names are validated identifiers, so the literal holds no quote; doubled anyway
-            comment = marker(table).replace("'", "''")
-            await conn.execute(f"COMMENT ON TABLE {part} IS '{comment}'")
+        async with conn.transaction():  # the owner's function marks it with marker(table)
+            await detach_partition(conn, schema, table, name)
     except asyncpg.LockNotAvailableError:
         return False
     return True
@@ -77,8 +74,7 @@ async def drop_detached(
                     " set_config('lock_timeout', $3, true)", lock_key, lock_seed, lock_timeout)
                 # still there, detached and marked: a maintainer may have dropped it, or
                 # (after a change of partition_interval) adopted its name for a new one
-                if await is_marked(conn, schema, table, name):
-                    await conn.execute(f"DROP TABLE {qualified(schema, name)}")
+                if await drop_partition(conn, schema, table, name):
                     dropped.append(name)
         except asyncpg.LockNotAvailableError:
             deferred.append(name)

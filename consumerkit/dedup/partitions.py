@@ -31,6 +31,7 @@ from .._identifiers import identifier, qualified
 from ..errors import ConfigurationError, StartupError
 from ..types import DbConnection
 from .cleanup import clean_table
+from .ddl_functions import create_partition, drop_partition
 from .expiry import detach, drop_detached, is_marked
 from .layout import check_layout, existing_layout
 from .policy import DedupPolicy
@@ -199,7 +200,6 @@ async def maintain(
                                     lock_seed=LOCK_SEED, lock_timeout=lock_timeout)
         return MaintenanceReport(
             deferred=[] if cleanup.finished else [policy.table], deleted=cleanup.deleted)
-    parent = qualified(schema, policy.table)
     check_partition_names(policy.table)
     if now is not None and now.tzinfo is None:
         raise ConfigurationError("maintenance time must be timezone-aware")
@@ -224,8 +224,9 @@ async def maintain(
                 if await is_marked(conn, schema, policy.table, name):
                     # a detached leftover holding expired rows, whose name a new range takes
                     # after a change of partition_interval: never adopt it
-                    await conn.execute(f"DROP TABLE {qualified(schema, name)}")
-                await _create(conn, schema, parent, name, gap_lo, gap_hi)
+                    await drop_partition(conn, schema, policy.table, name)
+                # through the owner's function: the runtime role may lack CREATE
+                await create_partition(conn, schema, policy.table, name, gap_lo, gap_hi)
                 created.append(name)
         if namespace is not None:
             await register(conn, schema, policy.table, namespace, policy.retention)
@@ -242,15 +243,3 @@ async def maintain(
                                         lock_seed=LOCK_SEED, lock_timeout=timeout)
     return MaintenanceReport(created, dropped, deferred + left)
 
-
-async def _create(
-    conn: DbConnection, schema: str, parent: str, name: str, lower: datetime, upper: datetime,
-) -> None:
-    """Create the table alone, then attach it (see the module docstring for why)."""
-    table = qualified(schema, name)
-    await conn.execute(
-        f"CREATE TABLE IF NOT EXISTS {table} (LIKE {parent} INCLUDING DEFAULTS)")
-    # Bounds are literals rendered from aware datetimes in ISO form; DDL cannot bind them.
-    await conn.execute(
-        f"ALTER TABLE {parent} ATTACH PARTITION {table} "
-        f"FOR VALUES FROM ('{lower.isoformat()}') TO ('{upper.isoformat()}')")

@@ -27,6 +27,8 @@ import httpx
 
 from ..errors import ConfigurationError
 from ..webhook import headers as wh
+from ..webhook import signature
+from ..webhook.signature import WebhookSecret, secrets_of
 from ..webhook.status import WebhookError, judge
 from .event import OutboxEvent
 from .sink import PermanentSendError
@@ -53,11 +55,17 @@ class WebhookSink:
     one delivery end to end (connect, send, answer), in seconds. ``headers`` are added to every
     request (authorization, say); they are never logged nor shown in errors or ``repr``.
     ``concurrency`` is how many requests may be in flight at once (different aggregates).
+    ``secrets`` (one ``whsec_...`` secret or several) sign every request per the Standard
+    Webhooks specification (:mod:`consumerkit.webhook.signature`): ``webhook-id`` is the event
+    id, ``webhook-timestamp`` the attempt's time, and ``webhook-signature`` holds one ``v1``
+    signature per secret, so a receiver that knows any one of them accepts the request (give
+    the new secret and the old one while receivers move over). Secrets are never shown.
     """
 
     def __init__(
         self, url: str | Router, *, timeout: float = 10.0,
         headers: Mapping[str, str] | None = None, concurrency: int = 8,
+        secrets: str | WebhookSecret | Sequence[str | WebhookSecret] | None = None,
     ) -> None:
         if isinstance(url, str):
             fixed = check_url(url)
@@ -75,12 +83,14 @@ class WebhookSink:
         self.timeout = timeout
         self.concurrency = concurrency
         self._headers = _check_headers(headers or {})
+        self._secrets = secrets_of(secrets)
         self._client: httpx.AsyncClient | None = None
 
     def __repr__(self) -> str:
         names = sorted(self._headers)
         return (f"WebhookSink({self._target}, timeout={self.timeout}, "
-                f"concurrency={self.concurrency}, headers={names})")
+                f"concurrency={self.concurrency}, headers={names}, "
+                f"signed={len(self._secrets)} secrets)")
 
     async def open(self) -> None:
         if self._client is None:
@@ -157,6 +167,9 @@ class WebhookSink:
             if http_name.lower() not in wh.RESERVED:
                 own.append((http_name, value))
         checked = [(name.encode(), _header_value(name, value)) for name, value in own]
+        if self._secrets:  # signed last, over the exact bytes sent, at this attempt's time
+            signed = signature.sign_headers(self._secrets, str(event.event_id), event.payload)
+            checked += [(name.encode(), value.encode()) for name, value in signed.items()]
         return checked + [(name.encode(), value.encode()) for name, value in self._headers.items()]
 
 

@@ -13,6 +13,10 @@ A delivery is ``POST <url>`` with the event's JSON payload as the body and these
                                ``X-Event-Correlation-Id``)
 =============================  ==========================================================
 
+A sink given secrets adds the Standard Webhooks headers ``webhook-id`` (the event id),
+``webhook-timestamp`` and ``webhook-signature`` (see :mod:`consumerkit.webhook.signature`);
+when ``webhook-id`` is present the receiver takes it, not ``Idempotency-Key``, as the event id.
+
 Header values are UTF-8. The receiver reads these names through a :class:`WireFormat`, so an
 HTTP delivery and a Kafka record go through the same decoding.
 """
@@ -34,6 +38,7 @@ PREFIX = "X-Event-"
 RESERVED = frozenset(name.lower() for name in (
     IDEMPOTENCY_KEY, EVENT_TYPE, OCCURRED_AT, AGGREGATE_TYPE, AGGREGATE_ID, ATTEMPT,
     "Content-Type", "Content-Length", "Transfer-Encoding", "Host", "Connection",
+    "webhook-id", "webhook-timestamp", "webhook-signature",
 ))
 """Header names the sender sets itself; configured headers may not replace them."""
 

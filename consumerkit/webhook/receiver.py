@@ -1,16 +1,19 @@
 """The webhook receiver: an ASGI application that applies each delivered event once.
 
-For each ``POST``: read the body (at most ``max_body_bytes``), decode it like a Kafka record
-whose headers are the request's (``Idempotency-Key`` is the event id, ``X-Event-Type`` the
-route, see :mod:`consumerkit.webhook.headers`), validate the payload, then claim the key and run
-the handler in one READ COMMITTED transaction (:mod:`consumerkit.webhook._apply`). The answer
-follows :mod:`consumerkit.webhook.status`: 2xx means applied (now or before), 5xx/429 means
-"send it again later", other 4xx mean "this request can never succeed".
+For each ``POST``: read the body (at most ``max_body_bytes``), verify its Standard Webhooks
+signature (401 if it does not verify: :mod:`consumerkit.webhook.signature`), decode it like a
+Kafka record whose headers are the request's (``webhook-id``, else ``Idempotency-Key``, is
+the event id, ``X-Event-Type`` the route, see :mod:`consumerkit.webhook.headers`), validate the
+payload, then claim the key and run the handler in one READ COMMITTED transaction
+(:mod:`consumerkit.webhook._apply`). The answer follows :mod:`consumerkit.webhook.status`: 2xx
+means applied (now or before), 5xx/429 means "send it again later", other 4xx mean "this
+request can never succeed".
 
 The handler sees the same :class:`~consumerkit.Envelope` as for a Kafka record: ``event_id``
-is the Idempotency-Key, ``topic`` is ``"webhook:<path>"``, ``partition`` and ``offset`` are
--1 (an HTTP request has no position), ``key`` is ``X-Event-Aggregate-Id``, ``timestamp`` the
-time the request arrived and ``occurred_at`` ``X-Event-Occurred-At``.
+is the ``webhook-id`` (or Idempotency-Key), ``topic`` is ``"webhook:<path>"``, ``partition``
+and ``offset`` are -1 (an HTTP request has no position), ``key`` is
+``X-Event-Aggregate-Id``, ``timestamp`` the time the request arrived and ``occurred_at``
+``X-Event-Occurred-At``.
 """
 
 from __future__ import annotations
@@ -38,12 +41,14 @@ from . import _answers as answers
 from . import headers as wh
 from ._apply import apply
 from ._asgi import BodyTooLarge, Disconnected, Receive, Scope, Send, read_body, request_headers
+from .signature import DEFAULT_TOLERANCE, WebhookSecret, secrets_of, verify
 
 log = logging.getLogger("consumerkit.webhook")
 
 _ACQUIRE_TIMEOUT = 10.0  # seconds a request waits for a pool connection before a 503
 _STATUS_OF_REASON = {"oversized": 413, "unknown_event_type": 404}  # other reasons: 400
 _FORWARDED = (wh.IDEMPOTENCY_KEY.lower(), wh.PREFIX.lower())  # the event's own headers
+_KEY, _WEBHOOK_ID = wh.IDEMPOTENCY_KEY.lower(), "webhook-id"
 
 
 class WebhookReceiver:
@@ -54,6 +59,13 @@ class WebhookReceiver:
     namespace as a consumer's name makes a webhook and a Kafka record with one event id count
     as one event). Give ``postgres_dsn`` (the receiver opens and closes its own pool of
     ``pool_size`` connections) or ``pool`` (yours; never closed here).
+
+    ``secrets`` (one ``whsec_...`` secret or several, see :mod:`consumerkit.webhook.signature`)
+    are the keys a request must be signed with: an unsigned, forged or wrongly signed request,
+    or one whose ``webhook-timestamp`` is more than ``tolerance`` seconds away from now, is
+    answered 401 before its body is parsed, and nothing is stored. Several secrets are
+    accepted during a rotation. Without secrets the receiver refuses to be built unless
+    ``allow_unsigned=True`` says that another layer authenticates the senders.
 
     Serve it with any ASGI server: the lifespan protocol opens and closes it, or call
     :meth:`open` and :meth:`close` (or ``async with receiver``) yourself when it is mounted
@@ -67,7 +79,17 @@ class WebhookReceiver:
         max_body_bytes: int = 1 << 20, handler_timeout: float | None = 30.0,
         pool_size: int = 10, retry_after: int = 5,
         maintenance_interval: timedelta | None = None,
+        secrets: str | WebhookSecret | Iterable[str | WebhookSecret] | None = None,
+        allow_unsigned: bool = False, tolerance: float = DEFAULT_TOLERANCE,
     ) -> None:
+        self._secrets = secrets_of(secrets)
+        if not self._secrets and not allow_unsigned:
+            raise ConfigurationError(
+                "WebhookReceiver needs secrets= to verify signed requests (or "
+                "allow_unsigned=True when another layer authenticates the senders)")
+        if not tolerance > 0:
+            raise ConfigurationError("tolerance must be positive (seconds)")
+        self.tolerance = tolerance
         self.namespace = check_name(namespace, "namespace")
         if (postgres_dsn is None) == (pool is None):
             raise ConfigurationError("give exactly one of postgres_dsn and pool")
@@ -98,13 +120,18 @@ class WebhookReceiver:
 
     def __repr__(self) -> str:
         where = redact_dsn(self._dsn) if self._dsn else "a given pool"
-        return f"WebhookReceiver(namespace={self.namespace!r}, postgres={where!r})"
+        signed = f"{len(self._secrets)} secrets" if self._secrets else "unsigned"
+        return (f"WebhookReceiver(namespace={self.namespace!r}, postgres={where!r}, "
+                f"{signed})")
 
     async def open(self) -> None:
         """Connect, create or upgrade the tables (``migrate``), start partition maintenance.
         Raises :class:`StartupError` when PostgreSQL is unreachable or a migration fails."""
         if self._open:
             return
+        if not self._secrets:
+            log.warning("webhook receiver %s accepts unsigned requests (allow_unsigned=True): "
+                        "every sender must be authenticated by another layer", self.namespace)
         if self._dsn is not None:
             self._pool = await _open_pool(self._dsn, self.namespace, self.pool_size)
         assert self._pool is not None
@@ -178,6 +205,13 @@ class WebhookReceiver:
             return
         except Disconnected:
             return
+        if self._secrets:  # before anything reads the body: nothing unverified is parsed
+            rejected = verify(self._secrets, headers, body, tolerance=self.tolerance)
+            if rejected is not None:
+                log.warning("refused a webhook request to %r: %s", scope.get("path", "/"),
+                            rejected.code)
+                await answers.refuse(send, 401, rejected.code, rejected.detail)
+                return
         try:
             decoded = self._decoder.decode(_record(scope, headers, body))
         except DecodeError as exc:
@@ -226,12 +260,17 @@ class WebhookReceiver:
 
 
 def _record(scope: Scope, headers: dict[str, bytes], body: bytes) -> Record:
-    """The request as a broker record, so that it is decoded exactly like one."""
+    """The request as a broker record, so that it is decoded exactly like one. The signed
+    ``webhook-id``, when present, is the event id: an unsigned ``Idempotency-Key`` could be
+    changed on a captured request to slip a replay past the dedup."""
+    forwarded = [(name, value) for name, value in headers.items()
+                 if name.startswith(_FORWARDED)]
+    webhook_id = headers.get(_WEBHOOK_ID)
+    if webhook_id is not None:
+        forwarded = [(n, v) for n, v in forwarded if n != _KEY] + [(_KEY, webhook_id)]
     return Record(
         topic=f"webhook:{scope.get('path', '/')}", partition=-1, offset=-1,
-        key=headers.get(wh.AGGREGATE_ID.lower()), value=body,
-        headers=[(name, value) for name, value in headers.items()
-                 if name.startswith(_FORWARDED)],
+        key=headers.get(wh.AGGREGATE_ID.lower()), value=body, headers=forwarded,
         timestamp=time.time_ns() // 1_000_000)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from consumerkit import WebhookReceiver, WebhookSink
 from consumerkit.webhook import headers as wh
+from consumerkit.webhook import signature
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = (ROOT / "docs" / "webhooks.md").read_text()
@@ -61,7 +62,8 @@ def test_the_argument_tables_match_the_signatures() -> None:
 def test_the_header_table_lists_every_header_the_sink_sets() -> None:
     documented = {r[0].strip("`") for r in rows(section("### The request"))}
     sent = {wh.IDEMPOTENCY_KEY, wh.EVENT_TYPE, wh.OCCURRED_AT, wh.AGGREGATE_TYPE,
-            wh.AGGREGATE_ID, wh.ATTEMPT, "Content-Type", f"{wh.PREFIX}<Name>"}
+            wh.AGGREGATE_ID, wh.ATTEMPT, "Content-Type", f"{wh.PREFIX}<Name>",
+            *signature.HEADERS}
     assert documented == sent
 
 
@@ -87,6 +89,11 @@ def _receiver_codes() -> set[str]:
             position = {"error": 0, "refuse": 2, "unavailable": 1}.get(name)
             if position is not None and (code := _text(node.args[position])):
                 codes.add(code)
+    signing = ast.parse((CODE / "webhook" / "signature.py").read_text())
+    for node in ast.walk(signing):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id == "Rejection" and (code := _text(node.args[0]))):
+            codes.add(code)
     decode = ast.parse((CODE / "_decode.py").read_text())
     for node in ast.walk(decode):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)

@@ -20,6 +20,7 @@ import orjson
 
 from consumerkit import RetryPolicy, WebhookSink
 from consumerkit.outbox import Outbox, OutboxTable, Relay, migrate_outbox
+from consumerkit.webhook.signature import generate_secret
 
 from .conftest import Reply, ScriptedEndpoint, wait_until
 from .handlers import CONTROL, create_effects, effects_of, order_id, receiving
@@ -192,8 +193,9 @@ async def test_outbox_to_receiver_applies_each_event_once(
         left: int = await pg_pool.fetchval(f"SELECT count(*) FROM {table.events}")
         return left == 0
 
-    async with receiving(postgres_dsn, pg_schema) as url, \
-            relaying(postgres_dsn, table, WebhookSink(f"{url}/orders")):
+    secret = generate_secret()  # the whole chain signed: the sink signs, the receiver verifies
+    async with receiving(postgres_dsn, pg_schema, secrets=secret) as url, \
+            relaying(postgres_dsn, table, WebhookSink(f"{url}/orders", secrets=secret)):
         await wait_until(delivered, "every event delivered")
 
     assert CONTROL.fail[orders[2]] == 0  # its first delivery failed in the handler

@@ -13,6 +13,7 @@ import pytest
 
 from consumerkit import WebhookSink
 from consumerkit.outbox import OutboxEvent
+from consumerkit.webhook.signature import generate_secret
 from examples import webhooks
 
 from .conftest import Lifespan, serve
@@ -36,10 +37,12 @@ async def test_the_example_receiver_applies_a_payment_posted_twice_once(
     await pg_pool.execute(f'CREATE SCHEMA "{pg_schema}"')
     await pg_pool.execute(f'CREATE TABLE "{pg_schema}".payments (payment_id text PRIMARY KEY, '
                           "order_id text NOT NULL, amount_cents bigint NOT NULL)")
-    receiver = webhooks.build_receiver(with_search_path(postgres_dsn, pg_schema), pg_schema)
+    secret = generate_secret()
+    receiver = webhooks.build_receiver(with_search_path(postgres_dsn, pg_schema), [secret],
+                                       pg_schema)
     event = captured(f"pay-{uuid.uuid4().hex[:8]}")
     async with serve(receiver, lifespan=lifespan) as url:
-        sink = WebhookSink(f"{url}/hooks/payments")
+        sink = WebhookSink(f"{url}/hooks/payments", secrets=secret)
         await sink.open()
         try:
             if lifespan == "off":  # mounted elsewhere: the application's lifespan opens it
@@ -54,15 +57,19 @@ async def test_the_example_receiver_applies_a_payment_posted_twice_once(
     assert [(r["payment_id"], r["amount_cents"]) for r in rows] == [(event.aggregate_id, 990)]
 
 
-def test_the_example_sinks_hide_the_token_and_route_by_event_type() -> None:
-    sink = webhooks.build_sink("tok-123")
-    assert "tok-123" not in repr(sink)
+def test_the_example_sinks_hide_secrets_and_token_and_route_by_event_type() -> None:
+    secret = generate_secret()
+    sink = webhooks.build_sink([secret])
+    assert secret not in repr(sink)
+    assert secret[6:] not in repr(sink)
     assert "https://partner.example.com/hooks/payments" in repr(sink)
-    assert "tok-123" not in repr(webhooks.build_routed_sink("tok-123"))
+    routed = repr(webhooks.build_routed_sink([secret], "tok-123"))
+    assert "tok-123" not in routed
+    assert secret[6:] not in routed
     refund = OutboxEvent(seq=1, event_id=uuid.uuid4(), event_type="refund.issued",
                          aggregate_type="payment", aggregate_id="p-1", payload=b"{}",
                          occurred_at=datetime.now(UTC))
     assert webhooks.partner_url(refund) == "https://partner.example.com/hooks/refunds"
-    relay = webhooks.build_relay("postgresql://app@db.invalid/app", "tok-123")
+    relay = webhooks.build_relay("postgresql://app@db.invalid/app", [secret])
     assert isinstance(relay.sink, WebhookSink)
-    assert "tok-123" not in repr(relay.sink)
+    assert secret[6:] not in repr(relay.sink)

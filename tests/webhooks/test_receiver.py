@@ -299,7 +299,8 @@ async def test_a_given_pool_is_used_and_left_open(
     pool: Pool = await asyncpg.create_pool(postgres_dsn, min_size=1, max_size=3,
                                            server_settings={"search_path": pg_schema})
     try:
-        receiver = WebhookReceiver(HANDLERS, namespace="partner", pool=pool, schema=pg_schema)
+        receiver = WebhookReceiver(HANDLERS, namespace="partner", pool=pool, schema=pg_schema,
+                                   allow_unsigned=True)
         key = str(uuid.uuid4())
         async with serve(receiver) as url, httpx.AsyncClient(base_url=url) as client:
             reply = await client.post("/orders", content=body(order_id()), headers=headers(key))
@@ -314,7 +315,8 @@ async def test_an_unreachable_database_fails_open_without_showing_the_password()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))  # bound, never listening
         dsn = f"postgresql://app:pw-do-not-show@127.0.0.1:{sock.getsockname()[1]}/app"
-        receiver = WebhookReceiver(HANDLERS, namespace="partner", postgres_dsn=dsn)
+        receiver = WebhookReceiver(HANDLERS, namespace="partner", postgres_dsn=dsn,
+                                   allow_unsigned=True)
         with pytest.raises(StartupError) as info:
             await receiver.open()
     assert "pw-do-not-show" not in str(info.value)
@@ -327,9 +329,10 @@ async def test_an_unreachable_database_fails_open_without_showing_the_password()
     {"postgres_dsn": "postgresql://x/y", "max_body_bytes": 0},
     {"postgres_dsn": "postgresql://x/y", "handler_timeout": 0},
     {"postgres_dsn": "postgresql://x/y", "schema": "Bad-Schema"},
+    {"postgres_dsn": "postgresql://x/y", "tolerance": 0},
 ])
 def test_bad_settings_are_refused(kwargs: dict[str, object]) -> None:
-    options: dict[str, object] = {"namespace": "partner", **kwargs}
+    options: dict[str, object] = {"namespace": "partner", "allow_unsigned": True, **kwargs}
     with pytest.raises(ConfigurationError):
         WebhookReceiver(HANDLERS, **options)  # type: ignore[arg-type]
 

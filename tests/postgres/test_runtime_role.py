@@ -1,0 +1,134 @@
+"""Maintenance under a runtime role without DDL rights, on both servers: partitions made ahead
+and expired ones dropped as the clock moves (``maintain(now=...)``), the table layout's
+cleanup, the GRANTs :func:`runtime_grants` prints, and the maintenance functions refusing what
+is not theirs to do."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+
+from consumerkit import DedupPolicy
+from consumerkit.dedup.partitions import list_partitions, maintain, partition_floor
+from consumerkit.errors import ConfigurationError
+from consumerkit.grants import runtime_grants
+from consumerkit.schema import migrate
+
+from .conftest import Conn
+
+HOUR = timedelta(hours=1)
+POLICY = DedupPolicy(partition_interval=HOUR, retention=HOUR, clock_skew=timedelta(0))
+
+
+@pytest.fixture
+async def runtime(server_dsn: str, conn: Conn) -> AsyncIterator[str]:
+    """A LOGIN role with no rights yet, dropped with whatever was granted to it."""
+    role = f"ck_rt_{uuid.uuid4().hex[:8]}"
+    await conn.execute(f'CREATE ROLE "{role}" LOGIN')
+    try:
+        yield role
+    finally:
+        await conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1", role)
+        await conn.execute(f'DROP OWNED BY "{role}"')
+        await conn.execute(f'DROP ROLE "{role}"')
+
+
+async def as_runtime(server_dsn: str, conn: Conn, schema: str, role: str) -> Conn:
+    """Grant ``role`` what :func:`runtime_grants` prints; a connection as ``role``."""
+    for statement in await runtime_grants(conn, schema, role):
+        await conn.execute(statement)
+    assert not await conn.fetchval("SELECT has_schema_privilege($1, $2, 'CREATE')", role, schema)
+    parts = urlsplit(server_dsn)
+    dsn = urlunsplit(parts._replace(netloc=f"{role}@{parts.netloc.rpartition('@')[2]}"))
+    runtime: Conn = await asyncpg.connect(dsn)
+    return runtime
+
+
+async def test_a_runtime_role_makes_partitions_ahead_and_drops_expired_ones(
+    server_dsn: str, conn: Conn, schema: str, runtime: str,
+) -> None:
+    await migrate(conn, schema, POLICY)
+    role_conn = await as_runtime(server_dsn, conn, schema, runtime)
+    try:
+        start = partition_floor(datetime.now(UTC), HOUR)
+        before = {p.name for p in await list_partitions(role_conn, schema, POLICY.table)}
+        later = start + 10 * HOUR  # the clock moves: every earlier partition has expired
+        report = await maintain(role_conn, schema, POLICY, now=later, namespace="rt")
+    finally:
+        await role_conn.close()
+    after = await list_partitions(conn, schema, POLICY.table)
+    assert report.created
+    assert not report.deferred
+    assert set(report.dropped) == before
+    assert not before & {p.name for p in after}
+    assert max(p.lower for p in after if p.lower) == later + POLICY.premake * HOUR
+    owners = await conn.fetch(
+        "SELECT DISTINCT pg_get_userbyid(c.relowner) AS owner FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1", schema)
+    assert runtime not in {r["owner"] for r in owners}  # it owns nothing it made
+
+
+async def test_a_runtime_role_cleans_a_table_layout(
+    server_dsn: str, conn: Conn, schema: str, runtime: str,
+) -> None:
+    policy = DedupPolicy(retention=HOUR, partition_interval=HOUR, clock_skew=timedelta(0),
+                         layout="table",
+                         table="plain_events")
+    await migrate(conn, schema, policy)
+    await conn.execute(
+        f'INSERT INTO "{schema}".plain_events (namespace, event_id, seen_at, handler, '
+        'id_source, topic, "partition", "offset") '
+        "SELECT 'rt', 'e' || g, now() - interval '3 hours', 'h', 'header', 't', 0, g "
+        "FROM generate_series(1, 50) g")
+    role_conn = await as_runtime(server_dsn, conn, schema, runtime)
+    try:
+        report = await maintain(role_conn, schema, policy, namespace="rt")
+    finally:
+        await role_conn.close()
+    assert report.deleted == 50
+    assert await conn.fetchval(f'SELECT count(*) FROM "{schema}".plain_events') == 0
+
+
+@pytest.mark.parametrize(("table", "name"), [
+    ("consumerkit_retention", "consumerkit_retention_p2024010100"),  # not a dedup table
+    ("processed_events", "processed_events_p20240101"),  # not a partition name
+    ("processed_events", "processed_events_p2024010100; DROP TABLE x"),
+    ("processed_events", 'ledger"; DROP SCHEMA public; --'),
+    ("processed_events", "other_p2024010100"),
+])
+async def test_the_maintenance_functions_refuse_anything_else(
+    server_dsn: str, conn: Conn, schema: str, runtime: str, table: str, name: str,
+) -> None:
+    await migrate(conn, schema, POLICY)
+    role_conn = await as_runtime(server_dsn, conn, schema, runtime)
+    try:
+        for function in ("consumerkit_create_partition", "consumerkit_detach_partition",
+                         "consumerkit_drop_partition"):
+            args = "$1, $2, now(), now() + interval '1 hour'" if "create" in function else (
+                "$1, $2")
+            with pytest.raises(asyncpg.InsufficientPrivilegeError, match="consumerkit: "):
+                await role_conn.execute(f'SELECT "{schema}".{function}({args})', table, name)
+    finally:
+        await role_conn.close()
+
+
+async def test_execute_is_not_granted_to_public(conn: Conn, schema: str) -> None:
+    await migrate(conn, schema, POLICY)
+    granted = await conn.fetchval(
+        "SELECT bool_or(has_function_privilege('public', p.oid, 'EXECUTE')) FROM pg_proc p "
+        "JOIN pg_namespace n ON n.oid = p.pronamespace "
+        "WHERE n.nspname = $1 AND p.proname LIKE 'consumerkit\\_%'", schema)
+    assert granted is False
+
+
+@pytest.mark.parametrize("role", ['app"; DROP TABLE x; --', "", "a b", "x" * 64])
+async def test_a_bad_role_name_is_refused(conn: Conn, schema: str, role: str) -> None:
+    await migrate(conn, schema, POLICY)
+    with pytest.raises(ConfigurationError, match="invalid role name"):
+        await runtime_grants(conn, schema, role)
