@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install consumerkit with its development extras into .venv, then lint, type-check and test.
+# Install consumerkit with its development extras into .venv, then lint, type-check, build the
+# docs site (warnings are errors) and test.
 #
 #   scripts/test.sh                 everything
 #   scripts/test.sh -k kafka -x     extra arguments go to pytest
@@ -16,6 +17,9 @@ echo "== ruff"
 
 echo "== mypy"
 .venv/bin/mypy
+
+echo "== mkdocs build --strict"
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
 
 echo "== pytest"
 status=0

