@@ -2,6 +2,8 @@
 
 1. consumerkit defaults >= 10x textbook in the main cell (1,000 keys, one upsert, 10 % dup.).
 2. consumerkit with the Redis cache >= 1.5x consumerkit (PostgreSQL only) at 50 % duplicates.
+4. consumerkit with metrics on (a Prometheus observer attached) within 5 % of metrics off in
+   the main cell, in the same run: ``consumerkit-metrics >= 0.95x consumerkit``.
 3. Dropping the expired day's partition >= 100x faster than deleting the same rows, and no
    visible p99 hit while it runs: p99 during the drop <= max(1.5 x p99 before, p99 before +
    5 ms), in every drop pass.
@@ -85,6 +87,9 @@ def judge(document: dict[str, Any]) -> list[dict[str, Any]]:
                _median(redis, "consumerkit-redis"), _median(redis, "consumerkit"),
                "consumerkit-redis or consumerkit"),
         _cleanup(document.get("cleanup")),
+        _ratio("consumerkit-metrics >= 0.95x consumerkit (metrics on vs off, main cell)", 0.95,
+               _median(main, "consumerkit-metrics"), _median(main, "consumerkit"),
+               "consumerkit-metrics or consumerkit"),
         _figure("consumerkit-redis / consumerkit in a replay burst (all duplicates)",
                 _median(replay, "consumerkit-redis"), _median(replay, "consumerkit")),
     ]

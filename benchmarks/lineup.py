@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from .peer_consumerkit import ConsumerkitBestPeer, ConsumerkitPeer, ConsumerkitRedisPeer
+from .peer_consumerkit import (
+    ConsumerkitBestPeer,
+    ConsumerkitMetricsPeer,
+    ConsumerkitPeer,
+    ConsumerkitRedisPeer,
+)
 from .peer_faststream import FastStreamPeer
 from .peers import (
     Peer,
@@ -15,8 +20,11 @@ from .peers import (
 
 PEERS: dict[str, type[Peer]] = {p.name: p for p in (
     RawPeer, TextbookPeer, TextbookBatchCommitPeer, TunedPeer, SetBasedPeer, FastStreamPeer,
-    ConsumerkitPeer, ConsumerkitRedisPeer, ConsumerkitBestPeer)}
+    ConsumerkitPeer, ConsumerkitRedisPeer, ConsumerkitBestPeer, ConsumerkitMetricsPeer)}
 
 SUITE = ("raw", "textbook", "tuned", "set-based", "faststream", "consumerkit",
          "consumerkit-redis", "consumerkit-best")
 """The peers the issue asks for, in every cell unless the cell names fewer."""
+
+MAIN_PEERS = (*SUITE, "consumerkit-metrics")
+"""The main cell adds consumerkit with metrics on, to set beside its defaults (metrics off)."""

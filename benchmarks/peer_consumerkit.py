@@ -64,12 +64,15 @@ class ConsumerkitPeer(Peer):
     dedup_table = "processed_events"
     options: ClassVar[Mapping[str, Any]] = {}
     uses_redis: ClassVar[bool] = False
+    uses_metrics: ClassVar[bool] = False
 
     @classmethod
     def unavailable(cls, redis_url: str | None) -> str | None:
         missing = sorted(set(cls.options) - _PARAMETERS)
         if missing:
             return f"consumerkit.Consumer has no {', '.join(missing)} argument yet"
+        if cls.uses_metrics and "registry" not in _PARAMETERS:
+            return "consumerkit.Consumer has no registry argument (metrics) yet"
         if cls.uses_redis:
             if "dedup_cache" not in _PARAMETERS or redis_cache_type() is None:
                 return "consumerkit.dedup.RedisDedupCache is not there yet"
@@ -82,6 +85,8 @@ class ConsumerkitPeer(Peer):
         options = dict(self.options)
         if self.uses_redis:
             options["dedup_cache"] = redis_cache_type()(env.redis_url, ttl=timedelta(hours=1))
+        if self.uses_metrics:  # a registry of its own: the Prometheus observer is attached
+            options["registry"] = importlib.import_module("prometheus_client").CollectorRegistry()
         self.consumer = Consumer(
             name=env.group, handlers=[effect_handler(env.effect)], topics=[env.topic],
             kafka_bootstrap=env.bootstrap, postgres_dsn=env.dsn, schema=env.schema,
@@ -155,3 +160,10 @@ class ConsumerkitBestPeer(ConsumerkitPeer):
     name = "consumerkit-best"
     description = "consumerkit with " + ", ".join(f"{k}={v}" for k, v in BEST.items())
     options = BEST
+
+
+class ConsumerkitMetricsPeer(ConsumerkitPeer):
+    name = "consumerkit-metrics"
+    description = ("consumerkit defaults with Prometheus metrics kept (a registry given, so the "
+                   "metrics observer counts every outcome)")
+    uses_metrics = True

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from .cleanup import CleanupSpec
 from .latency import Pace
-from .lineup import SUITE
+from .lineup import MAIN_PEERS, SUITE
 from .peer_consumerkit import SWEEP, variant
 from .runner import Settings
 
@@ -47,7 +47,8 @@ def quick() -> Profile:
     base = _base(2_000)
     return Profile("quick", (
         Cell(MAIN, "1,000 keys uniform, one upsert, 10 % duplicates", base,
-             latency=Pace(events=400, rate=200.0)),
+             peers=MAIN_PEERS, latency=Pace(events=400, rate=200.0),
+             latency_peers=SUITE),
         # 20,000 messages: the consumer fetches up to max_in_flight (5,000) ahead, and a
         # duplicate fetched before its original committed cannot hit the cache; in a short
         # stream almost none can. Only the two peers the Redis target compares.
@@ -66,7 +67,7 @@ def full() -> Profile:
     sweep = {v.name: v for v in (variant(options) for options in SWEEP)}
     return Profile("full", (
         Cell(MAIN, "1,000 keys uniform, one upsert, 10 % duplicates", base,
-             latency=Pace(events=1_000, rate=200.0)),
+             peers=MAIN_PEERS, latency=Pace(events=1_000, rate=200.0), latency_peers=SUITE),
         Cell("dup0", "1,000 keys uniform, one upsert, no duplicates", replace(base, dup_rate=0.0)),
         Cell(REDIS, "1,000 keys uniform, one upsert, 50 % duplicates", replace(base, dup_rate=0.5)),
         Cell(REPLAY, "replay burst: the consumer restarts from offset 0 (all duplicates)",

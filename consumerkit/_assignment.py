@@ -22,6 +22,7 @@ class PartitionState:
     running: set[asyncio.Task[None]] = field(default_factory=set)
     pending: int = 0
     killed: bool = False
+    fetched: int = 0  # one past the highest offset fetched: a floor for the end offset
 
     def __post_init__(self) -> None:
         self.drained.set()

@@ -70,7 +70,7 @@ class Batcher:
         with each record's outcome as soon as it is final. Records left without an outcome
         (abandoned, or cut short by cancellation) count as abandoned."""
         pipeline = self.pipeline
-        pipeline.stats.delivered += len(records)
+        pipeline.observe.delivered(len(records))
         unreported = len(records)
 
         def final(record: RecordLike, outcome: Outcome) -> None:
@@ -81,7 +81,8 @@ class Batcher:
         try:
             await self._process(records, abandon, final)
         finally:
-            pipeline.stats.abandoned += unreported
+            if unreported:
+                pipeline.observe.abandoned(unreported)
 
     async def _process(
         self, records: Sequence[RecordLike], abandon: asyncio.Event, report: Report,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Hashable, Iterable
+from collections.abc import Collection, Hashable, Iterable, Sequence
 from functools import partial
 from typing import Any
 
@@ -50,6 +50,7 @@ class Engine:
         self.poll_timeout_ms = poll_timeout_ms
         self.source: KafkaSource | None = None
         self.states: dict[Partition, PartitionState] = {}
+        self.joined = asyncio.Event()  # the first assignment came (even an empty one)
         self.in_flight = 0
         self.stopping = asyncio.Event()
         self._commit_wanted = asyncio.Event()
@@ -61,6 +62,7 @@ class Engine:
     async def on_assigned(self, partitions: list[Partition]) -> None:
         for part in partitions:  # always fresh: aiokafka resumes from the committed offset
             self.states[part] = PartitionState(part)
+        self.joined.set()
         log.info("assigned %s", sorted(partitions))
 
     async def on_revoked(self, partitions: list[Partition]) -> None:
@@ -81,6 +83,7 @@ class Engine:
         await self.commit(states)
         for state in states:
             self.states.pop(state.partition, None)
+            self.pipeline.observe.lag(*state.partition, None)
         self.stats.revocations += 1
         log.info("revoked %s", sorted(partitions))
 
@@ -153,18 +156,20 @@ class Engine:
         return offsets
 
     def _dispatch(
-        self, part: Partition, records: Iterable[RecordLike], known: Collection[int] = (),
+        self, part: Partition, records: Sequence[RecordLike], known: Collection[int] = (),
     ) -> None:
         state = self.states.get(part)
         if state is None or state.abandon.is_set() or self.stopping.is_set():
             return  # fetched before a revocation or a stop: read again from the commit
+        if records:
+            state.fetched = records[-1].offset + 1
         for record in records:
             state.submitted(record.offset)
             if record.offset in known:
                 # applied before (the cache holds committed ids only): settled at once, with
                 # no lane; the watermark still waits for earlier records of the partition
-                self.stats.delivered += 1
-                self.stats.duplicates += 1
+                self.pipeline.observe.delivered(1)
+                self.pipeline.observe.duplicate(record, None, "", None)
                 state.offsets.finished(record.offset)
                 state.settled()
                 self._commit_wanted.set()
@@ -192,7 +197,7 @@ class Engine:
                     await self.batcher.process(records, state.abandon, report)
             except asyncio.CancelledError:
                 if self.batcher is None:  # the record cut short (the batcher counts its own)
-                    self.stats.abandoned += 1
+                    self.pipeline.observe.abandoned(1)
                 if not state.killed or task.cancelling() > 1:
                     raise
                 task.uncancel()  # only these records were cut short: their lane goes on

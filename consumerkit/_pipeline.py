@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -37,11 +38,14 @@ from .deadletter.writer import DeadLetterWriter, wait_or_abandon
 from .dedup.policy import ExpiredPolicy
 from .envelope import RecordLike
 from .errors import DeadLetter, DecodeError, Retry, is_retriable
+from .observability.logging import message_fields
+from .observability.observer import Observer
 from .retry import RetryPolicy
-from .stats import ConsumerStats
+from .stats import ConsumerStats, StatsObserver
 from .types import Claim, ClaimRequest, ClaimStatus, DbConnection, DedupCache, DedupStore
 
 if TYPE_CHECKING:
+    from .observability.tracing import Tracing
     from .outbox.writer import Outbox
 
 log = logging.getLogger("consumerkit.pipeline")
@@ -73,7 +77,8 @@ class Pipeline:
         decoder: Decoder, retry: RetryPolicy, dead_letters: DeadLetterWriter,
         expired: ExpiredPolicy, stats: ConsumerStats, concurrency: int,
         handler_timeout: float | None, cache: DedupCache | None = None,
-        outbox: Outbox | None = None,
+        outbox: Outbox | None = None, observer: Observer | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.consumer = consumer
         self.namespace = namespace
@@ -86,6 +91,9 @@ class Pipeline:
         self.dead_letters = dead_letters
         self.expired = expired
         self.stats = stats
+        # outcomes are counted once, here, by whoever subscribed (stats, metrics, logs, traces)
+        self.observe: Observer = observer if observer is not None else _stats_only(stats)
+        self.tracing = tracing
         self.maintenance_wanted = asyncio.Event()
         self.handler_timeout = handler_timeout
         # transactions at once; records waiting for a retry or an outage hold no slot
@@ -94,7 +102,7 @@ class Pipeline:
     async def process(self, record: RecordLike, abandon: asyncio.Event) -> Outcome:
         """Apply ``record`` exactly once in effect; ``abandon`` interrupts waits (shutdown,
         revoked partition) and yields ``ABANDONED``."""
-        self.stats.delivered += 1
+        self.observe.delivered(1)
         try:
             decoded = self.decoder.decode(record)
         except DecodeError as exc:
@@ -129,7 +137,9 @@ class Pipeline:
                 outages += 1
                 delay = self.retry.delay(min(outages, 8))
                 log.warning("database unavailable (%s), retrying in %.2fs",
-                            describe(error), delay)
+                            describe(error), delay, extra=message_fields(
+                                record, decoded.envelope, handler=decoded.route.name,
+                                attempt=attempt + 1, consumer=self.consumer))
             elif isinstance(error, DeadLetter) or not is_retriable(error):
                 reason = ("dead_lettered_by_handler" if isinstance(error, DeadLetter)
                           else "handler_failed")
@@ -141,12 +151,12 @@ class Pipeline:
                     record, "handler_failed", detail, attempt, decoded, abandon)
             else:
                 delay = self._retry_delay(error, attempt)
-                _log_retry(decoded, attempt, delay, error)
+                self.observe.retry(record, decoded.envelope, decoded.route.name, attempt,
+                                   delay, error)
             if await wait_or_abandon(abandon, delay):
                 return self._abandoned()
 
     def _retry_delay(self, error: BaseException, attempt: int) -> float:
-        self.stats.retries += 1
         if isinstance(error, Retry) and error.delay is not None:
             return error.delay
         return self.retry.delay(attempt)
@@ -294,12 +304,16 @@ class Pipeline:
         still its own and not aborted."""
         ctx = HandlerContext(conn, decoded.envelope, attempt, handler=decoded.route.name,
                              outbox=self.outbox)
+        started = time.perf_counter()
         try:
-            if alone:
-                async with asyncio.timeout(self.handler_timeout):
-                    await decoded.route.func(decoded.event, ctx)
-            else:
-                await decoded.route.func(decoded.event, ctx)
+            try:
+                if self.tracing is not None:  # the handler runs in the message's span
+                    with self.tracing.activate(decoded.envelope):
+                        await self._call(decoded, ctx, alone)
+                else:
+                    await self._call(decoded, ctx, alone)
+            finally:
+                self.observe.handler_finished(decoded.route.name, time.perf_counter() - started)
             if not conn.is_in_transaction():
                 if alone or await check(conn, token) is not Mark.COMMITTED:
                     raise HandlerEndedTransaction("the handler ended the transaction itself")
@@ -321,21 +335,26 @@ class Pipeline:
         except Exception as exc:
             raise HandlerFailure(exc) from exc
 
+    async def _call(self, decoded: Decoded, ctx: HandlerContext, alone: bool) -> None:
+        if alone:
+            async with asyncio.timeout(self.handler_timeout):
+                await decoded.route.func(decoded.event, ctx)
+        else:
+            await decoded.route.func(decoded.event, ctx)
+
     async def settle(
         self, claim: Claim, record: RecordLike, decoded: Decoded, attempt: int,
         abandon: asyncio.Event,
     ) -> Outcome:
         if claim.status is ClaimStatus.CLAIMED:
-            self.stats.applied += 1
+            self.observe.applied(record, decoded.envelope, decoded.route.name)
             return Outcome.APPLIED
         if claim.status is ClaimStatus.DUPLICATE:
-            self.stats.duplicates += 1
-            log.debug("duplicate %s (first seen %s)", decoded.envelope.event_id,
-                      claim.original_seen_at)
+            self.observe.duplicate(record, decoded.envelope, decoded.route.name,
+                                   claim.original_seen_at)
             return Outcome.DUPLICATE
         if self.expired == "skip":
-            self.stats.expired_skipped += 1
-            log.warning("skipped %s: older than the dedup window", decoded.envelope.event_id)
+            self.observe.expired_skipped(record, decoded.envelope, decoded.route.name)
             return Outcome.EXPIRED_SKIPPED
         when = decoded.envelope.event_time
         detail = (f"event time {when.isoformat() if when else '?'} is older than the dedup "
@@ -359,21 +378,18 @@ class Pipeline:
         if not await self.dead_letters.write(entry, abandon):
             return self._abandoned()
         self.stats.dead_letter_failures = self.dead_letters.failures
-        self.stats.dead_lettered += 1
-        self.stats.dead_letter_reasons[reason] += 1
-        log.warning("dead-lettered %s/%d/%d: %s: %s", record.topic, record.partition,
-                    record.offset, reason, detail)
+        self.observe.dead_lettered(record, decoded.envelope if decoded else None,
+                                   decoded.route.name if decoded else "", reason, detail,
+                                   attempts)
         return Outcome.DEAD_LETTERED
 
     def _abandoned(self) -> Outcome:
-        self.stats.abandoned += 1
+        self.observe.abandoned(1)
         return Outcome.ABANDONED
 
 
-def _log_retry(decoded: Decoded, attempt: int, delay: float, exc: BaseException) -> None:
-    env = decoded.envelope
-    log.warning("handler %s failed on %s (attempt %d), retrying in %.2fs: %s",
-                decoded.route.name, env.event_id, attempt, delay, describe(exc))
+def _stats_only(stats: ConsumerStats) -> Observer:
+    return StatsObserver(stats)
 
 
 def _lenient(headers: dict[str, bytes], name: str) -> str | None:

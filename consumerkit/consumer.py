@@ -11,12 +11,15 @@ from datetime import timedelta
 from typing import Any
 
 import asyncpg
+from prometheus_client import CollectorRegistry
 
 from . import _signals
 from ._decode import Decoder
 from ._engine import Engine
 from ._identifiers import check_name, identifier, redact_dsn
+from ._lag import track_lag
 from ._lifecycle import bounded, cancel, connect, open_pool
+from ._observing import Probe, consumer_observer, partitions_ahead, serve_metrics
 from ._pipeline import Pipeline
 from .deadletter.table import DeadLetterTable
 from .deadletter.writer import DeadLetterWriter
@@ -26,6 +29,8 @@ from .dedup.policy import DedupPolicy
 from .dedup.stores import store_for
 from .envelope import WireFormat
 from .errors import ConfigurationError
+from .observability.observer import Observer
+from .observability.tracing import Tracing
 from .outbox.table import migrate_outbox
 from .outbox.writer import Outbox
 from .registry import HandlerSource, RouteTable
@@ -33,7 +38,7 @@ from .retry import RetryPolicy
 from .schema import check_synchronous_commit, migrate
 from .stats import ConsumerStats
 from .transport.kafka import KafkaSource, Partition, consumer_options, producer_options
-from .types import DeadLetterSink, DedupCache, SinkResources
+from .types import DbConnection, DeadLetterSink, DedupCache, SinkResources
 
 log = logging.getLogger("consumerkit.consumer")
 
@@ -62,7 +67,9 @@ class Consumer:
         handler_timeout: float | None = 60.0, shutdown_timeout: float = 30.0,
         handle_signals: bool = True,
         maintenance_interval: timedelta | None = None,
-        metrics_port: int | None = None, metrics_host: str = "0.0.0.0",  # noqa: S104
+        observers: Sequence[Observer] = (), metrics_port: int | None = None,
+        metrics_host: str = "0.0.0.0",  # noqa: S104 - a scrape target listens on all
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.name = check_name(name, "consumer name")
         self.topics = [check_name(t, "topic") for t in topics]
@@ -93,8 +100,6 @@ class Consumer:
         # None: given later (``consumerkit run`` fills them from its settings)
         self.kafka_bootstrap = kafka_bootstrap
         self.postgres_dsn = postgres_dsn
-        self.metrics_port = metrics_port
-        self.metrics_host = metrics_host
         self.concurrency = concurrency
         self.max_batch = max_batch
         self.max_in_flight = max_in_flight
@@ -130,6 +135,16 @@ class Consumer:
         self.maintenance_interval = maintenance_interval or min(
             self.dedup.partition_interval / 4, timedelta(hours=1))
         self.stats = ConsumerStats()
+        # metrics are kept when a port or a registry is given; read when run() starts
+        self.observers = tuple(observers)
+        self.metrics_port = metrics_port
+        self.metrics_host = metrics_host
+        self.registry = registry
+        self.lag_interval = 5.0  # seconds between end-offset requests for the lag
+        self._observer: Observer | None = None
+        self._ready_reason: str | None = "never checked"
+        # its own connection: a busy pool must not make the consumer look unready
+        self._probe: Probe | None = None  # made when run() knows the DSN
         self.started = asyncio.Event()
         self._engine: Engine | None = None
         self._running = False
@@ -200,8 +215,37 @@ class Consumer:
         if self._engine is not None:
             self._engine.stopping.set()
 
+    async def readiness(self) -> str | None:
+        """``None`` once start-up is complete, the group is joined (the first assignment,
+        even an empty one, came) and PostgreSQL answers a query; else the reason why not."""
+        reason = await self._readiness()
+        if self._observer is not None and reason != self._ready_reason:
+            self._ready_reason = reason  # observers hear of changes only
+            self._observer.readiness("consumer", self.name, reason)
+        return reason
+
+    async def _readiness(self) -> str | None:
+        if self._finished.is_set() or self._stop_requested.is_set():
+            return "stopping"
+        if not self.started.is_set() or self._engine is None or self._probe is None:
+            return "starting"
+        if not self._engine.joined.is_set():
+            return f"waiting to join consumer group {self.name}"
+        return await self._probe.check()
+
     async def _serve(self, stack: contextlib.AsyncExitStack) -> None:
         dsn, bootstrap = self._services()
+        self._probe = probe = Probe(dsn, self.name)
+        stack.push_async_callback(probe.close)
+        if self.metrics_port is not None and self.registry is None:
+            self.registry = CollectorRegistry()  # one per consumer: no clash in a process
+        observer, tracing = consumer_observer(self.name, self.stats, self.observers,
+                                              self.registry)
+        self._observer = observer
+        if self.metrics_port is not None:
+            assert self.registry is not None
+            await serve_metrics(stack, self.registry, self.readiness, self.metrics_host,
+                                self.metrics_port)
         pool = await open_pool(dsn, self.name, self.concurrency + 2)
         stack.push_async_callback(pool.close)
         await self._prepare_database(pool)
@@ -211,10 +255,12 @@ class Consumer:
             await sink.open(resources)
             stack.push_async_callback(sink.close)
         if self.dedup_cache is not None:
+            if hasattr(self.dedup_cache, "on_lookup"):  # the cache counts its own answers
+                self.dedup_cache.on_lookup = observer.cache_lookup
             await self.dedup_cache.open()
             stack.push_async_callback(self.dedup_cache.close)
         engine = self._engine = Engine(
-            pipeline=self._pipeline(pool), max_in_flight=self.max_in_flight,
+            pipeline=self._pipeline(pool, observer, tracing), max_in_flight=self.max_in_flight,
             batch_size=self.batch_size, max_batch=self.max_batch,
             revoke_timeout=self.revoke_timeout, keepalive=self.keepalive, stats=self.stats)
         source = KafkaSource(
@@ -226,6 +272,8 @@ class Consumer:
         maintenance = asyncio.create_task(
             self._maintain_forever(pool, engine.pipeline.maintenance_wanted))
         stack.push_async_callback(cancel, maintenance)
+        lag = asyncio.create_task(track_lag(engine, source, observer, self.lag_interval))
+        stack.push_async_callback(cancel, lag)
         if self.handle_signals:
             stack.callback(_signals.install(self._on_signal))
         if self._stop_requested.is_set():
@@ -235,6 +283,8 @@ class Consumer:
         try:
             await engine.run(source)
         finally:
+            self._stop_requested.set()  # whatever ended the run: no longer ready
+            await self.readiness()  # "stopping", for the gauge and the log
             await engine.drain(self.shutdown_timeout, self._force)
             log.info("consumer %s stopped: %s", self.name, self.stats)
 
@@ -252,14 +302,16 @@ class Consumer:
             else:
                 log.info("%s", finding.message)
 
-    def _pipeline(self, pool: asyncpg.Pool) -> Pipeline:
+    def _pipeline(self, pool: asyncpg.Pool, observer: Observer,
+                  tracing: Tracing | None) -> Pipeline:
         return Pipeline(
             consumer=self.name, namespace=self.name, pool=pool,
             dedup=store_for(self.schema, self.dedup),
             decoder=Decoder(self.routes, self.wire, self.max_message_bytes),
             retry=self.retry, dead_letters=DeadLetterWriter(self.dead_letter),
             expired=self.dedup.expired, stats=self.stats, concurrency=self.concurrency,
-            handler_timeout=self.handler_timeout, cache=self.dedup_cache, outbox=self.outbox)
+            handler_timeout=self.handler_timeout, cache=self.dedup_cache, outbox=self.outbox,
+            observer=observer, tracing=tracing)
 
     async def _prepare_database(self, pool: asyncpg.Pool) -> None:
         async with pool.acquire() as conn:
@@ -273,6 +325,7 @@ class Consumer:
                     await migrate_outbox(conn, self.outbox.table)
             else:
                 await maintain(conn, self.schema, self.dedup, namespace=self.name)
+            await self._report_partitions(conn)
 
     async def _maintain_forever(self, pool: asyncpg.Pool, wanted: asyncio.Event) -> None:
         """Create partitions ahead and drop expired ones every interval, or at once when a
@@ -286,11 +339,17 @@ class Consumer:
             try:
                 async with pool.acquire() as conn:
                     report = await maintain(conn, self.schema, self.dedup, namespace=self.name)
+                    await self._report_partitions(conn)
                 if report.created or report.dropped:
                     log.info("dedup partitions created %s, dropped %s", report.created,
                              report.dropped)
             except Exception:
                 log.exception("dedup partition maintenance failed; retrying next interval")
+
+    async def _report_partitions(self, conn: DbConnection) -> None:
+        if self._observer is not None:
+            self._observer.partitions_ahead(
+                await partitions_ahead(conn, self.schema, self.dedup.table))
 
     def _on_signal(self, sig: signal.Signals) -> None:
         if self._stop_requested.is_set():

@@ -44,12 +44,14 @@ class HandlerContext:
 
     @property
     def log(self) -> logging.LoggerAdapter[logging.Logger]:
-        """A logger whose records carry the event id, type, position and handler name."""
+        """A logger whose records carry the event id, type, key, position, handler name and
+        attempt."""
         if self._log is None:
             env = self.envelope
             self._log = logging.LoggerAdapter(_handler_log, {
-                "event_id": env.event_id, "event_type": env.event_type, "topic": env.topic,
-                "partition": env.partition, "offset": env.offset, "handler": self.handler,
+                "event_id": env.event_id, "event_type": env.event_type, "key": env.key,
+                "topic": env.topic, "partition": env.partition, "offset": env.offset,
+                "handler": self.handler, "attempt": self.attempt,
             })
         return self._log
 

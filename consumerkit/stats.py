@@ -4,6 +4,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from .observability.observer import BaseObserver
+
+if TYPE_CHECKING:
+    from .envelope import Envelope, RecordLike
 
 
 @dataclass(slots=True)
@@ -13,7 +20,8 @@ class ConsumerStats:
     ``delivered`` counts every record handed to the pipeline (redeliveries included);
     ``applied`` counts handler effects committed; ``duplicates`` counts deliveries absorbed by
     the dedup table. ``delivered == applied + duplicates + dead_lettered + expired_skipped``
-    once nothing is in flight and nothing was abandoned.
+    once nothing is in flight and nothing was abandoned. The outcome counters are kept by
+    :class:`StatsObserver` from the observer seam; the others by the engine itself.
     """
 
     delivered: int = 0
@@ -30,3 +38,37 @@ class ConsumerStats:
     batch_fallbacks: int = 0  # batches rolled back and applied again record by record
     cache_hits: int = 0  # deliveries the dedup cache recognised without a transaction
     dead_letter_reasons: Counter[str] = field(default_factory=Counter)
+
+
+class StatsObserver(BaseObserver):
+    """Keeps a :class:`ConsumerStats`'s outcome counters from the observer seam."""
+
+    __slots__ = ("stats",)
+
+    def __init__(self, stats: ConsumerStats) -> None:
+        self.stats = stats
+
+    def delivered(self, count: int) -> None:
+        self.stats.delivered += count
+
+    def applied(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
+        self.stats.applied += 1
+
+    def duplicate(self, record: RecordLike, envelope: Envelope | None, handler: str,
+                  original_seen_at: datetime | None) -> None:
+        self.stats.duplicates += 1
+
+    def dead_lettered(self, record: RecordLike, envelope: Envelope | None, handler: str,
+                      reason: str, detail: str, attempts: int) -> None:
+        self.stats.dead_lettered += 1
+        self.stats.dead_letter_reasons[reason] += 1
+
+    def expired_skipped(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
+        self.stats.expired_skipped += 1
+
+    def abandoned(self, count: int) -> None:
+        self.stats.abandoned += count
+
+    def retry(self, record: RecordLike, envelope: Envelope, handler: str, attempt: int,
+              delay: float, error: BaseException) -> None:
+        self.stats.retries += 1

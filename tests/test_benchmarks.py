@@ -83,7 +83,7 @@ async def test_suite_reports_every_peer_and_flags_broken_ones(
     assert [p["method"] for p in passes] == ["drop", "delete"]
     assert all(p["exact"] and p["left"] == 0 for p in passes), passes
     assert passes[1]["rows"] == 2_000
-    targets, figures = document["acceptance"][:3], document["acceptance"][3:]
+    targets, figures = document["acceptance"][:4], document["acceptance"][4:]
     assert all(t["met"] in (True, False, None) for t in targets)
     assert [f["met"] for f in figures] == ["figure"]
 

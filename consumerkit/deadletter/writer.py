@@ -86,6 +86,9 @@ class DeadLetterWriter:
         """Deliver ``entry`` (or its reduced form) to ``sink``; False only if abandoned."""
         name = type(sink).__name__
         where = f"{entry.topic}/{entry.partition}/{entry.offset}"
+        fields = {"event_id": entry.event_id, "event_type": entry.event_type,
+                  "topic": entry.topic, "partition": entry.partition, "offset": entry.offset,
+                  "attempt": entry.attempts, "consumer": entry.consumer}
         current, delay = entry, 0.1
         while True:
             try:
@@ -93,10 +96,11 @@ class DeadLetterWriter:
             except Exception as exc:
                 if not is_permanent(exc):
                     log.exception(
-                        "dead-letter sink %s failed for %s; retrying in %.1fs", name, where, delay)
+                        "dead-letter sink %s failed for %s; retrying in %.1fs", name, where, delay,
+                        extra=fields)
                 elif current is entry:
                     log.warning("dead-letter sink %s rejected %s (%s); retrying without its "
-                                "value and headers", name, where, describe(exc))
+                                "value and headers", name, where, describe(exc), extra=fields)
                     current = reduced(entry, exc)
                     continue
                 else:
@@ -104,7 +108,7 @@ class DeadLetterWriter:
                     log.error(
                         "dead-letter sink %s rejected %s even without its value and headers "
                         "(%s); it is NOT stored there (reason %s, event id %r)",
-                        name, where, describe(exc), entry.reason, entry.event_id)
+                        name, where, describe(exc), entry.reason, entry.event_id, extra=fields)
                     return True
             else:
                 return True

@@ -38,7 +38,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from urllib.parse import urlsplit
 
@@ -56,6 +56,7 @@ log = logging.getLogger("consumerkit.dedup")
 
 DEFAULT_TTL = timedelta(days=1)
 _HASHED = b"sha256:"
+_ERROR = b"e"  # the answer for an id whose lookup failed (neither hit nor miss)
 _LONGEST_PLAIN_ID = 64
 
 _KNOWN = """
@@ -109,6 +110,8 @@ class RedisDedupCache:
         self._explicit_ttl = ttl
         self.ttl = ttl if ttl is not None else DEFAULT_TTL
         self.hits = self.misses = self.failures = 0
+        # told (hits, misses, errors) of every lookup: the consumer's metrics
+        self.on_lookup: Callable[[int, int, int], None] | None = None
         self.breaker_opens = self.recoveries = self.bypassed = 0
         self._client: Redis | None = None
         self._known: AsyncScript | None = None
@@ -163,21 +166,31 @@ class RedisDedupCache:
     async def known(self, namespace: str, event_ids: Sequence[str]) -> set[str]:
         """The ids of ``event_ids`` the cache knows were applied in ``namespace``; an empty
         set when Redis is away. One round trip, shared with concurrent calls."""
-        if not event_ids or not self._admit():
+        if not event_ids:
+            return set()
+        if not self._admit():
+            self._looked_up(0, 0, len(event_ids))
             return set()
         probe = self._open
         try:
             flags = await self._known_calls.ask(_lines(namespace, event_ids), len(event_ids))
         except Closed:
+            self._looked_up(0, 0, len(event_ids))
             return set()
         except asyncio.CancelledError:
             self._gave_up(probe)
             raise
         found = {event_id for event_id, flag in zip(event_ids, flags, strict=True)
                  if flag == 0x31}  # b"1"
+        errors = flags.count(_ERROR[0]) if len(found) < len(event_ids) else 0
         self.hits += len(found)
-        self.misses += len(event_ids) - len(found)
+        self.misses += len(event_ids) - len(found) - errors
+        self._looked_up(len(found), len(event_ids) - len(found) - errors, errors)
         return found
+
+    def _looked_up(self, hits: int, misses: int, errors: int) -> None:
+        if self.on_lookup is not None:
+            self.on_lookup(hits, misses, errors)
 
     async def remember(self, namespace: str, event_ids: Sequence[str]) -> None:
         """Remember ``event_ids`` as applied in ``namespace`` for ``ttl``; call it only after
@@ -198,7 +211,7 @@ class RedisDedupCache:
         """One ``known`` round trip; all ``0`` when it fails or the breaker opened while
         these calls waited."""
         if not self._sendable():
-            return b"0" * count
+            return _ERROR * count
         assert self._known is not None  # _sendable says so
         try:
             async with asyncio.timeout(self._deadline):
@@ -207,7 +220,7 @@ class RedisDedupCache:
                 raise ValueError(f"{len(flags)} answers for {count} ids")
         except Exception as exc:
             self._failed(exc)
-            return b"0" * count
+            return _ERROR * count
         self._succeeded()
         return flags
 

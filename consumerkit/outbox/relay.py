@@ -12,16 +12,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import signal
 import socket
 import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import asyncpg
+from prometheus_client import CollectorRegistry
 
 from .. import _signals
 from .._identifiers import redact_dsn
+from .._observing import Probe, serve_metrics
 from ..errors import ConfigurationError
+from ..observability.logging import LogObserver
+from ..observability.metrics import RelayMetrics
+from ..observability.observer import Observer, fanout
 from ..retry import RetryPolicy
 from .event import OutboxEvent
 from .settle import settle
@@ -52,8 +60,10 @@ class Relay:
         table: str = "outbox", batch_size: int = 500, notify: bool = True,
         poll_interval: float = 1.0, rebalance_interval: float = 1.0,
         retry: RetryPolicy = DEFAULT_RETRY, name: str | None = None,
-        handle_signals: bool = True,
-        metrics_port: int | None = None, metrics_host: str = "0.0.0.0",  # noqa: S104
+        handle_signals: bool = True, observers: Sequence[Observer] = (),
+        metrics_port: int | None = None,
+        metrics_host: str = "0.0.0.0",  # noqa: S104 - a scrape target listens on all
+        registry: CollectorRegistry | None = None,
     ) -> None:
         if batch_size < 1 or poll_interval <= 0 or rebalance_interval <= 0:
             raise ConfigurationError("need batch_size >= 1, poll_interval > 0 and "
@@ -67,9 +77,18 @@ class Relay:
         self.retry = retry
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self.handle_signals = handle_signals
+        self.published = 0
+        # metrics are kept when a port or a registry is given; read when run() starts
+        self.observers = tuple(observers)
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host
-        self.published = 0
+        self.registry = registry
+        self.backlog_interval = 5.0  # seconds between the pending/oldest/failed queries
+        self._observer: Observer = fanout([LogObserver(self.name, log), *self.observers])
+        self._ready_reason: str | None = "never checked"
+        self._backlog_at = -math.inf  # when the backlog was last counted
+        self._probe = Probe(postgres_dsn, self.name)
+        self._outbox = f"{schema}.{table}"
         self.pauses = 0  # outages: batches of which nothing was acknowledged, lost databases
         self.started = asyncio.Event()
         self._dsn = postgres_dsn
@@ -87,6 +106,24 @@ class Relay:
         """The slots this relay owns now (empty before start and after a lost connection)."""
         return self._owner.owned if self._owner.healthy else frozenset()
 
+    async def readiness(self) -> str | None:
+        """``None`` once started, holding its lock connection, with PostgreSQL answering;
+        else the reason why not."""
+        reason = await self._readiness()
+        if reason != self._ready_reason:
+            self._ready_reason = reason  # observers hear of changes only
+            self._observer.readiness("relay", self.name, reason)
+        return reason
+
+    async def _readiness(self) -> str | None:
+        if self._stopping.is_set():
+            return "stopping"
+        if not self.started.is_set():
+            return "starting"
+        if not self._owner.healthy:
+            return "not holding its lock connection to PostgreSQL"
+        return await self._probe.check()
+
     def stop(self) -> None:
         """Ask the relay to stop after the batch in flight (its acks are still recorded)."""
         self._stopping.set()
@@ -95,7 +132,18 @@ class Relay:
     async def run(self) -> None:
         """Publish until :meth:`stop` (or SIGTERM/SIGINT with ``handle_signals``)."""
         remove = _signals.install(self._on_signal) if self.handle_signals else (lambda: None)
+        stack = contextlib.AsyncExitStack()
         try:
+            if self.metrics_port is not None and self.registry is None:
+                self.registry = CollectorRegistry()  # one per relay: no clash in a process
+            if self.registry is not None:
+                self._observer = fanout([RelayMetrics(self.registry, self._outbox, self.name),
+                                         LogObserver(self.name, log), *self.observers])
+            if self.metrics_port is not None:
+                assert self.registry is not None
+                await serve_metrics(stack, self.registry, self.readiness, self.metrics_host,
+                                    self.metrics_port)
+            stack.push_async_callback(self._probe.close)
             await self.sink.open()
             try:
                 self.started.set()
@@ -112,6 +160,8 @@ class Relay:
                 await self._drop_connections()
                 await self.sink.close()
         finally:
+            await self.readiness()  # "stopping", for the gauge and the log
+            await stack.aclose()
             remove()
             log.info("outbox relay %s stopped after publishing %d events", self.name,
                      self.published)
@@ -127,6 +177,9 @@ class Relay:
         conn = await self._connection()
         self._wake.clear()
         owned = self._owner.owned
+        if time.monotonic() >= self._backlog_at + self.backlog_interval:
+            self._backlog_at = time.monotonic()
+            await self._report_backlog(conn)
         events = await self._store.claim(conn, owned, self.batch_size) if owned else []
         if not events:
             await self._idle(conn)
@@ -147,6 +200,16 @@ class Relay:
         await self._store.delete(conn, outcome.delete)
         await self._store.record_failures(conn, outcome.failures)
         self.published += len(outcome.delete)
+        if outcome.delete:
+            now = datetime.now(UTC)
+            acked = set(outcome.delete)
+            self._observer.relay_published(self._outbox, [
+                max(0.0, (now - e.occurred_at).total_seconds()) for e in events
+                if e.seq in acked])
+        if outcome.failures:
+            given_up = sum(f.failed for f in outcome.failures)
+            self._observer.relay_failed(self._outbox, len(outcome.failures) - given_up,
+                                        given_up)
         for f in outcome.failures:
             level = logging.ERROR if f.failed else logging.WARNING
             log.log(level, "outbox event %s %s failed (attempt %d): %s%s", f.event.event_id,
@@ -154,9 +217,14 @@ class Relay:
                     "; FAILED, its aggregate waits for retry or skip" if f.failed else
                     f"; next attempt in {f.delay:.1f}s",
                     extra={"event_id": str(f.event.event_id), "event_type": f.event.event_type,
+                           "key": f.event.aggregate_id, "attempt": f.event.attempts + 1,
                            "attempts": f.event.attempts + 1})
         log.debug("outbox relay %s: %d published, %d failed, %d held back", self.name,
                   len(outcome.delete), len(outcome.failures), len(outcome.held))
+
+    async def _report_backlog(self, conn: asyncpg.Connection[asyncpg.Record]) -> None:
+        pending, oldest, failed = await self._store.backlog(conn)
+        self._observer.relay_backlog(self._outbox, pending, oldest, failed)
 
     async def _idle(self, conn: asyncpg.Connection[asyncpg.Record]) -> None:
         delay = min(self.poll_interval, max(0.0, self._rebalance_at - time.monotonic()))

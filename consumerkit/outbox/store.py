@@ -56,9 +56,21 @@ class RelayStore:
             ON CONFLICT (seq) DO UPDATE SET attempts = excluded.attempts,
                 last_error = excluded.last_error, next_attempt_at = excluded.next_attempt_at,
                 failed = excluded.failed, updated_at = now()"""
+        self._backlog = f"""
+            SELECT (SELECT count(*) FROM {t.events}),
+                   (SELECT extract(epoch FROM now() - min(occurred_at))::float8
+                    FROM {t.events}),
+                   (SELECT count(*) FROM {t.failures} WHERE failed)"""
         self._next_retry = f"""
             SELECT extract(epoch FROM min(next_attempt_at) - now())::float8
             FROM {t.failures} WHERE NOT failed"""
+
+    async def backlog(self, conn: DbConnection) -> tuple[int, float, int]:
+        """Rows waiting, the age in seconds of the oldest (by its write time), and rows
+        given up on (FAILED)."""
+        row = await conn.fetchrow(self._backlog)
+        assert row is not None
+        return int(row[0]), float(row[1] or 0.0), int(row[2])
 
     async def claim(self, conn: DbConnection, slots: Collection[int],
                     limit: int) -> list[OutboxEvent]:

@@ -19,6 +19,7 @@ import orjson
 from pydantic import BaseModel
 
 from ..errors import ConfigurationError, ConsumerKitError
+from ..observability.tracing import inject
 from ..types import DbConnection
 from ._uuid7 import uuid7
 from .table import OutboxTable
@@ -116,12 +117,13 @@ def _row(e: NewEvent, now: datetime) -> tuple[Any, ...]:
     at = e.occurred_at or now
     if at.tzinfo is None:
         raise ConfigurationError("outbox event: occurred_at needs a time zone")
+    headers = inject(e.headers)  # the writer's trace goes on with the event
     if isinstance(e.payload, BaseModel):
         payload = e.payload.model_dump_json()
     else:
         payload = orjson.dumps(e.payload).decode()
     return (e.dedup_key, e.event_id or uuid7(), e.aggregate_type, aggregate_id, e.event_type,
-            payload, at, orjson.dumps(dict(e.headers)).decode())
+            payload, at, orjson.dumps(dict(headers)).decode())
 
 
 def _insert_sql(t: OutboxTable, notify: bool) -> str:

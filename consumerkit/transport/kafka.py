@@ -141,6 +141,22 @@ class KafkaSource:
         except KafkaError as exc:
             raise TransportError(f"offset commit failed: {exc!r}") from exc
 
+    async def end_offsets(self, parts: Sequence[Partition]) -> dict[Partition, int]:
+        """The end offset (high watermark) of each of ``parts``, asked of the broker."""
+        try:
+            ends = await self._consumer.end_offsets([TopicPartition(*p) for p in parts])
+        except KafkaError as exc:
+            raise TransportError(f"cannot read end offsets: {exc!r}") from exc
+        return {(tp.topic, tp.partition): off for tp, off in ends.items()}
+
+    async def committed(self, part: Partition) -> int | None:
+        """The group's committed offset of ``part`` on the broker (``None``: none yet)."""
+        try:
+            off = await self._consumer.committed(TopicPartition(*part))
+        except KafkaError as exc:
+            raise TransportError(f"cannot read the committed offset: {exc!r}") from exc
+        return off if isinstance(off, int) and off >= 0 else None
+
     async def stop(self) -> None:
         await self._consumer.stop()
 

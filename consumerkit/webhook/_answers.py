@@ -39,16 +39,17 @@ async def settled(send: Send, key: str, claim: Claim, expired: ExpiredPolicy) ->
         seen = claim.original_seen_at.isoformat() if claim.original_seen_at else None
         await respond(send, 200, {"status": "duplicate", "event_id": key,
                                   "first_seen_at": seen}, [("Idempotent-Replayed", "true")])
-    elif expired == "skip":
-        log.warning("skipped %s: older than the dedup window", key)
+    elif expired == "skip":  # logged by the receiver's observers
         await respond(send, 200, {"status": "expired_skipped", "event_id": key})
     else:
         await refuse(send, 422, "expired", "the event is older than the dedup retention; its "
                      "original may have been forgotten, so it is not applied")
 
 
-async def failed(send: Send, key: str, raised: Exception, retry_after: int) -> None:
-    """The attempt raised ``raised`` and rolled back (see ``_apply.apply``)."""
+async def failed(send: Send, key: str, raised: Exception, retry_after: int,
+                 fields: dict[str, object] | None = None) -> None:
+    """The attempt raised ``raised`` and rolled back (see ``_apply.apply``); ``fields`` are
+    the message's log fields."""
     if isinstance(raised, ClaimBlocked) and isinstance(raised.cause,
                                                        asyncpg.LockNotAvailableError):
         await unavailable(send, "in_progress", "another request is applying this "
@@ -60,14 +61,16 @@ async def failed(send: Send, key: str, raised: Exception, retry_after: int) -> N
         delay = retry_after if cause.delay is None else max(0, round(cause.delay))
         await unavailable(send, "retry", cause.reason, delay)
     elif outage or (isinstance(cause, TimeoutError) and not in_handler):
-        log.warning("webhook %s not applied, database unavailable: %s", key, describe(cause))
+        log.warning("webhook %s not applied, database unavailable: %s", key, describe(cause),
+                    extra=fields)
         await unavailable(send, "unavailable", "the database is unavailable", retry_after)
     elif not in_handler:
-        log.error("webhook %s not applied: %s", key, describe(cause), exc_info=cause)
+        log.error("webhook %s not applied: %s", key, describe(cause), exc_info=cause,
+                  extra=fields)
         await refuse(send, 500, "internal_error", describe(cause))
     elif isinstance(cause, DeadLetter) or not is_retriable(cause):
-        log.warning("webhook %s refused by its handler: %s", key, describe(cause))
+        log.warning("webhook %s refused by its handler: %s", key, describe(cause), extra=fields)
         await refuse(send, 422, "rejected", describe(cause))
     else:
-        log.warning("webhook %s failed in its handler: %s", key, describe(cause))
+        log.warning("webhook %s failed in its handler: %s", key, describe(cause), extra=fields)
         await refuse(send, 500, "handler_failed", describe(cause))

@@ -79,7 +79,7 @@ async def _handle(
     conn: DbConnection, decoded: Decoded, attempt: int, handler_timeout: float | None,
     token: str,
 ) -> None:
-    ctx = HandlerContext(conn, decoded.envelope, attempt, handler_log(decoded))
+    ctx = HandlerContext(conn, decoded.envelope, attempt, handler_log(decoded, attempt))
     try:
         async with asyncio.timeout(handler_timeout):
             await decoded.route.func(decoded.event, ctx)
@@ -90,7 +90,7 @@ async def _handle(
         # rolled it back and began another has lost the claim; one that committed it and
         # began another committed the claim early, and the rest commits now.
         await verify(conn, token, what=f"event {decoded.envelope.event_id}",
-                     log=handler_log(decoded), rolled_back=HandlerEndedTransaction(
+                     log=handler_log(decoded, attempt), rolled_back=HandlerEndedTransaction(
                          "the handler rolled the transaction back and began another"))
     except asyncio.CancelledError as exc:
         task = asyncio.current_task()
@@ -101,10 +101,12 @@ async def _handle(
         raise HandlerFailure(exc) from exc
 
 
-def handler_log(decoded: Decoded) -> logging.LoggerAdapter[logging.Logger]:
+def handler_log(decoded: Decoded, attempt: int | None = None,
+                ) -> logging.LoggerAdapter[logging.Logger]:
     """The handler's ``ctx.log``: the same logger and fields as for a Kafka delivery."""
     env = decoded.envelope
     return logging.LoggerAdapter(logging.getLogger("consumerkit.handler"), {
-        "event_id": env.event_id, "event_type": env.event_type, "topic": env.topic,
-        "partition": env.partition, "offset": env.offset, "handler": decoded.route.name,
+        "event_id": env.event_id, "event_type": env.event_type, "key": env.key,
+        "topic": env.topic, "partition": env.partition, "offset": env.offset,
+        "handler": decoded.route.name, "attempt": attempt,
     })

@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import timedelta
 
 import asyncpg
@@ -35,8 +35,11 @@ from ..dedup.policy import DedupPolicy
 from ..dedup.postgres import PostgresDedupStore
 from ..envelope import Record
 from ..errors import ConfigurationError, DecodeError, StartupError
+from ..observability.logging import LogObserver, message_fields
+from ..observability.observer import Observer, fanout
 from ..registry import HandlerRegistry, HandlerSource, RouteTable
 from ..schema import check_synchronous_commit, migrate
+from ..types import ClaimStatus
 from . import _answers as answers
 from . import headers as wh
 from ._apply import apply
@@ -81,6 +84,7 @@ class WebhookReceiver:
         maintenance_interval: timedelta | None = None,
         secrets: str | WebhookSecret | Iterable[str | WebhookSecret] | None = None,
         allow_unsigned: bool = False, tolerance: float = DEFAULT_TOLERANCE,
+        observers: Sequence[Observer] = (),
     ) -> None:
         self._secrets = secrets_of(secrets)
         if not self._secrets and not allow_unsigned:
@@ -117,6 +121,9 @@ class WebhookReceiver:
         self._maintenance_wanted = asyncio.Event()
         self._maintenance: asyncio.Task[None] | None = None
         self._open = False
+        # outcomes are counted and logged once, by the observers (as for a consumer)
+        self.observers = tuple(observers)
+        self._observe = fanout([LogObserver(self.namespace, log), *self.observers])
 
     def __repr__(self) -> str:
         where = redact_dsn(self._dsn) if self._dsn else "a given pool"
@@ -212,17 +219,19 @@ class WebhookReceiver:
                             rejected.code)
                 await answers.refuse(send, 401, rejected.code, rejected.detail)
                 return
+        record = _record(scope, headers, body)
         try:
-            decoded = self._decoder.decode(_record(scope, headers, body))
+            decoded = self._decoder.decode(record)
         except DecodeError as exc:
             status = _STATUS_OF_REASON.get(exc.reason, 400)
             await answers.refuse(send, status, exc.reason, exc.detail)
             return
-        await self._apply(send, decoded, _attempt(headers))
+        await self._apply(send, record, decoded, _attempt(headers))
 
-    async def _apply(self, send: Send, decoded: Decoded, attempt: int) -> None:
+    async def _apply(self, send: Send, record: Record, decoded: Decoded, attempt: int) -> None:
         assert self._pool is not None
         key = decoded.envelope.event_id
+        self._observe.delivered(1)
         try:
             claim = await apply(
                 self._pool, self._store, self.namespace, decoded, attempt,
@@ -232,8 +241,17 @@ class WebhookReceiver:
             if isinstance(exc, ClaimBlocked) and isinstance(exc.cause,
                                                             asyncpg.CheckViolationError):
                 self._maintenance_wanted.set()  # no dedup partition for the current time
-            await answers.failed(send, key, exc, self.retry_after)
+            await answers.failed(send, key, exc, self.retry_after, message_fields(
+                record, decoded.envelope, handler=decoded.route.name, attempt=attempt,
+                consumer=self.namespace))
             return
+        env, route = decoded.envelope, decoded.route.name
+        if claim.status is ClaimStatus.CLAIMED:
+            self._observe.applied(record, env, route)
+        elif claim.status is ClaimStatus.DUPLICATE:
+            self._observe.duplicate(record, env, route, claim.original_seen_at)
+        elif self.dedup.expired == "skip":
+            self._observe.expired_skipped(record, env, route)
         await answers.settled(send, key, claim, self.dedup.expired)
 
     async def _maintain_forever(self, pool: asyncpg.Pool) -> None:

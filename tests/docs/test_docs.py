@@ -64,7 +64,7 @@ EXPECTED_PAGES = {
     "index.md", "guarantees.md", "handlers.md", "consumer.md", "dedup.md",
     "ordering-and-offsets.md", "failures.md", "wire-format.md", "operations.md", "outbox.md",
     "webhooks.md", "benchmarks.md", "configuration.md", "security.md",
-    "demo.md",
+    "demo.md", "observability.md",
 }
 KAFKA = "127.0.0.1:9092"
 DSN = "postgresql://app@db.invalid/app"

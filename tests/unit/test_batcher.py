@@ -17,7 +17,7 @@ from consumerkit._ordering import KeyedExecutor
 from consumerkit._pipeline import Outcome, Pipeline
 from consumerkit.envelope import Envelope, Record, RecordLike
 from consumerkit.registry import Route
-from consumerkit.stats import ConsumerStats
+from consumerkit.stats import ConsumerStats, StatsObserver
 from consumerkit.types import Claim, ClaimStatus
 
 
@@ -45,6 +45,7 @@ class FakePipeline:
 
     def __init__(self, concurrency: int) -> None:
         self.stats = ConsumerStats()
+        self.observe = StatsObserver(self.stats)
         self.handler_timeout: float | None = None
         self.decoder = _Decoder()
         self.slots = asyncio.Semaphore(concurrency)

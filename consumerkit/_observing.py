@@ -1,0 +1,93 @@
+"""What a consumer or relay needs to be observed: its observers as one, the PostgreSQL part of
+its readiness, the dedup partitions' lead, and the metrics endpoint's lifetime."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+import asyncpg
+from prometheus_client import CollectorRegistry
+
+from ._failures import describe
+from .dedup.partitions import list_partitions
+from .observability.logging import LogObserver
+from .observability.metrics import ConsumerMetrics
+from .observability.observer import Observer, fanout
+from .observability.server import HealthServer, Readiness
+from .observability.tracing import Tracing, default_tracing
+from .stats import ConsumerStats, StatsObserver
+from .types import DbConnection
+
+PING_TIMEOUT = 2.0  # /readyz: PostgreSQL must answer within this
+
+
+def consumer_observer(
+    name: str, stats: ConsumerStats, extra: Sequence[Observer],
+    registry: CollectorRegistry | None,
+) -> tuple[Observer, Tracing | None]:
+    """The consumer's observers as one (stats, log lines, metrics when ``registry`` is given,
+    traces when a :class:`Tracing` is among ``extra`` or a tracer provider is set, then
+    ``extra``), and the tracing that wraps handlers, if any."""
+    observers: list[Observer] = [StatsObserver(stats), LogObserver(name)]
+    if registry is not None:
+        observers.append(ConsumerMetrics(registry, name))
+    tracing = next((o for o in extra if isinstance(o, Tracing)), None)
+    if tracing is None:
+        tracing = default_tracing(name)
+        if tracing is not None:
+            observers.append(tracing)
+    observers.extend(extra)
+    return fanout(observers), tracing
+
+
+async def partitions_ahead(conn: DbConnection, schema: str, table: str) -> float | None:
+    """Seconds from now to the end of the newest dedup partition; ``None`` for an
+    unpartitioned table."""
+    uppers = [p.upper for p in await list_partitions(conn, schema, table)
+              if p.upper is not None]
+    if not uppers:
+        return None
+    return (max(uppers) - datetime.now(UTC)).total_seconds()
+
+
+async def serve_metrics(stack: contextlib.AsyncExitStack, registry: CollectorRegistry,
+                        readiness: Readiness, host: str, port: int) -> HealthServer:
+    """Start the endpoints on ``host:port``, closed when ``stack`` unwinds."""
+    server = HealthServer(registry, readiness, host=host, port=port)
+    await server.start()
+    stack.push_async_callback(server.close)
+    return server
+
+
+class Probe:
+    """A connection of its own for readiness checks, so that a check never waits on (or
+    interferes with) the work's connection; opened on first use, reopened after a failure."""
+
+    def __init__(self, dsn: str, name: str) -> None:
+        self._dsn = dsn
+        self._name = name
+        self._conn: asyncpg.Connection[asyncpg.Record] | None = None
+        self._lock = asyncio.Lock()
+
+    async def check(self) -> str | None:
+        async with self._lock:
+            try:
+                async with asyncio.timeout(PING_TIMEOUT):
+                    if self._conn is None or self._conn.is_closed():
+                        self._conn = await asyncpg.connect(self._dsn, server_settings={
+                            "application_name": f"consumerkit-probe {self._name}"[:63]})
+                    await self._conn.fetchval("SELECT 1")
+            except Exception as exc:
+                await self.close()
+                if isinstance(exc, TimeoutError):
+                    return f"PostgreSQL did not answer within {PING_TIMEOUT:g}s"
+                return f"PostgreSQL does not answer: {describe(exc)}"
+            return None
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.terminate()

@@ -1,0 +1,83 @@
+"""Outcome log lines, written from the observer seam with the message's fields
+(:data:`consumerkit.logs.MESSAGE_FIELDS`) as record attributes."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from .observer import BaseObserver
+
+if TYPE_CHECKING:
+    from ..envelope import Envelope, RecordLike
+
+_log = logging.getLogger("consumerkit.pipeline")
+
+
+def message_fields(
+    record: RecordLike | None, envelope: Envelope | None, *, handler: str = "",
+    attempt: int | None = None, consumer: str | None = None,
+) -> dict[str, object]:
+    """The :data:`~consumerkit.logs.MESSAGE_FIELDS` that apply, for ``extra=``."""
+    fields: dict[str, object] = {}
+    if envelope is not None:
+        fields.update(event_id=envelope.event_id, event_type=envelope.event_type,
+                      key=envelope.key, topic=envelope.topic, partition=envelope.partition,
+                      offset=envelope.offset)
+    elif record is not None:
+        key = record.key
+        fields.update(key=key.decode(errors="replace")[:200] if key is not None else None,
+                      topic=record.topic, partition=record.partition, offset=record.offset)
+    if handler:
+        fields["handler"] = handler
+    if attempt is not None:
+        fields["attempt"] = attempt
+    if consumer is not None:
+        fields["consumer"] = consumer
+    return fields
+
+
+class LogObserver(BaseObserver):
+    """Logs retries and dead letters as warnings, expired skips as warnings and duplicates at
+    debug level, each record carrying the message's fields; and readiness changes."""
+
+    __slots__ = ("consumer", "log")
+
+    def __init__(self, consumer: str, log: logging.Logger = _log) -> None:
+        self.consumer = consumer
+        self.log = log
+
+    def duplicate(self, record: RecordLike, envelope: Envelope | None, handler: str,
+                  original_seen_at: datetime | None) -> None:
+        if self.log.isEnabledFor(logging.DEBUG):
+            self.log.debug("duplicate %s (first seen %s)",
+                           envelope.event_id if envelope else f"at offset {record.offset}",
+                           original_seen_at, extra=message_fields(
+                               record, envelope, handler=handler, consumer=self.consumer))
+
+    def dead_lettered(self, record: RecordLike, envelope: Envelope | None, handler: str,
+                      reason: str, detail: str, attempts: int) -> None:
+        self.log.warning("dead-lettered %s/%d/%d: %s: %s", record.topic, record.partition,
+                         record.offset, reason, detail, extra=message_fields(
+                             record, envelope, handler=handler, attempt=attempts,
+                             consumer=self.consumer))
+
+    def expired_skipped(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
+        self.log.warning("skipped %s: older than the dedup window", envelope.event_id,
+                         extra=message_fields(record, envelope, handler=handler,
+                                              consumer=self.consumer))
+
+    def retry(self, record: RecordLike, envelope: Envelope, handler: str, attempt: int,
+              delay: float, error: BaseException) -> None:
+        self.log.warning("handler %s failed on %s (attempt %d), retrying in %.2fs: %s",
+                         handler, envelope.event_id, attempt, delay,
+                         f"{type(error).__name__}: {error}"[:2000],
+                         extra=message_fields(record, envelope, handler=handler,
+                                              attempt=attempt, consumer=self.consumer))
+
+    def readiness(self, role: str, name: str, reason: str | None) -> None:
+        if reason is None:
+            self.log.info("%s %s is ready", role, name)
+        else:
+            self.log.info("%s %s is not ready: %s", role, name, reason)
