@@ -28,7 +28,10 @@ def on_files(files: Files, config: Any) -> Files:
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
     if page.file.src_uri == SUITE:
         return markdown.replace("](../docs/", "](")
-    return markdown.replace("](../benchmarks/README.md)", f"]({SUITE})")
+    # a page in a subfolder (operations/) climbs one more level to the README and to the suite
+    depth = page.file.src_uri.count("/")
+    up = "../" * depth
+    return markdown.replace(f"]({up}../benchmarks/README.md)", f"]({up}{SUITE})")
 
 
 def on_page_content(html: str, page: Any, config: Any, files: Files) -> str:

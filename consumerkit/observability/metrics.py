@@ -92,7 +92,7 @@ class ConsumerMetrics(BaseObserver):
         self._cache = (cache.labels(c, "hit"), cache.labels(c, "miss"), cache.labels(c, "error"))
         self._ahead = family(registry, Gauge, "consumerkit_dedup_partitions_ahead_seconds",
                              "Seconds from now to the end of the newest dedup partition "
-                             "(0 or less: behind)", ("consumer",)).labels(c)
+                             "(0 or less: behind)", ("consumer",))
         self._ready = _ready(registry).labels("consumer", c)
         self._outcomes: dict[tuple[str, str], Any] = {}
         self._handlers: dict[str, Any] = {}
@@ -147,8 +147,9 @@ class ConsumerMetrics(BaseObserver):
             self._lag.labels(self.consumer, topic, str(partition)).set(lag)
 
     def partitions_ahead(self, seconds: float | None) -> None:
+        # no series until known: a 0 for a table without partitions would read as behind
         if seconds is not None:
-            self._ahead.set(seconds)
+            self._ahead.labels(self.consumer).set(seconds)
 
     def readiness(self, role: str, name: str, reason: str | None) -> None:
         self._ready.set(1 if reason is None else 0)
