@@ -1,7 +1,8 @@
 """Server-side counters read around each measurement: commits, WAL syncs, statements, and the
 size of the peer's dedup table.
 
-``pg_stat_database.xact_commit`` and ``pg_stat_wal`` are server-wide (or database-wide):
+``pg_stat_database.xact_commit`` and ``pg_stat_wal`` (``pg_stat_io`` for WAL syncs from PostgreSQL
+18 on) are server-wide (or database-wide):
 anything else using the same PostgreSQL during a run is counted too, so they are upper bounds
 on a shared machine. Statements come from ``pg_stat_statements`` when the extension is loaded
 (it needs ``shared_preload_libraries``); without it the figure is reported as unavailable.
@@ -45,7 +46,12 @@ async def snapshot(conn: Connection, statements: bool) -> Counters:
     commits = int(await conn.fetchval(
         "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"))
     wal = None
-    if int(await conn.fetchval("SHOW server_version_num")) >= 140000:
+    version = int(await conn.fetchval("SHOW server_version_num"))
+    if version >= 180000:  # 18 moved the WAL sync count to pg_stat_io's WAL rows
+        wal = await conn.fetchrow(
+            "SELECT (SELECT coalesce(sum(fsyncs), 0) FROM pg_stat_io WHERE object = 'wal') "
+            "AS wal_sync, wal_bytes FROM pg_stat_wal")
+    elif version >= 140000:
         wal = await conn.fetchrow("SELECT wal_sync, wal_bytes FROM pg_stat_wal")
     calls = None
     if statements:

@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from ._offsets import PartitionOffsets
-from .transport.kafka import Partition
+from .transport.source import Partition
 
 
 @dataclass(slots=True, eq=False)

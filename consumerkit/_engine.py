@@ -16,7 +16,7 @@ from ._pipeline import Outcome, Pipeline
 from .envelope import RecordLike
 from .errors import TransportError
 from .stats import ConsumerStats
-from .transport.kafka import KafkaSource, Partition
+from .transport.source import Partition, Source
 
 log = logging.getLogger("consumerkit.consumer")
 
@@ -48,7 +48,7 @@ class Engine:
         self.keepalive = keepalive
         self.stats = stats
         self.poll_timeout_ms = poll_timeout_ms
-        self.source: KafkaSource | None = None
+        self.source: Source | None = None
         self.states: dict[Partition, PartitionState] = {}
         self.joined = asyncio.Event()  # the first assignment came (even an empty one)
         self.in_flight = 0
@@ -89,7 +89,7 @@ class Engine:
 
     # -- the fetch loop ---------------------------------------------------------------------
 
-    async def run(self, source: KafkaSource) -> None:
+    async def run(self, source: Source) -> None:
         """Fetch and dispatch until ``stopping`` is set; raise a lane's failure if one broke.
         With ``max_in_flight`` records in flight it waits for room; if none comes within
         ``keepalive`` seconds it polls with every partition paused, so the member stays in

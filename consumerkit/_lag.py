@@ -17,12 +17,12 @@ import logging
 from ._engine import Engine
 from .errors import TransportError
 from .observability.observer import Observer
-from .transport.kafka import KafkaSource, Partition
+from .transport.source import Partition, Source
 
 log = logging.getLogger("consumerkit.consumer")
 
 
-async def track_lag(engine: Engine, source: KafkaSource, observer: Observer,
+async def track_lag(engine: Engine, source: Source, observer: Observer,
                     interval: float) -> None:
     """Report every partition's lag to ``observer`` each ``interval`` until cancelled."""
     warned = False
@@ -43,7 +43,7 @@ async def track_lag(engine: Engine, source: KafkaSource, observer: Observer,
                 return
 
 
-async def report_lag(engine: Engine, source: KafkaSource, observer: Observer) -> None:
+async def report_lag(engine: Engine, source: Source, observer: Observer) -> None:
     states = dict(engine.states)
     if not states:
         return
@@ -58,6 +58,6 @@ async def report_lag(engine: Engine, source: KafkaSource, observer: Observer) ->
                 observer.lag(part[0], part[1], max(0, max(end, state.fetched) - committed))
 
 
-async def _committed(source: KafkaSource, part: Partition) -> int:
+async def _committed(source: Source, part: Partition) -> int:
     off = await source.committed(part)
     return off if off is not None else 0

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -37,7 +37,8 @@ from .registry import HandlerSource, RouteTable
 from .retry import RetryPolicy
 from .schema import check_synchronous_commit, migrate
 from .stats import ConsumerStats
-from .transport.kafka import KafkaSource, Partition, consumer_options, producer_options
+from .transport.kafka import KafkaSource, consumer_options, producer_options
+from .transport.source import Partition, RebalanceHandler, Source
 from .types import DbConnection, DeadLetterSink, DedupCache, SinkResources
 
 log = logging.getLogger("consumerkit.consumer")
@@ -50,7 +51,13 @@ class Consumer:
     transaction, the handler runs in that same transaction (``ctx.tx``), the transaction
     commits, and only then may the offset move past the message. Messages of one key are
     handled one at a time in offset order; different keys run concurrently.
+
+    ``source_factory``, an attribute read when :meth:`run` starts, replaces the Kafka
+    consumer with another :class:`~consumerkit.transport.source.Source` built from the
+    engine's rebalance callbacks (``consumerkit.testing`` sets an in-memory one).
     """
+
+    source_factory: Callable[[RebalanceHandler], Source] | None = None
 
     def __init__(
         self, *, name: str, handlers: Iterable[HandlerSource], topics: Sequence[str],
@@ -263,12 +270,17 @@ class Consumer:
             pipeline=self._pipeline(pool, observer, tracing), max_in_flight=self.max_in_flight,
             batch_size=self.batch_size, max_batch=self.max_batch,
             revoke_timeout=self.revoke_timeout, keepalive=self.keepalive, stats=self.stats)
-        source = KafkaSource(
-            topics=self.topics, group_id=self.name, bootstrap=bootstrap,
-            options=self.kafka_consumer_options, rebalance=engine)
+        source: Source
+        if self.source_factory is None:
+            source = KafkaSource(
+                topics=self.topics, group_id=self.name, bootstrap=bootstrap,
+                options=self.kafka_consumer_options, rebalance=engine)
+        else:
+            source = self.source_factory(engine)
         await source.start()
         stack.push_async_callback(bounded, source.stop, self.shutdown_timeout)
-        await self._check_horizon()
+        if isinstance(source, KafkaSource):  # the topics' retention is the broker's to tell
+            await self._check_horizon()
         maintenance = asyncio.create_task(
             self._maintain_forever(pool, engine.pipeline.maintenance_wanted))
         stack.push_async_callback(cancel, maintenance)

@@ -5,6 +5,7 @@ Every exception the library raises derives from :class:`ConsumerKitError`::
     ConsumerKitError
     ├── ConfigurationError        a setting, identifier or handler definition is invalid
     │   └── HandlerDefinitionError    a handler cannot be registered or resolved
+    ├── MissingExtraError         an optional dependency is not installed (also an ImportError)
     ├── StartupError              a service is unreachable, a topic is missing, a migration failed
     ├── TransportError            the broker failed an operation (commit, fetch); retriable
     │   └── RecordTooLargeError       the broker or producer refuses a record's size; permanent
@@ -31,6 +32,15 @@ class ConfigurationError(ConsumerKitError):
 
 class HandlerDefinitionError(ConfigurationError):
     """A handler cannot be registered: not ``async def``, a bad payload annotation, a clash."""
+
+
+class MissingExtraError(ConsumerKitError, ImportError):
+    """A feature needs an optional dependency: the message names the extra to install."""
+
+    def __init__(self, feature: str, extra: str) -> None:
+        super().__init__(f"{feature} needs the {extra!r} extra: "
+                         f"pip install 'consumerkit[{extra}]'")
+        self.extra = extra
 
 
 class StartupError(ConsumerKitError):

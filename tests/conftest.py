@@ -36,6 +36,8 @@ from consumerkit.testing.services import (
     start_tansu,
 )
 
+pytest_plugins = ["pytester"]  # tests/testing runs a team's suite with the consumerkit plugin
+
 POSTGRES_ENV = "CONSUMERKIT_TEST_POSTGRES_DSN"
 KAFKA_ENV = "CONSUMERKIT_TEST_KAFKA_BOOTSTRAP"
 REDIS_ENV = "CONSUMERKIT_TEST_REDIS_URL"
@@ -234,3 +236,17 @@ def _redis_version(url: str) -> str:
         return str(client.info("server")["redis_version"])
     finally:
         client.close()
+
+
+# The consumerkit pytest plugin (consumerkit.testing.plugin) loads in this session too: its
+# services are this suite's, so a run starts one embedded PostgreSQL and one broker, not two.
+
+
+@pytest.fixture(scope="session")
+def consumerkit_postgres_dsn(postgres_dsn: str) -> str:
+    return postgres_dsn
+
+
+@pytest.fixture(scope="session")
+def consumerkit_kafka_bootstrap(kafka_bootstrap: str) -> str:
+    return kafka_bootstrap

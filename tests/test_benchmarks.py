@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from benchmarks import markdown, suite
 from benchmarks.cleanup import CleanupSpec
 from benchmarks.context import Services
@@ -45,6 +47,7 @@ SMOKE = Profile("smoke", (
                at=0.3, batch=500))
 
 
+@pytest.mark.slow
 async def test_suite_reports_every_peer_and_flags_broken_ones(
     postgres_dsn: str, kafka_bootstrap: str, redis_url: str, tmp_path: Path,
 ) -> None:

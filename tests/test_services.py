@@ -136,6 +136,7 @@ async def test_kafka_round_trip(kafka_bootstrap: str, make_topic: MakeTopic) -> 
         assert await consumer.committed(tp) == record.offset + 1
 
 
+@pytest.mark.slow
 async def test_committed_offsets_survive_consumer_restart(
     kafka_bootstrap: str, make_topic: MakeTopic
 ) -> None:

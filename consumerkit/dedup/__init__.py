@@ -30,11 +30,7 @@ __all__ = [
 def __getattr__(name: str) -> object:
     # RedisDedupCache needs the optional redis package: imported on first use
     if name == "RedisDedupCache":
-        try:
-            from .redis import RedisDedupCache
-        except ImportError as exc:
-            raise ImportError(
-                f"RedisDedupCache needs redis: pip install 'consumerkit[redis]' ({exc})"
-            ) from exc
+        from .redis import RedisDedupCache  # MissingExtraError names the extra
+
         return RedisDedupCache
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

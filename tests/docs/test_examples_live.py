@@ -74,6 +74,7 @@ async def wait_until(probe: Callable[[], Awaitable[T | None]], what: str,
         await asyncio.sleep(0.05)
 
 
+@pytest.mark.slow
 async def test_billing_example_end_to_end(
     postgres_dsn: str, pg_schema: str, kafka_bootstrap: str, make_topic: MakeTopic,
 ) -> None:
@@ -133,6 +134,7 @@ async def test_billing_example_end_to_end(
         await conn.close()
 
 
+@pytest.mark.slow
 async def test_one_signal_stops_every_consumer_of_the_process(
     postgres_dsn: str, pg_schema: str, kafka_bootstrap: str, make_topic: MakeTopic,
 ) -> None:

@@ -9,6 +9,7 @@ import signal
 import time
 
 import asyncpg
+import pytest
 
 from consumerkit import Consumer, HandlerContext
 from consumerkit.testing.services import start_tansu
@@ -30,6 +31,7 @@ from .ledger import (
 )
 
 
+@pytest.mark.slow
 async def test_a_full_consumer_keeps_polling_and_stays_in_its_group(
     postgres_dsn: str, kafka_bootstrap: str, ledger_topic: LedgerTopic, pg_schema: str,
     pg_pool: asyncpg.Pool,
@@ -65,6 +67,7 @@ async def _in_flight(consumer: Consumer, value: int) -> bool:
     return engine is not None and int(engine.in_flight) >= value
 
 
+@pytest.mark.slow
 async def test_a_stuck_handler_of_a_revoked_partition_is_cut_short(
     postgres_dsn: str, kafka_bootstrap: str, ledger_topic: LedgerTopic, pg_schema: str,
     pg_pool: asyncpg.Pool,

@@ -18,6 +18,7 @@ import asyncio
 from uuid import UUID
 
 import asyncpg
+import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
@@ -27,6 +28,8 @@ from consumerkit.testing.services import TansuBroker, free_port, start_tansu
 from consumerkit.transport.kafka import create_topic
 
 from .conftest import RelayRunning, pending, read_all, wait_until
+
+pytestmark = pytest.mark.slow  # two broker restarts
 
 
 async def _restart(broker: TansuBroker) -> TansuBroker:

@@ -103,6 +103,7 @@ class FlakySink(KafkaSink):
         return results
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("store", "caught"), [
     (CorrectStore, None),
     (CursorStore, "never published"),

@@ -1,0 +1,153 @@
+"""TestConsumer: the production engine, pipeline and dedup store, fed from memory, on a real
+PostgreSQL; what it reports is what happened."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from consumerkit import ConfigurationError, RetryPolicy
+from consumerkit.testing import Outcome, TestConsumer
+
+from .handlers import TABLE_SQL, Step, Unhandled, registry
+
+
+@pytest.fixture
+async def kit(consumerkit_dsn: str, consumerkit_schema: str) -> AsyncIterator[TestConsumer]:
+    conn = await asyncpg.connect(consumerkit_dsn)
+    try:
+        await conn.execute(TABLE_SQL)
+    finally:
+        await conn.close()
+    async with TestConsumer([registry], postgres_dsn=consumerkit_dsn,
+                            schema=consumerkit_schema) as kit:
+        yield kit
+
+
+async def effects(dsn: str) -> list[tuple[str, int]]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch("SELECT key, seq FROM effects ORDER BY id")
+    finally:
+        await conn.close()
+    return [(r["key"], r["seq"]) for r in rows]
+
+
+async def test_each_event_applied_once_and_every_partition_committed(
+    kit: TestConsumer, consumerkit_dsn: str,
+) -> None:
+    sent = [kit.publish(Step(key=f"k{n}", seq=n), key=f"k{n}") for n in range(12)]
+    kit.redeliver(sent[3], sent[7])
+    await kit.drain()
+    assert sorted(s.event_id or "" for s in kit.applied) == sorted(
+        dict(r.headers)["id"].decode() for r in sent)  # type: ignore[union-attr]
+    assert [s.record.offset for s in kit.duplicates] != []
+    assert {s.event_id for s in kit.duplicates} == {
+        dict(sent[3].headers)["id"].decode(), dict(sent[7].headers)["id"].decode()}  # type: ignore[union-attr]
+    assert sorted(await effects(consumerkit_dsn)) == sorted((f"k{n}", n) for n in range(12))
+    ends = kit.broker.end_offsets("events")
+    assert kit.committed == {p: end for p, end in ends.items() if end}
+    assert len([p for p, end in ends.items() if end]) > 1  # keys spread over partitions
+    assert kit.stats.applied == 12
+    assert kit.stats.duplicates == 2
+
+
+async def test_one_key_stays_on_one_partition_and_in_order(
+    kit: TestConsumer, consumerkit_dsn: str,
+) -> None:
+    sent = [kit.publish(Step(key=k, seq=n), key=k) for n in range(30) for k in ("a", "b")]
+    await kit.drain()
+    for key in ("a", "b"):
+        mine = [r for r in sent if r.key == key.encode()]
+        assert len({r.partition for r in mine}) == 1
+        offsets = [r.offset for r in mine]
+        assert offsets == sorted(offsets)
+        assert [seq for k, seq in await effects(consumerkit_dsn) if k == key] == list(range(30))
+
+
+async def test_replay_from_the_start_changes_nothing(
+    kit: TestConsumer, consumerkit_dsn: str,
+) -> None:
+    for n in range(5):
+        kit.publish(Step(key="k", seq=n), key="k")
+    await kit.drain()
+    before = await effects(consumerkit_dsn)
+    kit.replay(0)
+    await kit.drain()
+    assert len(kit.duplicates) == 5
+    assert await effects(consumerkit_dsn) == before
+
+
+async def test_drain_raises_the_first_handler_error(kit: TestConsumer) -> None:
+    kit.publish(Step(key="k", seq=1), key="k")
+    kit.publish(Step(key="k", seq=2, fail="error"), key="k")
+    with pytest.raises(ValueError, match="step 2 of k failed"):
+        await kit.drain()
+
+
+async def test_without_fail_fast_failures_are_retried_then_dead_lettered(
+    kit: TestConsumer, consumerkit_dsn: str,
+) -> None:
+    kit.publish(Step(key="k", seq=1, fail="error"), key="k")
+    kit.publish(Step(key="k", seq=2, fail="once"), key="k")
+    kit.publish(Step(key="k", seq=3), key="k")
+    await kit.drain(fail_fast=False)
+    (entry,) = kit.dead_letters
+    assert entry.reason == "handler_failed"
+    assert entry.attempts == 3  # the kit's default retry policy
+    assert len(kit.errors) == 4  # three attempts of seq 1, the first of seq 2
+    assert await effects(consumerkit_dsn) == [("k", 2), ("k", 3)]  # seq 1 rolled back
+    assert [s.outcome for s in kit.settled] == [
+        Outcome.DEAD_LETTERED, Outcome.APPLIED, Outcome.APPLIED]
+
+
+async def test_a_dead_letter_signal_is_no_error(kit: TestConsumer) -> None:
+    kit.publish(Step(key="k", seq=1, fail="dead"), key="k")
+    await kit.drain()
+    assert [e.reason for e in kit.dead_letters] == ["dead_lettered_by_handler"]
+    assert kit.errors == []
+
+
+async def test_raw_records_go_through_the_decoder(kit: TestConsumer) -> None:
+    kit.publish(b'{"key": "k", "seq": 1}', key="k",
+                headers=[("id", b"raw-1"), ("event_type", b"step.done")])
+    kit.publish(b"not json", key="k", headers=[("id", b"raw-2"), ("event_type", b"step.done")])
+    await kit.drain()
+    assert [s.event_id for s in kit.applied] == ["raw-1"]
+    assert [(e.event_id, e.reason) for e in kit.dead_letters] == [("raw-2", "invalid_json")]
+
+
+async def test_publish_refuses_what_no_handler_takes(kit: TestConsumer) -> None:
+    with pytest.raises(ConfigurationError, match="pass event_type="):
+        kit.publish(Unhandled(x=1))
+    with pytest.raises(ConfigurationError, match="raw record"):
+        kit.publish(b"{}", event_id="x")
+
+
+async def test_settings_reach_the_consumer(consumerkit_dsn: str, consumerkit_schema: str) -> None:
+    conn = await asyncpg.connect(consumerkit_dsn)
+    try:
+        await conn.execute(TABLE_SQL)
+    finally:
+        await conn.close()
+    retry = RetryPolicy(max_attempts=1)
+    async with TestConsumer([registry], postgres_dsn=consumerkit_dsn, schema=consumerkit_schema,
+                            retry=retry, max_batch=1, topics=["steps"], partitions=2) as kit:
+        kit.publish(Step(key="k", seq=1, fail="error"), key="k")
+        await kit.drain(fail_fast=False)
+        assert kit.consumer.retry is retry
+        assert kit.broker.topics() == {"steps": 2}
+        assert [e.attempts for e in kit.dead_letters] == [1]
+
+
+async def test_a_failure_is_raised_by_one_drain_only(kit: TestConsumer) -> None:
+    kit.publish(Step(key="k", seq=1, fail="error"), key="k")
+    await kit.drain(fail_fast=False)  # dead-lettered: settled, not raised later
+    kit.publish(Step(key="k", seq=2), key="k")
+    await kit.drain()
+    kit.publish(Step(key="j", seq=3, fail="error"), key="j")
+    with pytest.raises(ValueError, match="step 3"):
+        await kit.drain()
+    assert len(kit.errors) >= 4
