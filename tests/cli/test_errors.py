@@ -89,7 +89,6 @@ async def test_a_table_never_migrated_names_the_command_that_creates_it(
 @pytest.mark.parametrize("argv", [["dead-letters", "--limit", "-1"],
                                   ["outbox", "failed", "--limit", "-5"],
                                   ["outbox", "cleanup", "--batch", "0"],
-                                  ["demo", "--orders", "-3"],
                                   ["run", "app:c", "--metrics-port", "x", "--log-format", "xml"]])
 def test_usage_errors_exit_two(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
     with pytest.raises(SystemExit) as info:

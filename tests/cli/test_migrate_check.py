@@ -39,7 +39,7 @@ async def test_migrate_creates_every_table_once_and_says_so(
     code, out = await run(capsys, "migrate", *db)
     assert code == 0, out
     assert out.splitlines() == [
-        "created dead-letter table and retention registry (version 2)",
+        "created dead-letter table and retention registry (version 3)",
         "created dedup table processed_events (version 3)",
         "created outbox and its side tables outbox (version 1)",
         "created outbox and its side tables orders_outbox (version 1)",
@@ -50,7 +50,7 @@ async def test_migrate_creates_every_table_once_and_says_so(
     code, out = await run(capsys, "migrate", *db)
     assert code == 0, out
     assert out.splitlines() == [
-        "dead-letter table and retention registry: already present (version 2)",
+        "dead-letter table and retention registry: already present (version 3)",
         "dedup table processed_events: already present (version 3)",
         "outbox and its side tables outbox: already present (version 1)",
         "outbox and its side tables orders_outbox: already present (version 1)",
