@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+from pathlib import Path
 
 from pydantic import BaseModel
 
-from consumerkit import Consumer, HandlerContext, handler
+from consumerkit import Consumer, DeadLetter, DeadLetterTable, HandlerContext, handler
+from consumerkit.types import SinkResources
 
 SCHEMA = os.environ.get("CLI_TEST_SCHEMA", "consumerkit")
 DELAY = float(os.environ.get("CLI_TEST_DELAY", "0"))
@@ -23,6 +25,8 @@ class Charge(BaseModel):
 
 @handler("charge")
 async def charge(event: Charge, ctx: HandlerContext) -> None:
+    if event.amount < 0:  # the poison message of the metrics tests
+        raise DeadLetter(f"a charge of {event.amount} cannot be applied")
     await ctx.tx.execute(
         f'INSERT INTO "{SCHEMA}".charges (order_id, amount) VALUES ($1, $2)',
         event.order_id, event.amount)
@@ -30,11 +34,27 @@ async def charge(event: Charge, ctx: HandlerContext) -> None:
         await asyncio.sleep(DELAY)
 
 
+class GatedDeadLetters(DeadLetterTable):
+    """The dead-letter table, opening only once the file ``gate`` exists: holds the
+    consumer's start-up there, so a test sees it not ready yet."""
+
+    def __init__(self, gate: Path) -> None:
+        super().__init__()
+        self.gate = gate
+
+    async def open(self, resources: SinkResources) -> None:
+        while not self.gate.exists():
+            await asyncio.sleep(0.05)
+        await super().open(resources)
+
+
 def build() -> Consumer:
+    gate = os.environ.get("CLI_TEST_GATE")
     return Consumer(
         name=os.environ.get("CLI_TEST_GROUP", "cli-test"), handlers=[charge],
         topics=[os.environ.get("CLI_TEST_TOPIC", "orders")], schema=SCHEMA, max_batch=1,
-        concurrency=4, kafka_consumer_options=FAST_GROUP)
+        concurrency=4, kafka_consumer_options=FAST_GROUP,
+        dead_letter=GatedDeadLetters(Path(gate)) if gate else None)
 
 
 async def build_async() -> Consumer:
