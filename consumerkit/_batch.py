@@ -71,18 +71,18 @@ class Batcher:
         (abandoned, or cut short by cancellation) count as abandoned."""
         pipeline = self.pipeline
         pipeline.observe.delivered(len(records))
-        unreported = len(records)
+        reported: list[RecordLike] = []
 
         def final(record: RecordLike, outcome: Outcome) -> None:
-            nonlocal unreported
-            unreported -= 1  # an ABANDONED outcome is counted by the pipeline itself
+            reported.append(record)  # an ABANDONED outcome is counted by the pipeline itself
             report(record, outcome)
 
         try:
             await self._process(records, abandon, final)
         finally:
-            if unreported:
-                pipeline.observe.abandoned(unreported)
+            if len(reported) < len(records):
+                done = {id(record) for record in reported}
+                pipeline.observe.abandoned([r for r in records if id(r) not in done])
 
     async def _process(
         self, records: Sequence[RecordLike], abandon: asyncio.Event, report: Report,

@@ -189,15 +189,16 @@ class Engine:
         try:
             if state.abandon.is_set():
                 return
+            running: RecordLike | None = None
             try:
                 if self.batcher is None:
-                    for record in records:
-                        report(record, await self.pipeline.process(record, state.abandon))
+                    for running in records:
+                        report(running, await self.pipeline.process(running, state.abandon))
                 else:
                     await self.batcher.process(records, state.abandon, report)
             except asyncio.CancelledError:
-                if self.batcher is None:  # the record cut short (the batcher counts its own)
-                    self.pipeline.observe.abandoned(1)
+                if running is not None:  # the record cut short (the batcher counts its own)
+                    self.pipeline.observe.abandoned((running,))
                 if not state.killed or task.cancelling() > 1:
                     raise
                 task.uncancel()  # only these records were cut short: their lane goes on

@@ -1,5 +1,6 @@
 """What a consumer or relay needs to be observed: its observers as one, the PostgreSQL part of
-its readiness, the dedup partitions' lead, and the metrics endpoint's lifetime."""
+its readiness, readiness changes told to the observers, the dedup partitions' lead, the lag
+and the metrics endpoint's lifetime."""
 
 from __future__ import annotations
 
@@ -7,11 +8,14 @@ import asyncio
 import contextlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import asyncpg
 from prometheus_client import CollectorRegistry
 
 from ._failures import describe
+from ._lag import track_lag
+from ._lifecycle import cancel
 from .dedup.partitions import list_partitions
 from .observability.logging import LogObserver
 from .observability.metrics import ConsumerMetrics
@@ -20,6 +24,10 @@ from .observability.server import HealthServer, Readiness
 from .observability.tracing import Tracing, default_tracing
 from .stats import ConsumerStats, StatsObserver
 from .types import DbConnection
+
+if TYPE_CHECKING:
+    from ._engine import Engine
+    from .transport.source import Source
 
 PING_TIMEOUT = 2.0  # /readyz: PostgreSQL must answer within this
 
@@ -41,6 +49,48 @@ def consumer_observer(
             observers.append(tracing)
     observers.extend(extra)
     return fanout(observers), tracing
+
+
+class Observed:
+    """A running consumer's observation: its observers as one (``observer``), the tracing
+    that wraps its handlers, the probe of its database and its readiness as last told."""
+
+    def __init__(self, role: str, name: str, observer: Observer, tracing: Tracing | None,
+                 probe: Probe) -> None:
+        self.role = role
+        self.name = name
+        self.observer = observer
+        self.tracing = tracing
+        self.probe = probe
+        self._reason: str | None = "never checked"
+
+    def tell(self, reason: str | None) -> None:
+        """Tell the observers ``reason`` (``None``: ready) if it changed since last told."""
+        if reason != self._reason:
+            self._reason = reason
+            self.observer.readiness(self.role, self.name, reason)
+
+    def track_lag(self, stack: contextlib.AsyncExitStack, engine: Engine, source: Source,
+                  interval: float) -> None:
+        """Report the lag every ``interval`` seconds until ``stack`` unwinds."""
+        lag = asyncio.create_task(track_lag(engine, source, self.observer, interval))
+        stack.push_async_callback(cancel, lag)
+
+
+async def observe_consumer(
+    stack: contextlib.AsyncExitStack, *, name: str, dsn: str, stats: ConsumerStats,
+    observers: Sequence[Observer], registry: CollectorRegistry | None,
+    readiness: Readiness, metrics_port: int | None, metrics_host: str,
+) -> Observed:
+    """A consumer's observation for one run, and its metrics endpoint when ``metrics_port``
+    is given (``registry`` must be given then); all closed when ``stack`` unwinds."""
+    probe = Probe(dsn, name)
+    stack.push_async_callback(probe.close)
+    observer, tracing = consumer_observer(name, stats, observers, registry)
+    if metrics_port is not None:
+        assert registry is not None
+        await serve_metrics(stack, registry, readiness, metrics_host, metrics_port)
+    return Observed("consumer", name, observer, tracing, probe)
 
 
 async def partitions_ahead(conn: DbConnection, schema: str, table: str) -> float | None:

@@ -154,7 +154,7 @@ class Pipeline:
                 self.observe.retry(record, decoded.envelope, decoded.route.name, attempt,
                                    delay, error)
             if await wait_or_abandon(abandon, delay):
-                return self._abandoned()
+                return self._abandoned(record)
 
     def _retry_delay(self, error: BaseException, attempt: int) -> float:
         if isinstance(error, Retry) and error.delay is not None:
@@ -313,7 +313,7 @@ class Pipeline:
                 else:
                     await self._call(decoded, ctx, alone)
             finally:
-                self.observe.handler_finished(decoded.route.name, time.perf_counter() - started)
+                seconds = time.perf_counter() - started
             if not conn.is_in_transaction():
                 if alone or await check(conn, token) is not Mark.COMMITTED:
                     raise HandlerEndedTransaction("the handler ended the transaction itself")
@@ -334,6 +334,8 @@ class Pipeline:
             raise HandlerFailure(exc) from exc  # the handler raised CancelledError by itself
         except Exception as exc:
             raise HandlerFailure(exc) from exc
+        finally:  # out of the try above, which makes any error the handler's
+            self.observe.handler_finished(decoded.route.name, seconds)
 
     async def _call(self, decoded: Decoded, ctx: HandlerContext, alone: bool) -> None:
         if alone:
@@ -376,15 +378,15 @@ class Pipeline:
                 headers, wire.event_type_header),
         )
         if not await self.dead_letters.write(entry, abandon):
-            return self._abandoned()
+            return self._abandoned(record)
         self.stats.dead_letter_failures = self.dead_letters.failures
         self.observe.dead_lettered(record, decoded.envelope if decoded else None,
                                    decoded.route.name if decoded else "", reason, detail,
                                    attempts)
         return Outcome.DEAD_LETTERED
 
-    def _abandoned(self) -> Outcome:
-        self.observe.abandoned(1)
+    def _abandoned(self, record: RecordLike) -> Outcome:
+        self.observe.abandoned((record,))
         return Outcome.ABANDONED
 
 

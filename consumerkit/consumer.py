@@ -17,29 +17,26 @@ from . import _signals
 from ._decode import Decoder
 from ._engine import Engine
 from ._identifiers import check_name, identifier, redact_dsn
-from ._lag import track_lag
 from ._lifecycle import bounded, cancel, connect, open_pool
-from ._observing import Probe, consumer_observer, partitions_ahead, serve_metrics
+from ._observing import Observed, observe_consumer
 from ._pipeline import Pipeline
+from ._upkeep import DedupUpkeep, check_horizon
 from .deadletter.table import DeadLetterTable
 from .deadletter.writer import DeadLetterWriter
-from .dedup.horizon import horizon_findings, redelivery_horizon_check
-from .dedup.partitions import maintain
+from .dedup.horizon import horizon_findings
 from .dedup.policy import DedupPolicy
 from .dedup.stores import store_for
 from .envelope import WireFormat
 from .errors import ConfigurationError
 from .observability.observer import Observer
-from .observability.tracing import Tracing
-from .outbox.table import migrate_outbox
 from .outbox.writer import Outbox
 from .registry import HandlerSource, RouteTable
 from .retry import RetryPolicy
-from .schema import check_synchronous_commit, migrate
+from .schema import migrate
 from .stats import ConsumerStats
 from .transport.kafka import KafkaSource, consumer_options, producer_options
 from .transport.source import Partition, RebalanceHandler, Source
-from .types import DbConnection, DeadLetterSink, DedupCache, SinkResources
+from .types import DeadLetterSink, DedupCache, SinkResources
 
 log = logging.getLogger("consumerkit.consumer")
 
@@ -148,14 +145,12 @@ class Consumer:
         self.metrics_host = metrics_host
         self.registry = registry
         self.lag_interval = 5.0  # seconds between end-offset requests for the lag
-        self._observer: Observer | None = None
-        self._ready_reason: str | None = "never checked"
-        # its own connection: a busy pool must not make the consumer look unready
-        self._probe: Probe | None = None  # made when run() knows the DSN
+        self._observed: Observed | None = None  # made when run() knows the DSN
         self.started = asyncio.Event()
         self._engine: Engine | None = None
         self._running = False
-        self._stop_requested = asyncio.Event()
+        self._stop_requested = asyncio.Event()  # a stop was asked (stop(), a signal)
+        self._ending = False  # the run ended, asked to or not: no longer ready
         self._force = asyncio.Event()
         self._finished = asyncio.Event()
 
@@ -226,36 +221,33 @@ class Consumer:
         """``None`` once start-up is complete, the group is joined (the first assignment,
         even an empty one, came) and PostgreSQL answers a query; else the reason why not."""
         reason = await self._readiness()
-        if self._observer is not None and reason != self._ready_reason:
-            self._ready_reason = reason  # observers hear of changes only
-            self._observer.readiness("consumer", self.name, reason)
+        if self._observed is not None:
+            self._observed.tell(reason)  # observers hear of changes only
         return reason
 
     async def _readiness(self) -> str | None:
-        if self._finished.is_set() or self._stop_requested.is_set():
+        if self._ending or self._finished.is_set() or self._stop_requested.is_set():
             return "stopping"
-        if not self.started.is_set() or self._engine is None or self._probe is None:
+        if not self.started.is_set() or self._engine is None or self._observed is None:
             return "starting"
         if not self._engine.joined.is_set():
             return f"waiting to join consumer group {self.name}"
-        return await self._probe.check()
+        # its own connection: a busy pool must not make the consumer look unready
+        return await self._observed.probe.check()
 
     async def _serve(self, stack: contextlib.AsyncExitStack) -> None:
         dsn, bootstrap = self._services()
-        self._probe = probe = Probe(dsn, self.name)
-        stack.push_async_callback(probe.close)
         if self.metrics_port is not None and self.registry is None:
             self.registry = CollectorRegistry()  # one per consumer: no clash in a process
-        observer, tracing = consumer_observer(self.name, self.stats, self.observers,
-                                              self.registry)
-        self._observer = observer
-        if self.metrics_port is not None:
-            assert self.registry is not None
-            await serve_metrics(stack, self.registry, self.readiness, self.metrics_host,
-                                self.metrics_port)
+        observed = self._observed = await observe_consumer(
+            stack, name=self.name, dsn=dsn, stats=self.stats, observers=self.observers,
+            registry=self.registry, readiness=self.readiness, metrics_port=self.metrics_port,
+            metrics_host=self.metrics_host)
+        observer = observed.observer
         pool = await open_pool(dsn, self.name, self.concurrency + 2)
         stack.push_async_callback(pool.close)
-        await self._prepare_database(pool)
+        upkeep = DedupUpkeep(pool, self.schema, self.dedup, self.name, observer)
+        await upkeep.prepare(auto_migrate=self.auto_migrate, outbox=self.outbox)
         resources = SinkResources(pool, self.schema, bootstrap, self.kafka_options,
                                   tuple(self.topics))
         for sink in self.dead_letter:
@@ -267,7 +259,7 @@ class Consumer:
             await self.dedup_cache.open()
             stack.push_async_callback(self.dedup_cache.close)
         engine = self._engine = Engine(
-            pipeline=self._pipeline(pool, observer, tracing), max_in_flight=self.max_in_flight,
+            pipeline=self._pipeline(pool, observed), max_in_flight=self.max_in_flight,
             batch_size=self.batch_size, max_batch=self.max_batch,
             revoke_timeout=self.revoke_timeout, keepalive=self.keepalive, stats=self.stats)
         source: Source
@@ -280,12 +272,13 @@ class Consumer:
         await source.start()
         stack.push_async_callback(bounded, source.stop, self.shutdown_timeout)
         if isinstance(source, KafkaSource):  # the topics' retention is the broker's to tell
-            await self._check_horizon()
+            await check_horizon(self.dedup, topics=self.topics, kafka_bootstrap=bootstrap,
+                                retry=self.retry, handler_timeout=self.handler_timeout,
+                                kafka_options=self.kafka_options)
         maintenance = asyncio.create_task(
-            self._maintain_forever(pool, engine.pipeline.maintenance_wanted))
+            upkeep.run(self.maintenance_interval, engine.pipeline.maintenance_wanted))
         stack.push_async_callback(cancel, maintenance)
-        lag = asyncio.create_task(track_lag(engine, source, observer, self.lag_interval))
-        stack.push_async_callback(cancel, lag)
+        observed.track_lag(stack, engine, source, self.lag_interval)
         if self.handle_signals:
             stack.callback(_signals.install(self._on_signal))
         if self._stop_requested.is_set():
@@ -295,27 +288,16 @@ class Consumer:
         try:
             await engine.run(source)
         finally:
-            self._stop_requested.set()  # whatever ended the run: no longer ready
-            await self.readiness()  # "stopping", for the gauge and the log
+            # whatever ended the run: no longer ready; a first signal now still drains
+            self._ending = True
             await engine.drain(self.shutdown_timeout, self._force)
             log.info("consumer %s stopped: %s", self.name, self.stats)
+            try:
+                await self.readiness()  # "stopping", for the gauge and the log
+            except Exception:  # nothing left to spoil, but the run's own error comes first
+                log.exception("consumer %s: reporting its readiness failed", self.name)
 
-    async def _check_horizon(self) -> None:
-        """Warn when a redelivery (a reset to the start of a topic that keeps records longer
-        than the dedup window) could bring back events the dedup table has forgotten."""
-        _, bootstrap = self._services()
-        findings = await redelivery_horizon_check(
-            self.dedup, topics=self.topics, kafka_bootstrap=bootstrap,
-            retry=self.retry, handler_timeout=self.handler_timeout,
-            kafka_options=self.kafka_options)
-        for finding in findings:
-            if finding.level == "warning":
-                log.warning("%s", finding.message)
-            else:
-                log.info("%s", finding.message)
-
-    def _pipeline(self, pool: asyncpg.Pool, observer: Observer,
-                  tracing: Tracing | None) -> Pipeline:
+    def _pipeline(self, pool: asyncpg.Pool, observed: Observed) -> Pipeline:
         return Pipeline(
             consumer=self.name, namespace=self.name, pool=pool,
             dedup=store_for(self.schema, self.dedup),
@@ -323,45 +305,7 @@ class Consumer:
             retry=self.retry, dead_letters=DeadLetterWriter(self.dead_letter),
             expired=self.dedup.expired, stats=self.stats, concurrency=self.concurrency,
             handler_timeout=self.handler_timeout, cache=self.dedup_cache, outbox=self.outbox,
-            observer=observer, tracing=tracing)
-
-    async def _prepare_database(self, pool: asyncpg.Pool) -> None:
-        async with pool.acquire() as conn:
-            if await check_synchronous_commit(conn) == "off":
-                log.warning(
-                    "PostgreSQL runs with synchronous_commit=off: a committed effect can vanish "
-                    "after a crash while its offset is already committed (lost effect)")
-            if self.auto_migrate:
-                await migrate(conn, self.schema, self.dedup, namespace=self.name)
-                if self.outbox is not None:
-                    await migrate_outbox(conn, self.outbox.table)
-            else:
-                await maintain(conn, self.schema, self.dedup, namespace=self.name)
-            await self._report_partitions(conn)
-
-    async def _maintain_forever(self, pool: asyncpg.Pool, wanted: asyncio.Event) -> None:
-        """Create partitions ahead and drop expired ones every interval, or at once when a
-        claim found no partition for the current time."""
-        interval = self.maintenance_interval.total_seconds()
-        while not self._stop_requested.is_set():
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(interval):
-                    await wanted.wait()
-            wanted.clear()
-            try:
-                async with pool.acquire() as conn:
-                    report = await maintain(conn, self.schema, self.dedup, namespace=self.name)
-                    await self._report_partitions(conn)
-                if report.created or report.dropped:
-                    log.info("dedup partitions created %s, dropped %s", report.created,
-                             report.dropped)
-            except Exception:
-                log.exception("dedup partition maintenance failed; retrying next interval")
-
-    async def _report_partitions(self, conn: DbConnection) -> None:
-        if self._observer is not None:
-            self._observer.partitions_ahead(
-                await partitions_ahead(conn, self.schema, self.dedup.table))
+            observer=observed.observer, tracing=observed.tracing)
 
     def _on_signal(self, sig: signal.Signals) -> None:
         if self._stop_requested.is_set():

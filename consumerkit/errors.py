@@ -10,9 +10,16 @@ Every exception the library raises derives from :class:`ConsumerKitError`::
     ├── TransportError            the broker failed an operation (commit, fetch); retriable
     │   └── RecordTooLargeError       the broker or producer refuses a record's size; permanent
     ├── DecodeError               a record cannot become an event (reason code; dead-lettered)
-    └── HandlerSignal             control flow raised BY handlers, not a failure
-        ├── Retry                     retry this message after ``delay`` seconds
-        └── DeadLetter                send this message to the dead-letter destination now
+    ├── HandlerSignal             control flow raised BY handlers, not a failure
+    │   ├── Retry                     retry this message after ``delay`` seconds
+    │   └── DeadLetter                send this message to the dead-letter destination now
+    ├── NotInTransactionError     the outbox was written outside a transaction
+    │                             (consumerkit.outbox)
+    ├── PermanentSendError        an outbox sink's destination refused an event for good
+    │                             (consumerkit.outbox; the event is given up on)
+    ├── CommandError              a command failed in a way its user can fix
+    │                             (consumerkit.cli.errors; one line, exit status 1)
+    └── DemoFailed                the demo could not finish (consumerkit.demo.scenario)
 
 Exceptions a handler raises that are not signals are failures: the transaction rolls back and the
 message is retried with back-off, unless the exception carries ``retriable = False`` (class or

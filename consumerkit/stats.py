@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 from .observability.observer import BaseObserver
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from .envelope import Envelope, RecordLike
 
 
@@ -66,8 +68,8 @@ class StatsObserver(BaseObserver):
     def expired_skipped(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
         self.stats.expired_skipped += 1
 
-    def abandoned(self, count: int) -> None:
-        self.stats.abandoned += count
+    def abandoned(self, records: Sequence[RecordLike]) -> None:
+        self.stats.abandoned += len(records)
 
     def retry(self, record: RecordLike, envelope: Envelope, handler: str, attempt: int,
               delay: float, error: BaseException) -> None:

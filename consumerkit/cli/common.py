@@ -1,11 +1,19 @@
-"""What several commands share: sub-command parsers, value types, database options."""
+"""What several commands share: sub-command parsers, value types, database options, and
+running a service until a signal."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import os
 import re
+import signal
+from collections.abc import Callable, Coroutine
 from datetime import timedelta
+from typing import Any
+
+from .. import _signals
 
 _DURATION = re.compile(r"(\d+)([dhm])")
 _UNITS = {"d": "days", "h": "hours", "m": "minutes"}
@@ -80,3 +88,18 @@ def policy_args(parser: argparse.ArgumentParser) -> None:
         help="shortest retention to keep; a longer one registered by a consumer wins")
     parser.add_argument("--interval", type=duration, default=timedelta(days=1),
                         help="the dedup table's partition interval")
+
+
+async def run_until_signalled(
+    run: Coroutine[Any, Any, None],
+    on_signal: Callable[[signal.Signals, asyncio.Task[None]], None],
+) -> None:
+    """Run ``run`` as a task, calling ``on_signal(sig, task)`` on SIGTERM/SIGINT meanwhile;
+    a task cancelled by it (a forced stop) ends quietly, any other error is raised."""
+    task = asyncio.create_task(run)
+    remove = _signals.install(lambda sig: on_signal(sig, task))
+    try:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    finally:
+        remove()

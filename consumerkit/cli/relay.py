@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import signal
 
-from .. import _signals
 from ..logs import configure_logging
 from ..outbox.kafka import KafkaSink
 from ..outbox.relay import Relay
 from ..outbox.sink import OutboxSink
 from ..outbox.table import OutboxTable
 from ..settings import RelaySettings
-from .common import sub
+from .common import run_until_signalled, sub
 from .errors import MIGRATE_HINT, CommandError, database
 from .options import add_settings_arguments, load_settings
 
@@ -66,10 +64,9 @@ async def relay_command(args: argparse.Namespace) -> int:
                   poll_interval=settings.poll_interval, name=settings.name,
                   handle_signals=False, metrics_port=settings.metrics_port,
                   metrics_host=settings.metrics_host)
-    task = asyncio.create_task(relay.run())
     signals = 0
 
-    def on_signal(sig: signal.Signals) -> None:
+    def on_signal(sig: signal.Signals, task: asyncio.Task[None]) -> None:
         nonlocal signals
         signals += 1
         if signals == 1 and relay.started.is_set():
@@ -79,10 +76,5 @@ async def relay_command(args: argparse.Namespace) -> int:
             log.warning("%s: stopping now", sig.name)
             task.cancel()
 
-    remove = _signals.install(on_signal)
-    try:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    finally:
-        remove()
+    await run_until_signalled(relay.run(), on_signal)
     return 0

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import signal
 
-from .. import _signals
 from ..consumer import Consumer
 from ..logs import configure_logging
 from ..settings import ConsumerSettings, flag
-from .common import sub
+from .common import run_until_signalled, sub
 from .errors import check_database
 from .options import add_settings_arguments, load_settings, sources
 from .target import load_consumer
@@ -84,17 +82,11 @@ async def run_command(args: argparse.Namespace) -> int:
     apply_settings(consumer, settings, sources(args, ConsumerSettings))
     await check_database(consumer.postgres_dsn)
     consumer.handle_signals = True  # the process is ours: drain on the first, force on the next
-    task = asyncio.create_task(consumer.run())
 
-    def on_signal(sig: signal.Signals) -> None:
+    def on_signal(sig: signal.Signals, task: asyncio.Task[None]) -> None:
         if not consumer.started.is_set():  # still starting: nothing in flight to drain
             log.info("%s during start-up: stopping", sig.name)
             task.cancel()
 
-    remove = _signals.install(on_signal)
-    try:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    finally:
-        remove()
+    await run_until_signalled(consumer.run(), on_signal)
     return 0

@@ -45,12 +45,6 @@ QUIET = ("aiokafka",)
 INTERRUPTED = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
-class Interrupted(Exception):
-    def __init__(self, sig: signal.Signals) -> None:
-        super().__init__(sig.name)
-        self.sig = sig
-
-
 @dataclass(frozen=True, slots=True)
 class Services:
     kafka: str

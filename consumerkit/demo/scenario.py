@@ -23,6 +23,7 @@ from typing import Any
 
 import asyncpg
 
+from ..errors import ConsumerKitError
 from ..outbox import NewEvent
 from . import shop
 from .procs import Workers
@@ -34,7 +35,7 @@ COPY_SHARE = 0.25
 WRITERS = 4  # connections placing orders at once
 
 
-class DemoFailed(Exception):
+class DemoFailed(ConsumerKitError):
     """The run could not finish: a deadline passed or a worker died by itself."""
 
 

@@ -3,22 +3,30 @@
 The pipeline, the batcher, the engine, the webhook receiver and the relay tell an
 :class:`Observer` what happened; :class:`~consumerkit.ConsumerStats`, the Prometheus metrics,
 the outcome log lines and the traces are observers. Calls are synchronous and cheap: an
-observer increments counters, never awaits, and never raises (one that does breaks the
-message's processing like a bug in consumerkit would).
+observer increments counters and never awaits.
 
 :func:`fanout` combines observers into one. Observers derive from :class:`BaseObserver` (every
 method a no-op) and override what they need; the fan-out calls, per method, only the observers
-that override it, so a method nobody overrides costs one call to a no-op.
+that override it, so a method nobody overrides costs one call to a no-op. An observer defined
+outside consumerkit (one passed in ``observers=``) is guarded: what it raises is logged (once
+per method, then at most once a minute with a count) and swallowed, so that a bug in it can
+neither fail a message nor stop a consumer. consumerkit's own observers are called directly.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ..envelope import Envelope, RecordLike
+
+log = logging.getLogger("consumerkit.observer")
+
+_REPEAT_LOG = 60.0  # seconds between two log lines about the same observer method failing
 
 
 class Observer(Protocol):
@@ -39,7 +47,8 @@ class Observer(Protocol):
 
     def expired_skipped(self, record: RecordLike, envelope: Envelope, handler: str) -> None: ...
 
-    def abandoned(self, count: int) -> None: ...
+    def abandoned(self, records: Sequence[RecordLike]) -> None:
+        """``records`` were left unfinished (revocation, shutdown): they will be read again."""
 
     def handler_finished(self, handler: str, seconds: float) -> None: ...
 
@@ -90,7 +99,7 @@ class BaseObserver:
     def expired_skipped(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
         pass
 
-    def abandoned(self, count: int) -> None:
+    def abandoned(self, records: Sequence[RecordLike]) -> None:
         pass
 
     def handler_finished(self, handler: str, seconds: float) -> None:
@@ -136,7 +145,7 @@ class Fanout(BaseObserver):
     def __init__(self, observers: Sequence[Observer]) -> None:
         self.observers = tuple(observers)
         for name in METHODS:
-            calls = [getattr(o, name) for o in self.observers if _overrides(o, name)]
+            calls = [_guarded(o, name) for o in self.observers if _overrides(o, name)]
             setattr(self, name, _combine(calls, getattr(BaseObserver(), name)))
 
 
@@ -144,6 +153,35 @@ def _overrides(observer: object, name: str) -> bool:
     if not isinstance(observer, BaseObserver):
         return True  # a plain Protocol implementation: call every method
     return getattr(type(observer), name) is not getattr(BaseObserver, name)
+
+
+def _builtin(observer: object) -> bool:
+    return type(observer).__module__.partition(".")[0] == "consumerkit"
+
+
+def _guarded(observer: object, name: str) -> Callable[..., None]:
+    """``observer.name``, called directly if consumerkit's own, else through a guard that
+    logs and swallows what it raises (rate-limited: a failing method fails on every call)."""
+    call: Callable[..., None] = getattr(observer, name)
+    if _builtin(observer):
+        return call
+    what = f"{type(observer).__qualname__}.{name}"
+    logged_at = -_REPEAT_LOG
+    failures = 0
+
+    def guard(*args: Any) -> None:
+        nonlocal logged_at, failures
+        try:
+            call(*args)
+        except Exception:
+            failures += 1
+            now = time.monotonic()
+            if now - logged_at >= _REPEAT_LOG:
+                logged_at = now
+                log.exception("observer %s raised (%d times so far); ignored: observers "
+                              "must not raise", what, failures)
+
+    return guard
 
 
 def _combine(calls: list[Callable[..., None]], noop: Callable[..., None]) -> Callable[..., None]:
@@ -161,7 +199,8 @@ def _combine(calls: list[Callable[..., None]], noop: Callable[..., None]) -> Cal
 
 
 def fanout(observers: Sequence[Observer]) -> Observer:
-    """One observer calling each of ``observers`` in order (the one itself when alone)."""
-    if len(observers) == 1:
+    """One observer calling each of ``observers`` in order (one of consumerkit's own itself
+    when alone); those defined outside consumerkit are guarded (see the module's text)."""
+    if len(observers) == 1 and _builtin(observers[0]):
         return observers[0]
     return Fanout(observers)

@@ -9,14 +9,15 @@ The span follows the OpenTelemetry messaging conventions: kind CONSUMER, name
 destination, partition, offset and message id, a child of the context in the record's
 ``traceparent``/``tracestate`` headers. It starts when the handler first runs (or when the
 outcome is known, for a duplicate) and ends with the outcome, set as
-``consumerkit.outcome`` and ``consumerkit.duplicate``.
+``consumerkit.outcome`` and ``consumerkit.duplicate``; a message left unfinished (revoked
+partition, shutdown) ends its span with the outcome ``abandoned``.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +34,7 @@ except ImportError:  # pragma: no cover - depends on the installed extras
 
 
 AVAILABLE = trace is not None
-_OPEN_SPANS = 100_000  # spans of messages abandoned mid-way are dropped beyond this
+_OPEN_SPANS = 100_000  # a bound on spans open at once, should an outcome never be reported
 
 
 def inject(headers: Mapping[str, str]) -> Mapping[str, str]:
@@ -81,7 +82,8 @@ class Tracing(BaseObserver):
         span = self._spans.get(key)
         if span is not None:
             return span
-        topic, partition, offset, event_id = key
+        topic, partition, offset, _ = key
+        event_id = envelope.event_id if envelope is not None else ""
         headers = _text_headers(record, envelope)
         parent = propagate.extract(headers)
         attributes: dict[str, Any] = {
@@ -131,6 +133,14 @@ class Tracing(BaseObserver):
     def expired_skipped(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
         self._end(record, envelope, "expired_skipped")
 
+    def abandoned(self, records: Sequence[RecordLike]) -> None:
+        for record in records:
+            span = self._spans.pop(_key(record, None), None)
+            if span is not None:  # none when its handler never ran
+                span.set_attribute("consumerkit.outcome", "abandoned")
+                span.set_attribute("consumerkit.duplicate", False)
+                span.end()
+
     def retry(self, record: RecordLike, envelope: Envelope, handler: str, attempt: int,
               delay: float, error: BaseException) -> None:
         span = self._spans.get(_key(record, envelope))
@@ -140,8 +150,11 @@ class Tracing(BaseObserver):
 
 
 def _key(record: RecordLike | None, envelope: Envelope | None) -> tuple[str, int, int, str]:
+    """A record's position; the event id only for a record without one (a webhook request,
+    offset -1), so that a record abandoned before it was decoded finds its span."""
     if envelope is not None:
-        return envelope.topic, envelope.partition, envelope.offset, envelope.event_id
+        return (envelope.topic, envelope.partition, envelope.offset,
+                envelope.event_id if envelope.offset < 0 else "")
     assert record is not None
     return record.topic, record.partition, record.offset, ""
 

@@ -160,6 +160,7 @@ class Relay:
                 await self._drop_connections()
                 await self.sink.close()
         finally:
+            self._stopping.set()  # however the run ended (a stop, a cancel, an error)
             await self.readiness()  # "stopping", for the gauge and the log
             await stack.aclose()
             remove()

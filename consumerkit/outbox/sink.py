@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from ..errors import ConsumerKitError
 from .event import OutboxEvent
 
 
-class PermanentSendError(Exception):
+class PermanentSendError(ConsumerKitError):
     """The destination refused the event for good (a 4xx from a webhook, a record the broker
     will never take): retrying cannot help, the event goes straight to FAILED."""
 

@@ -138,9 +138,11 @@ class TestConsumer:
         """Wait until every record published so far is settled and its offset committed.
 
         With ``fail_fast`` (the default) the first exception a handler raised is raised here
-        as soon as it happens, instead of being retried and dead-lettered; with
-        ``fail_fast=False`` failures follow the retry policy and end in :attr:`dead_letters`.
-        An error is raised by one drain only: :attr:`errors` keeps them all.
+        as soon as it happens, without waiting for the rest. The consumer itself is not
+        stopped: it goes on in the background as in production, retrying the message by the
+        retry policy and dead-lettering it if it keeps failing (see :attr:`dead_letters`
+        after a later drain). With ``fail_fast=False`` this drain waits for that to end. An
+        error is raised by one drain only: :attr:`errors` keeps them all.
         """
         deadline = asyncio.get_running_loop().time() + timeout
         while True:

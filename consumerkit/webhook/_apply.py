@@ -1,7 +1,7 @@
 """The correctness path of one webhook delivery, top to bottom.
 
 [ BEGIN (READ COMMITTED); claim the Idempotency-Key (dedup row, first statement); handler;
-  COMMIT ] -> the claim's status, or an exception saying why not.
+  COMMIT ] -> the claim's status, or an exception saying why not -> the outcome reported.
 
 There are no retries here: the sender retries, and a retry finds either no row (the earlier
 attempt rolled back: apply now) or a committed row (answer "duplicate").
@@ -18,6 +18,9 @@ from .._decode import Decoded
 from .._failures import ClaimBlocked, HandlerEndedTransaction, HandlerFailure, describe
 from .._xact import mark, verify
 from ..context import HandlerContext
+from ..dedup.policy import ExpiredPolicy
+from ..envelope import RecordLike
+from ..observability.observer import Observer
 from ..types import Claim, ClaimRequest, ClaimStatus, DbConnection, DedupStore
 
 log = logging.getLogger("consumerkit.webhook")
@@ -99,6 +102,19 @@ async def _handle(
         raise HandlerFailure(exc) from exc
     except Exception as exc:
         raise HandlerFailure(exc) from exc
+
+
+def report(observer: Observer, record: RecordLike, decoded: Decoded, claim: Claim,
+           expired: ExpiredPolicy) -> None:
+    """Tell ``observer`` the outcome of an applied delivery (an expired event that is not
+    skipped is refused, not counted)."""
+    env, route = decoded.envelope, decoded.route.name
+    if claim.status is ClaimStatus.CLAIMED:
+        observer.applied(record, env, route)
+    elif claim.status is ClaimStatus.DUPLICATE:
+        observer.duplicate(record, env, route, claim.original_seen_at)
+    elif expired == "skip":
+        observer.expired_skipped(record, env, route)
 
 
 def handler_log(decoded: Decoded, attempt: int | None = None,

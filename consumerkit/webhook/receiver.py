@@ -39,10 +39,9 @@ from ..observability.logging import LogObserver, message_fields
 from ..observability.observer import Observer, fanout
 from ..registry import HandlerRegistry, HandlerSource, RouteTable
 from ..schema import check_synchronous_commit, migrate
-from ..types import ClaimStatus
 from . import _answers as answers
 from . import headers as wh
-from ._apply import apply
+from ._apply import apply, report
 from ._asgi import BodyTooLarge, Disconnected, Receive, Scope, Send, read_body, request_headers
 from .signature import DEFAULT_TOLERANCE, WebhookSecret, secrets_of, verify
 
@@ -245,13 +244,7 @@ class WebhookReceiver:
                 record, decoded.envelope, handler=decoded.route.name, attempt=attempt,
                 consumer=self.namespace))
             return
-        env, route = decoded.envelope, decoded.route.name
-        if claim.status is ClaimStatus.CLAIMED:
-            self._observe.applied(record, env, route)
-        elif claim.status is ClaimStatus.DUPLICATE:
-            self._observe.duplicate(record, env, route, claim.original_seen_at)
-        elif self.dedup.expired == "skip":
-            self._observe.expired_skipped(record, env, route)
+        report(self._observe, record, decoded, claim, self.dedup.expired)
         await answers.settled(send, key, claim, self.dedup.expired)
 
     async def _maintain_forever(self, pool: asyncpg.Pool) -> None:

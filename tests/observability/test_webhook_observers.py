@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
 import asyncpg
 import httpx
@@ -10,6 +11,8 @@ import orjson
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from consumerkit.envelope import Envelope, RecordLike
+from consumerkit.observability import BaseObserver
 from consumerkit.observability.metrics import ConsumerMetrics
 
 from ..webhooks.handlers import create_effects, order_id, receiving
@@ -38,3 +41,30 @@ async def test_applied_and_duplicate_deliveries_are_counted(
                  outcome="applied") == 1
     assert value(found, total, outcome="duplicate") == 1
     assert value(found, "consumerkit_duplicate_age_seconds_count", consumer="partner") == 1
+
+
+class RaisesOnOutcomes(BaseObserver):
+    def applied(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
+        raise RuntimeError("a bug in the observer")
+
+    def duplicate(self, record: RecordLike, envelope: Envelope | None, handler: str,
+                  original_seen_at: datetime | None) -> None:
+        raise RuntimeError("a bug in the observer")
+
+
+async def test_an_observer_that_raises_does_not_turn_an_applied_delivery_into_an_error(
+    postgres_dsn: str, pg_schema: str, pg_pool: asyncpg.Pool[asyncpg.Record],
+) -> None:
+    """The effect committed: the sender must hear so, or it sends again for nothing."""
+    await create_effects(pg_pool, pg_schema)
+    content = orjson.dumps({"order_id": order_id(), "amount": 5})
+    sent = {"Idempotency-Key": str(uuid.uuid4()), "X-Event-Type": "order.paid"}
+    async with (receiving(postgres_dsn, pg_schema, "partner",
+                          observers=[RaisesOnOutcomes()]) as url,
+                httpx.AsyncClient(base_url=url, timeout=20) as client):
+        first = await client.post("/orders", content=content, headers=sent)
+        second = await client.post("/orders", content=content, headers=sent)
+    assert (first.status_code, first.json()["status"]) == (200, "applied")
+    assert second.json()["status"] == "duplicate"
+    count = await pg_pool.fetchval(f"SELECT count(*) FROM {pg_schema}.effects")
+    assert count == 1

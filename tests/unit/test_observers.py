@@ -47,8 +47,31 @@ def test_fanout_calls_only_the_observers_that_override_a_method_in_order() -> No
     both.applied(RECORD, ENVELOPE, "bill")
     both.retry(RECORD, ENVELOPE, "bill", 1, 0.1, ValueError())  # nobody overrides it
     assert calls == ["a:bill", "b:bill"]
-    one = Applied(calls, "c")
-    assert fanout([one]) is one
+    stats = StatsObserver(ConsumerStats())
+    assert fanout([stats]) is stats  # consumerkit's own, alone: called directly
+
+
+class Raising(BaseObserver):
+    def applied(self, record: object, envelope: object, handler: str) -> None:
+        raise RuntimeError("observer bug")
+
+
+def test_an_observer_from_outside_consumerkit_is_guarded_and_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calls: list[str] = []
+    stats = ConsumerStats()
+    observer = fanout([Raising(), StatsObserver(stats), Applied(calls, "after")])
+    with caplog.at_level(logging.ERROR, logger="consumerkit.observer"):
+        for _ in range(3):
+            observer.applied(RECORD, ENVELOPE, "bill")
+    assert calls == ["after:bill"] * 3  # the observers after it are still called
+    assert stats.applied == 3
+    [line] = [r for r in caplog.records if r.name == "consumerkit.observer"]
+    assert "Raising.applied raised (1 times so far)" in line.getMessage()
+    assert line.exc_info is not None
+    alone = fanout([Raising()])  # alone too
+    alone.applied(RECORD, ENVELOPE, "bill")
 
 
 def test_fanout_binds_a_lone_overrider_directly() -> None:
@@ -59,7 +82,7 @@ def test_fanout_binds_a_lone_overrider_directly() -> None:
     observer.applied(RECORD, ENVELOPE, "bill")
     observer.duplicate(RECORD, None, "", datetime.now(UTC))
     observer.dead_lettered(RECORD, ENVELOPE, "bill", "handler_failed", "boom", 4)
-    observer.abandoned(2)
+    observer.abandoned([RECORD, RECORD])
     observer.retry(RECORD, ENVELOPE, "bill", 1, 0.5, ValueError("x"))
     assert (stats.delivered, stats.applied, stats.duplicates, stats.dead_lettered,
             stats.abandoned, stats.retries) == (3, 1, 1, 1, 2, 1)
