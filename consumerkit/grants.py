@@ -15,13 +15,15 @@ each outbox table                     SELECT, INSERT, DELETE (write; relay delet
 its ``_failures`` side table          SELECT, INSERT, UPDATE, DELETE (relay state)
 its ``_keys`` side table              SELECT, INSERT, DELETE (idempotency keys)
 their sequences                       USAGE, SELECT
-every function of the schema          EXECUTE (claims, partition maintenance)
+consumerkit's functions               EXECUTE (each dedup table's claim functions,
+                                      partition maintenance)
 ====================================  ===============================================
 
 Partitions need no grant: claims go through the parent, and new partitions are created by
 the owner's ``SECURITY DEFINER`` functions (:mod:`consumerkit.dedup.ddl_functions`). Advisory
 locks, LISTEN and NOTIFY need no privilege. Tables of the application (what handlers write)
-are the application's to grant.
+are the application's to grant, and so are functions of its own in a shared schema: they are
+named nowhere here.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import re
 
 from ._identifiers import identifier, qualified
 from .deadletter.table import TABLE as DEAD_LETTERS
+from .dedup.ddl_functions import FUNCTIONS
 from .dedup.retention import TABLE as RETENTION
 from .errors import ConfigurationError
 from .schema import VERSION_TABLE, applied_versions
@@ -48,9 +51,9 @@ ORDER BY s.relname
 """
 
 _FUNCTIONS = """
-SELECT p.oid::regprocedure::text AS signature
+SELECT p.proname AS name, pg_catalog.pg_get_function_identity_arguments(p.oid) AS args
 FROM pg_catalog.pg_proc p JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
-WHERE n.nspname = $1 ORDER BY 1
+WHERE n.nspname = $1 AND p.proname = ANY($2::text[]) ORDER BY 1, 2
 """
 
 
@@ -74,10 +77,12 @@ async def runtime_grants(conn: DbConnection, schema: str, role: str) -> list[str
     tables: dict[str, str] = {
         VERSION_TABLE: "SELECT", RETENTION: "SELECT, INSERT, UPDATE",
         DEAD_LETTERS: "SELECT, INSERT"}
+    functions = list(FUNCTIONS)
     for component in components:
         kind, _, name = component.partition(":")
         if kind == "dedup":
             tables[name] = "SELECT, INSERT, UPDATE, DELETE"
+            functions += [f"{name}_claim", f"{name}_claim_many"]
         elif kind == "outbox":
             tables[name] = "SELECT, INSERT, DELETE"
             tables[f"{name}_failures"] = "SELECT, INSERT, UPDATE, DELETE"
@@ -88,13 +93,7 @@ async def runtime_grants(conn: DbConnection, schema: str, role: str) -> list[str
     statements += [
         f"GRANT USAGE, SELECT ON SEQUENCE {qualified(schema, row['sequence'])} TO {grantee};"
         for row in await conn.fetch(_SEQUENCES, schema) if row["owner_table"] in tables]
-    statements += [f"GRANT EXECUTE ON FUNCTION {_function(schema, row['signature'])} "
-                   f"TO {grantee};" for row in await conn.fetch(_FUNCTIONS, schema)]
+    # consumerkit's functions by name, not every function of a schema that may be shared
+    statements += [f"GRANT EXECUTE ON FUNCTION {qualified(schema, row['name'])}({row['args']}) "
+                   f"TO {grantee};" for row in await conn.fetch(_FUNCTIONS, schema, functions)]
     return statements
-
-
-def _function(schema: str, signature: str) -> str:
-    """A regprocedure text, schema-qualified (it omits the schema when on the search path)."""
-    name, _, args = signature.partition("(")
-    name = name.rpartition(".")[2].strip('"')
-    return f"{qualified(schema, name)}({args}"

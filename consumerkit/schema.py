@@ -15,6 +15,7 @@ and a policy asking for the other one is refused before anything runs.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,7 +23,7 @@ import asyncpg
 
 from ._identifiers import identifier, qualified
 from .deadletter.table import dead_letter_ddl
-from .dedup.ddl_functions import ddl_functions_ddl
+from .dedup.ddl_functions import ddl_functions_ddl, record_interval
 from .dedup.layout import check_layout
 from .dedup.partitions import LOCK_SEED, maintain
 from .dedup.policy import DedupPolicy
@@ -40,6 +41,8 @@ from .types import DbConnection
 
 VERSION_TABLE = "consumerkit_schema_version"
 
+log = logging.getLogger("consumerkit.schema")
+
 
 @dataclass(frozen=True, slots=True)
 class Step:
@@ -54,6 +57,8 @@ CORE_STEPS = (
     Step(1, "dead-letter table", lambda schema, _policy: dead_letter_ddl(schema)),
     Step(2, "dedup retention registry", lambda schema, _policy: retention_ddl(schema)),
     Step(3, "partition maintenance functions for a role without DDL rights",
+         lambda schema, _policy: ddl_functions_ddl(schema)),
+    Step(4, "partition bounds checked against the recorded partition interval",
          lambda schema, _policy: ddl_functions_ddl(schema)),
 )
 DEDUP_STEPS = (
@@ -81,6 +86,11 @@ async def migrate(
     """
     identifier(schema, "schema name")
     check_dedup_names(schema, policy)
+    if await conn.fetchval("SELECT rolsuper FROM pg_catalog.pg_roles "
+                           "WHERE rolname = current_user"):
+        log.warning("consumerkit migrate runs as a superuser: the partition maintenance "
+                    "functions it creates run with their owner's rights (SECURITY DEFINER); "
+                    "run migrate as an owner role that is not a superuser (docs/security.md)")
     versions = qualified(schema, VERSION_TABLE)
     dedup_steps = TABLE_DEDUP_STEPS if policy.layout == "table" else DEDUP_STEPS
     components = (("core", CORE_STEPS), (f"dedup:{policy.table}", dedup_steps))
@@ -113,6 +123,7 @@ async def migrate(
                         f"INSERT INTO {versions} (component, version, description) "
                         "VALUES ($1, $2, $3)", component, step.version, step.description)
             if policy.layout == "partitioned":
+                await record_interval(conn, schema, policy.table, policy.partition_interval)
                 await maintain(conn, schema, policy, namespace=namespace)
             elif namespace is not None:
                 await register(conn, schema, policy.table, namespace, policy.retention)

@@ -20,9 +20,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from ..logs import configure_logging
+from ..settings import SETTINGS, ConsumerSettings
 from . import admin, check, config, migrate, relay, run
 from .common import HelpFormatter, duration, sub
 from .errors import database_error, one_line, scrub
+from .options import load_settings
 
 __all__ = ["duration", "main"]
 
@@ -79,7 +81,10 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _secrets(args: argparse.Namespace) -> Iterator[str]:
-    """Every password or secret header the command may know of, to keep out of its output."""
+    """Every password or secret the command may know of, to keep out of its output: those of
+    its settings however given (flag, variable or ``.env``), each webhook header value on its
+    own, and any password in a flag or ``CONSUMERKIT_*`` variable."""
+    yield from _settings_secrets(args)
     values = [str(v) for v in vars(args).values() if isinstance(v, str)]
     values += [v for k, v in os.environ.items() if k.startswith("CONSUMERKIT_")]
     for value in values:
@@ -91,13 +96,27 @@ def _secrets(args: argparse.Namespace) -> Iterator[str]:
             yield password
         yield from _PASSWORD.findall(value)
     for name, value in os.environ.items():
-        if name.startswith("CONSUMERKIT_") and name.endswith(("PASSWORD", "HEADERS")):
+        if name.startswith("CONSUMERKIT_") and name.endswith(("PASSWORD", "SECRETS")):
             yield value
     for name in ("sasl_plain_password", "ssl_password"):
         if isinstance(getattr(args, name, None), str):
             yield getattr(args, name)
     for header in getattr(args, "webhook_headers", None) or []:
         yield header.partition(":")[2].strip()
+    yield from getattr(args, "webhook_secrets", None) or []
+
+
+def _settings_secrets(args: argparse.Namespace) -> list[str]:
+    """The secrets of the command's settings model, loaded as the command loads them (none
+    when they do not load: that error names no value)."""
+    runnable = getattr(args, "runnable", None) or args.command
+    model = SETTINGS.get(runnable, ConsumerSettings if args.command == "check" else None)
+    if model is None or not hasattr(args, "env_file"):
+        return []
+    try:
+        return load_settings(args, model).secret_values()
+    except Exception:  # reporting the first error matters more
+        return []
 
 
 def main(argv: Sequence[str] | None = None) -> int:

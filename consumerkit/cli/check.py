@@ -55,15 +55,16 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 @dataclass
 class Deployment:
-    """What to check, from the options or a consumer."""
+    """What to check, from the options or a consumer. Its repr leaves out the DSN and the
+    Kafka options (they hold passwords)."""
 
-    dsn: str | None
+    dsn: str | None = field(repr=False)
     bootstrap: str | None
     schema: str
     policy: DedupPolicy
     topics: list[str]
     outboxes: list[OutboxTable]
-    kafka_options: Mapping[str, Any]
+    kafka_options: Mapping[str, Any] = field(repr=False)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     handler_timeout: float | None = 60.0
 

@@ -2,8 +2,9 @@
 
 ``consumerkit: <what went wrong, and what to do>``, exit status 1 (argparse's usage errors
 exit with 2). A traceback only with ``--debug``. Every secret the command knows of (DSN
-passwords, SASL and TLS passwords, webhook headers) is replaced by ``***`` in the line, even
-where a library quoted it.
+passwords, SASL and TLS passwords, each webhook header value, webhook secrets), whether from
+a flag, a variable or the ``.env`` file, is replaced by ``***`` in the line, even where a
+library quoted it.
 """
 
 from __future__ import annotations

@@ -30,12 +30,15 @@ def add_settings_arguments(parser: argparse.ArgumentParser, model: type[CommonSe
         if only is not None and name not in only:
             continue
         default = "unset" if field.default is None else (
-            "{}" if field.default_factory is not None else field.default)
+            "none" if field.default_factory is not None else field.default)
         help_ = f"{field.description} (default: {default}; ${env_name(name)})"
         help_ = help_.replace("%", "%%")
         if name == "webhook_headers":
             group.add_argument(flag(name), dest=name, action="append", default=argparse.SUPPRESS,
                                metavar="'NAME: VALUE'", help=help_)
+        elif name == "webhook_secrets":
+            group.add_argument(flag(name), dest=name, action="append", default=argparse.SUPPRESS,
+                               metavar="whsec_...", help=help_ + " (repeat for several)")
         elif field.annotation is bool:
             group.add_argument(flag(name), dest=name, action=argparse.BooleanOptionalAction,
                                default=argparse.SUPPRESS, help=help_)
@@ -109,4 +112,6 @@ def shown(value: object) -> str:
         return str(value)
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k}: {shown(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(shown(v) for v in value) + "]"
     return "unset" if value is None else str(value)

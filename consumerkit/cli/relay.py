@@ -39,7 +39,8 @@ def make_sink(settings: RelaySettings) -> OutboxSink:
         from ..outbox.webhook import WebhookSink
 
         headers = {k: v.get_secret_value() for k, v in settings.webhook_headers.items()}
-        return WebhookSink(settings.webhook_url, headers=headers,
+        secrets = [s.get_secret_value() for s in settings.webhook_secrets]
+        return WebhookSink(settings.webhook_url, headers=headers, secrets=secrets or None,
                            timeout=settings.webhook_timeout)
     if settings.kafka_bootstrap is None:
         raise CommandError("no Kafka bootstrap servers: pass --kafka or set "

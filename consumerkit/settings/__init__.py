@@ -12,11 +12,13 @@ from these models (``python -m consumerkit.settings.reference``).
 
 from __future__ import annotations
 
+import json
 import ssl
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .._identifiers import identifier
 
@@ -69,6 +71,20 @@ class CommonSettings(BaseSettings):
     @classmethod
     def _level(cls, value: object) -> object:
         return value.upper() if isinstance(value, str) else value
+
+    def secret_values(self) -> list[str]:
+        """Every secret in clear, the DSN whole and its password: what output must never
+        show, whatever the source (flag, variable, ``.env``)."""
+        values = [s.get_secret_value() for s in (self.postgres_dsn, self.sasl_plain_password,
+                                                  self.ssl_password) if s is not None]
+        dsn = self.dsn()
+        if dsn:
+            try:
+                password = urlsplit(dsn.strip()).password
+            except ValueError:
+                password = None
+            values += [password] if password else []
+        return values
 
     def dsn(self) -> str | None:
         """The DSN in clear, for the database driver only."""
@@ -146,7 +162,26 @@ class RelaySettings(CommonSettings):
     webhook_headers: dict[str, SecretStr] = Field(
         default_factory=dict, description="headers added to every webhook request (a JSON "
         "object in the variable; never printed)")
+    webhook_secrets: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list, description="Standard Webhooks secrets (`whsec_...`) that sign "
+        "every webhook request, one signature each (rotation); several separated by spaces "
+        "or a JSON list in the variable; never printed")
     webhook_timeout: float = Field(10.0, gt=0, description="seconds one webhook delivery may take")
+
+    @field_validator("webhook_secrets", mode="before")
+    @classmethod
+    def _secrets(cls, value: object) -> object:
+        # whsec_ secrets hold no space, so a plain list separated by spaces is unambiguous
+        if isinstance(value, str):
+            text = value.strip()
+            return json.loads(text) if text.startswith("[") else text.split()
+        return value
+
+    def secret_values(self) -> list[str]:
+        """Every secret in clear (DSN password aside): what output must never show."""
+        return [*super().secret_values(),
+                *(v.get_secret_value() for v in self.webhook_headers.values()),
+                *(v.get_secret_value() for v in self.webhook_secrets)]
 
 
 SETTINGS: dict[str, type[CommonSettings]] = {"run": ConsumerSettings, "relay": RelaySettings}
@@ -154,7 +189,7 @@ SETTINGS: dict[str, type[CommonSettings]] = {"run": ConsumerSettings, "relay": R
 
 
 FLAGS = {"postgres_dsn": "--postgres", "kafka_bootstrap": "--kafka", "db_schema": "--schema",
-         "webhook_headers": "--webhook-header"}
+         "webhook_headers": "--webhook-header", "webhook_secrets": "--webhook-secret"}
 
 
 def flag(name: str) -> str:

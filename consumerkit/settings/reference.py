@@ -31,7 +31,7 @@ settings are for code that builds its consumer from them:
 `Consumer(name=..., handlers=..., topics=..., **ConsumerSettings().consumer_kwargs())`.
 A setting given for a value the code sets is ignored, with a warning.
 
-Secrets (DSNs, passwords, webhook headers) are `SecretStr`: never printed, never logged.
+Secrets (DSNs, passwords, webhook headers and secrets) are `SecretStr`: never printed, never logged.
 """
 
 
@@ -43,6 +43,8 @@ def _type(annotation: Any) -> str:
         return " / ".join(f"`{a}`" for a in get_args(annotation))
     if origin is dict:
         return "mapping"
+    if origin is list:
+        return "list"
     if annotation is type(None):
         return "unset"
     return getattr(annotation, "__name__", str(annotation))
@@ -53,7 +55,8 @@ def table(model: type[CommonSettings], names: list[str]) -> list[str]:
     for name in names:
         field = model.model_fields[name]
         default = "unset" if field.default is None else (
-            "`{}`" if field.default_factory is not None else f"`{field.default}`")
+            f"`{field.default_factory()!r}`" if field.default_factory is not None  # type: ignore[call-arg]
+            else f"`{field.default}`")
         what = (field.description or "").replace("|", "\\|")
         label = "schema" if name == "db_schema" else name
         option = flag(name).replace("--", "--[no-]") if field.annotation is bool else flag(name)

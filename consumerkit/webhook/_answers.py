@@ -46,6 +46,14 @@ async def settled(send: Send, key: str, claim: Claim, expired: ExpiredPolicy) ->
                      "original may have been forgotten, so it is not applied")
 
 
+def rejected(raised: Exception) -> bool:
+    """Whether the handler refused the event for good (answered 422 ``rejected``)."""
+    cause, _ = judge(raised)
+    return (isinstance(raised, HandlerFailure) and not isinstance(raised, ClaimBlocked)
+            and not isinstance(cause, Retry)
+            and (isinstance(cause, DeadLetter) or not is_retriable(cause)))
+
+
 async def failed(send: Send, key: str, raised: Exception, retry_after: int,
                  fields: dict[str, object] | None = None) -> None:
     """The attempt raised ``raised`` and rolled back (see ``_apply.apply``); ``fields`` are

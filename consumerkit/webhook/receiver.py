@@ -10,7 +10,9 @@ means applied (now or before), 5xx/429 means "send it again later", other 4xx me
 request can never succeed".
 
 The handler sees the same :class:`~consumerkit.Envelope` as for a Kafka record: ``event_id``
-is the ``webhook-id`` (or Idempotency-Key), ``topic`` is ``"webhook:<path>"``, ``partition``
+is the ``webhook-id`` (or Idempotency-Key), ``topic`` is ``"webhook:<path>"`` when a handler
+routes on that path (``@handler(topic="webhook:/legacy")``), else ``"webhook:<namespace>"``
+(metrics label outcomes by topic: the caller's path would be unbounded), ``partition``
 and ``offset`` are -1 (an HTTP request has no position), ``key`` is
 ``X-Event-Aggregate-Id``, ``timestamp`` the time the request arrived and ``occurred_at``
 ``X-Event-Occurred-At``.
@@ -43,6 +45,7 @@ from . import _answers as answers
 from . import headers as wh
 from ._apply import apply, report
 from ._asgi import BodyTooLarge, Disconnected, Receive, Scope, Send, read_body, request_headers
+from ._refusals import claim_refused
 from .signature import DEFAULT_TOLERANCE, WebhookSecret, secrets_of, verify
 
 log = logging.getLogger("consumerkit.webhook")
@@ -218,14 +221,26 @@ class WebhookReceiver:
                             rejected.code)
                 await answers.refuse(send, 401, rejected.code, rejected.detail)
                 return
-        record = _record(scope, headers, body)
+        record = _record(scope, headers, body, self._topic(scope))
         try:
             decoded = self._decoder.decode(record)
         except DecodeError as exc:
+            # a signed request refused for good spends its id: see _refusals
+            if self._secrets and not await claim_refused(
+                    self._pool, self._store, self.namespace, record, exc.reason):
+                await answers.unavailable(send, "unavailable", "the database is unavailable",
+                                          self.retry_after)
+                return
             status = _STATUS_OF_REASON.get(exc.reason, 400)
             await answers.refuse(send, status, exc.reason, exc.detail)
             return
         await self._apply(send, record, decoded, _attempt(headers))
+
+    def _topic(self, scope: Scope) -> str:
+        """``webhook:<path>`` for a path a handler routes on, else ``webhook:<namespace>``:
+        the path is the caller's choice, and as a metric label it must stay bounded."""
+        topic = f"webhook:{scope.get('path', '/')}"
+        return topic if topic in self.routes.by_topic else f"webhook:{self.namespace}"
 
     async def _apply(self, send: Send, record: Record, decoded: Decoded, attempt: int) -> None:
         assert self._pool is not None
@@ -240,6 +255,8 @@ class WebhookReceiver:
             if isinstance(exc, ClaimBlocked) and isinstance(exc.cause,
                                                             asyncpg.CheckViolationError):
                 self._maintenance_wanted.set()  # no dedup partition for the current time
+            if self._secrets and answers.rejected(exc):  # spends the id: see _refusals
+                await claim_refused(self._pool, self._store, self.namespace, record, "rejected")
             await answers.failed(send, key, exc, self.retry_after, message_fields(
                 record, decoded.envelope, handler=decoded.route.name, attempt=attempt,
                 consumer=self.namespace))
@@ -270,7 +287,7 @@ class WebhookReceiver:
             await pool.close()
 
 
-def _record(scope: Scope, headers: dict[str, bytes], body: bytes) -> Record:
+def _record(scope: Scope, headers: dict[str, bytes], body: bytes, topic: str) -> Record:
     """The request as a broker record, so that it is decoded exactly like one. The signed
     ``webhook-id``, when present, is the event id: an unsigned ``Idempotency-Key`` could be
     changed on a captured request to slip a replay past the dedup."""
@@ -280,7 +297,7 @@ def _record(scope: Scope, headers: dict[str, bytes], body: bytes) -> Record:
     if webhook_id is not None:
         forwarded = [(n, v) for n, v in forwarded if n != _KEY] + [(_KEY, webhook_id)]
     return Record(
-        topic=f"webhook:{scope.get('path', '/')}", partition=-1, offset=-1,
+        topic=topic, partition=-1, offset=-1,
         key=headers.get(wh.AGGREGATE_ID.lower()), value=body, headers=forwarded,
         timestamp=time.time_ns() // 1_000_000)
 

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from consumerkit import Consumer
-from consumerkit.cli import main
+from consumerkit import Consumer, DedupPolicy
+from consumerkit.cli import _parser, _secrets, main
+from consumerkit.cli.check import Deployment
+from consumerkit.cli.errors import scrub
 from consumerkit.settings import ConsumerSettings, RelaySettings
 
 from .app_consumer import charge
@@ -88,3 +90,30 @@ async def test_run_prints_and_logs_no_password(
         done = await cli(*argv, cwd=app_dir, env=env)
         assert PASSWORD not in done.output, argv
         assert "Traceback" not in done.err, argv
+
+
+def test_the_error_line_scrubs_secrets_from_env_files_and_each_header_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # what a library's message could quote: the DSN's password from .env, a header's value
+    token, key = "tok-Bearer-9f8e7d", "api-key-1a2b3c"
+    env_file = tmp_path / "deploy.env"
+    env_file.write_text(f"CONSUMERKIT_POSTGRES_DSN={UNREACHABLE}\n"
+                        f'CONSUMERKIT_WEBHOOK_HEADERS={{"X-Api-Key": "{key}"}}\n')
+    monkeypatch.setenv("CONSUMERKIT_WEBHOOK_HEADERS",
+                       f'{{"Authorization": "Bearer {token}", "X-Api-Key": "{key}"}}')
+    for argv in (["relay", "--env-file", str(env_file)],
+                 ["config", "relay", "--env-file", str(env_file)]):
+        args = _parser().parse_args(argv)
+        line = scrub(f"refused {UNREACHABLE} with password {PASSWORD}, headers Bearer {token} "
+                     f"and {key}", _secrets(args))
+        assert not {PASSWORD, token, key} & set(line.replace(",", " ").split()), (argv, line)
+        assert line == "refused *** with password ***, headers *** and ***"
+
+
+def test_check_repr_hides_the_dsn_and_the_kafka_options() -> None:
+    deployment = Deployment(
+        dsn=UNREACHABLE, bootstrap="127.0.0.1:9092", schema="billing", policy=DedupPolicy(),
+        topics=["orders"], outboxes=[], kafka_options={"sasl_plain_password": PASSWORD})
+    assert PASSWORD not in repr(deployment)
+    assert "127.0.0.1:9092" in repr(deployment)  # what is not secret is still shown

@@ -37,7 +37,7 @@ async def test_applied_and_duplicate_deliveries_are_counted(
     found = {(s.name, frozenset(s.labels.items())): s.value
              for family in text_string_to_metric_families(body) for s in family.samples}
     total = "consumerkit_messages_total"
-    assert value(found, total, consumer="partner", topic="webhook:/orders",
+    assert value(found, total, consumer="partner", topic="webhook:partner",
                  outcome="applied") == 1
     assert value(found, total, outcome="duplicate") == 1
     assert value(found, "consumerkit_duplicate_age_seconds_count", consumer="partner") == 1
@@ -68,3 +68,27 @@ async def test_an_observer_that_raises_does_not_turn_an_applied_delivery_into_an
     assert second.json()["status"] == "duplicate"
     count = await pg_pool.fetchval(f"SELECT count(*) FROM {pg_schema}.effects")
     assert count == 1
+
+
+async def test_topic_labels_stay_bounded_whatever_the_path(
+    postgres_dsn: str, pg_schema: str, pg_pool: asyncpg.Pool[asyncpg.Record],
+) -> None:
+    """The request path is the caller's choice: as a label value it would grow without bound.
+    Only a path a handler routes on becomes a topic; any other is the namespace."""
+    await create_effects(pg_pool, pg_schema)
+    registry = CollectorRegistry()
+    metrics = ConsumerMetrics(registry, "partner")
+    async with (receiving(postgres_dsn, pg_schema, "partner", observers=[metrics]) as url,
+                httpx.AsyncClient(base_url=url, timeout=20) as client):
+        for path in [f"/x/{uuid.uuid4()}" for _ in range(3)]:
+            reply = await client.post(path, content=orjson.dumps(
+                {"order_id": order_id(), "amount": 5}), headers={
+                    "Idempotency-Key": str(uuid.uuid4()), "X-Event-Type": "order.paid"})
+            assert reply.json()["status"] == "applied"
+        reply = await client.post("/legacy", content=orjson.dumps(  # routed by its path
+            {"order_id": order_id(), "amount": 5}), headers={"Idempotency-Key": str(uuid.uuid4())})
+        assert reply.json()["status"] == "applied"
+    families = text_string_to_metric_families(generate_latest(registry).decode())
+    topics = {s.labels["topic"] for family in families for s in family.samples
+              if s.name == "consumerkit_messages_total"}
+    assert topics == {"webhook:partner", "webhook:/legacy"}

@@ -5,6 +5,7 @@ is not theirs to do."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -132,3 +133,83 @@ async def test_a_bad_role_name_is_refused(conn: Conn, schema: str, role: str) ->
     await migrate(conn, schema, POLICY)
     with pytest.raises(ConfigurationError, match="invalid role name"):
         await runtime_grants(conn, schema, role)
+
+
+async def test_grants_name_consumerkit_functions_only(
+    server_dsn: str, conn: Conn, schema: str, runtime: str,
+) -> None:
+    await migrate(conn, schema, POLICY)
+    # a schema shared with the application: its functions are not consumerkit's to grant
+    await conn.execute(f'CREATE FUNCTION "{schema}".app_refund(int) RETURNS int '
+                       "LANGUAGE sql AS 'SELECT $1'")
+    await conn.execute(f'CREATE FUNCTION "{schema}"."AppAudit"() RETURNS int '
+                       "LANGUAGE sql AS 'SELECT 1'")
+    statements = await runtime_grants(conn, schema, runtime)
+    functions = [s for s in statements if " ON FUNCTION " in s]
+    assert not [s for s in functions if "app_refund" in s or "AppAudit" in s]
+    assert len(functions) == 5  # the three maintenance functions, the two claim functions
+    role_conn = await as_runtime(server_dsn, conn, schema, runtime)
+    try:
+        await maintain(role_conn, schema, POLICY, namespace="rt")  # still enough to run
+    finally:
+        await role_conn.close()
+
+
+@pytest.mark.parametrize(("lower", "upper"), [
+    (timedelta(0), timedelta(days=3650)),  # named for one hour, covering ten years
+    (timedelta(0), 2 * HOUR),  # wider than the recorded interval
+    (-HOUR, HOUR),  # starts before the hour it is named for
+    (HOUR, 2 * HOUR),  # starts after it
+])
+async def test_the_create_function_refuses_bounds_other_than_the_name_and_interval(
+    server_dsn: str, conn: Conn, schema: str, runtime: str, lower: timedelta,
+    upper: timedelta,
+) -> None:
+    await migrate(conn, schema, POLICY)
+    hour = partition_floor(datetime.now(UTC), HOUR) + 1000 * HOUR  # beyond those made ahead
+    name = f"{POLICY.table}_p{hour:%Y%m%d%H}"
+    role_conn = await as_runtime(server_dsn, conn, schema, runtime)
+    # the name is read as UTC whatever the session's zone (here one with DST)
+    await role_conn.execute("SET TimeZone = 'America/New_York'")
+    try:
+        with pytest.raises(asyncpg.InsufficientPrivilegeError, match="consumerkit: partition"):
+            await role_conn.execute(
+                f'SELECT "{schema}".consumerkit_create_partition($1, $2, $3, $4)',
+                POLICY.table, name, hour + lower, hour + upper)
+        await role_conn.execute(  # the name's own hour, one interval wide: allowed
+            f'SELECT "{schema}".consumerkit_create_partition($1, $2, $3, $4)',
+            POLICY.table, name, hour, hour + HOUR)
+    finally:
+        await role_conn.close()
+    [part] = [p for p in await list_partitions(conn, schema, POLICY.table) if p.name == name]
+    assert (part.lower, part.upper) == (hour, hour + HOUR)
+
+
+async def test_migrate_warns_when_its_role_is_a_superuser(
+    conn: Conn, schema: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    superuser = await conn.fetchval(
+        "SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+    with caplog.at_level(logging.WARNING, "consumerkit.schema"):
+        await migrate(conn, schema, POLICY)
+    warned = [r for r in caplog.records if "runs as a superuser" in r.getMessage()]
+    assert len(warned) == (1 if superuser else 0)
+    assert superuser  # the test servers' role is one, so the warning is exercised
+
+
+async def test_the_create_function_reads_the_name_as_utc_in_a_dst_gap(
+    server_dsn: str, conn: Conn, schema: str, runtime: str,
+) -> None:
+    """02:00 on 2026-03-29 does not exist in Paris: the name must still read as 02:00 UTC."""
+    await migrate(conn, schema, POLICY)
+    hour = datetime(2026, 3, 29, 2, tzinfo=UTC)
+    role_conn = await as_runtime(server_dsn, conn, schema, runtime)
+    await role_conn.execute("SET TimeZone = 'Europe/Paris'")
+    try:
+        await role_conn.execute(
+            f'SELECT "{schema}".consumerkit_create_partition($1, $2, $3, $4)',
+            POLICY.table, f"{POLICY.table}_p2026032902", hour, hour + HOUR)
+    finally:
+        await role_conn.close()
+    names = {p.name for p in await list_partitions(conn, schema, POLICY.table)}
+    assert f"{POLICY.table}_p2026032902" in names

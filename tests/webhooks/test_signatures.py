@@ -28,7 +28,7 @@ from consumerkit.webhook.signature import (
 )
 
 from .conftest import ScriptedEndpoint
-from .handlers import HANDLERS, create_effects, effects_of, order_id, receiving
+from .handlers import CONTROL, HANDLERS, create_effects, effects_of, order_id, receiving
 
 Pool: TypeAlias = "asyncpg.Pool[asyncpg.Record]"
 SECRET, OLD_SECRET, STRANGER = generate_secret(), generate_secret(), generate_secret()
@@ -186,6 +186,59 @@ async def test_a_valid_request_applies_once_and_its_replay_is_a_duplicate(
                                 headers=sent | {"Idempotency-Key": str(uuid.uuid4())})
     assert renamed.json() == replay.json() | {"event_id": key}
     assert await rows_anywhere(pg_pool, pg_schema, key) == (1, 0, 1)
+
+
+@pytest.mark.parametrize("first_type", ["order.refunded", None])
+async def test_a_refused_request_replayed_with_another_event_type_runs_no_handler(
+    client: httpx.AsyncClient, pg_pool: Pool, pg_schema: str, first_type: str | None,
+) -> None:
+    """X-Event-Type is not signed (the specification signs id, timestamp and body only): a
+    signed request refused without a claim could be sent again, within the tolerance, with
+    another type. The refusal spends the id, so the replay is a duplicate."""
+    key, content = str(uuid.uuid4()), body(order_id())
+    sent = signed(content, SECRET, key=key)
+    first_headers = {k: v for k, v in sent.items() if k != "X-Event-Type"}
+    if first_type is not None:
+        first_headers["X-Event-Type"] = first_type
+    first = await client.post("/orders", content=content, headers=first_headers)
+    assert first.status_code in (400, 404), first.text
+    replay = await client.post("/orders", content=content,
+                               headers=first_headers | {"X-Event-Type": "order.paid"})
+    assert replay.json()["status"] == "duplicate"
+    assert await rows_anywhere(pg_pool, pg_schema, key) == (1, 0, 0)  # no effect, ever
+    handler = await pg_pool.fetchval(
+        f'SELECT handler FROM "{pg_schema}".processed_events WHERE event_id = $1', key)
+    assert handler == f"(refused:{first.json()['error']})"  # what an operator looks for
+
+
+async def test_a_request_its_handler_rejected_is_not_replayed_to_another_handler(
+    client: httpx.AsyncClient, pg_pool: Pool, pg_schema: str,
+) -> None:
+    order = order_id()
+    key, content = str(uuid.uuid4()), body(order)
+    sent = signed(content, SECRET, key=key)
+    CONTROL.refuse.add(order)
+    try:
+        first = await client.post("/orders", content=content, headers=sent)
+    finally:
+        CONTROL.refuse.discard(order)
+    assert (first.status_code, first.json()["error"]) == (422, "rejected")
+    # /legacy routes by path, without X-Event-Type, to another handler of the same model
+    bare = {k: v for k, v in sent.items() if k != "X-Event-Type"}
+    replay = await client.post("/legacy", content=content, headers=bare)
+    assert replay.json()["status"] == "duplicate"
+    assert await rows_anywhere(pg_pool, pg_schema, key) == (1, 0, 0)
+
+
+async def test_a_refusal_before_the_signature_is_checked_spends_no_id(
+    client: httpx.AsyncClient, pg_pool: Pool, pg_schema: str,
+) -> None:
+    """Only a verified request spends its id: a forged one must not block the real event."""
+    key, content = str(uuid.uuid4()), body(order_id())
+    forged = signed(content, STRANGER, key=key) | {"X-Event-Type": "order.refunded"}
+    assert (await client.post("/orders", content=content, headers=forged)).status_code == 401
+    real = await client.post("/orders", content=content, headers=signed(content, SECRET, key=key))
+    assert real.json() == {"status": "applied", "event_id": key}
 
 
 async def test_a_rotation_accepts_the_old_and_the_new_secret(
