@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -71,6 +72,11 @@ async def read_all(bootstrap: str, topics: list[str], done: Callable[[list[Publi
                     found.extend(Published(r.topic, r.partition, r.offset, r.key, r.value,
                                            r.timestamp, dict(r.headers)) for r in records)
                 quiet = quiet + 1 if not batch and done(found) else 0
+    except TimeoutError:  # say what was read, so a failure tells the broker from the relay
+        per_partition = Counter((p.topic, p.partition) for p in found)
+        raise AssertionError(
+            f"reading {topics} for {timeout}s: {len(found)} records "
+            f"({dict(per_partition)}), complete: {done(found)}") from None
     finally:
         await reader.stop()
     return found
