@@ -11,7 +11,7 @@ from ..dedup import cli as dedup_cli
 from ..dedup.policy import DedupPolicy
 from ..outbox import cli as outbox_cli
 from .check import reach_broker
-from .common import count, database_args, duration, positive, sub
+from .common import count, database_args, duration, policy_args, positive, sub
 from .errors import database
 
 
@@ -22,7 +22,7 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     letters.set_defaults(handler=dead_letters)
     dedup = database_args(sub(commands, "dedup",
                               "inspect or maintain the dedup table, check its window"))
-    dedup_cli.add_arguments(dedup, duration)
+    dedup_cli.add_arguments(dedup, policy_args)
     dedup.set_defaults(handler=dedup_command)
     outbox = database_args(sub(commands, "outbox",
                                "failed outbox rows, retry, skip, cleanup, migrate"))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 import asyncpg
@@ -29,14 +28,11 @@ CONSUMER_HANDLER_TIMEOUT = 60.0  # Consumer(handler_timeout=...) default, for th
 
 
 def add_arguments(parser: argparse.ArgumentParser,
-                  duration: Callable[[str], timedelta]) -> None:
+                  policy_args: Callable[[argparse.ArgumentParser], None]) -> None:
+    """The command's action and options; ``policy_args`` adds the dedup table's name,
+    retention and interval, as for ``migrate`` and ``check``."""
     parser.add_argument("action", choices=ACTIONS)
-    parser.add_argument("--table", default="processed_events", help="the dedup table")
-    parser.add_argument(
-        "--retention", type=duration, default=timedelta(days=7),
-        help="shortest retention to keep; a longer one registered by a consumer wins")
-    parser.add_argument("--interval", type=duration, default=timedelta(days=1),
-                        help="the dedup table's partition interval")
+    policy_args(parser)
     parser.add_argument("--exact", action="store_true",
                         help="partitions: count the rows (a full scan) instead of estimates")
     parser.add_argument("--kafka", help="check: the broker (HOST:PORT)")
