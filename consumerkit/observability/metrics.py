@@ -1,8 +1,9 @@
 """Prometheus metrics, kept by observers of the seam (one registry per consumer or relay by
 default, so that two in one process do not clash).
 
-Label children are looked up once per label set and kept: per message the cost is a dict
-lookup and a counter increment.
+The consumer's per-message families are plain integers turned into families at scrape time
+(:mod:`~consumerkit.observability.tally`); the rest are prometheus-client metrics, whose label
+children are looked up once per label set and kept.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from .observer import BaseObserver
+from .tally import collector
 
 if TYPE_CHECKING:
     from ..envelope import Envelope, RecordLike
@@ -26,9 +28,6 @@ M = TypeVar("M", Counter, Gauge, Histogram)
 _FAMILIES: weakref.WeakKeyDictionary[CollectorRegistry, dict[str, Any]] = (
     weakref.WeakKeyDictionary())
 
-# from a second to a month: the dedup window is usually days
-AGE_BUCKETS = (1.0, 10.0, 60.0, 300.0, 900.0, 3600.0, 6 * 3600.0, 86400.0, 3 * 86400.0,
-               7 * 86400.0, 14 * 86400.0, 30 * 86400.0)
 PUBLISH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                    300.0)
 
@@ -52,92 +51,53 @@ def _ready(registry: CollectorRegistry) -> Gauge:
 
 
 class ConsumerMetrics(BaseObserver):
-    """The consumer's metric families in ``registry``, labelled with ``consumer``."""
+    """The consumer's metric families in ``registry``, labelled with ``consumer``. The
+    per-message ones are kept in a :class:`~consumerkit.observability.tally.Tally` and built
+    at scrape time; the gauges, set a few times a minute, are prometheus-client's own."""
 
-    __slots__ = (
-        "_age",
-        "_ahead",
-        "_cache",
-        "_handler",
-        "_handlers",
-        "_lag",
-        "_messages",
-        "_outcomes",
-        "_ready",
-        "_retries",
-        "_retry",
-        "consumer",
-        "registry",
-    )
+    __slots__ = ("_ahead", "_lag", "_ready", "_tally", "consumer", "registry")
 
     def __init__(self, registry: CollectorRegistry, consumer: str) -> None:
         self.registry = registry
         self.consumer = consumer
-        c = consumer
-        self._messages = family(registry, Counter, "consumerkit_messages",
-                                "Messages by final outcome", ("consumer", "topic", "outcome"))
-        self._handler = family(registry, Histogram, "consumerkit_handler_seconds",
-                               "Handler run time (every attempt)", ("consumer", "handler"))
-        self._retry = family(registry, Counter, "consumerkit_retries",
-                             "Handler attempts that failed and will be retried",
-                             ("consumer", "handler"))
+        self._tally = collector(registry).tally(consumer)
         self._lag = family(registry, Gauge, "consumerkit_consumer_lag",
                            "End offset minus committed offset of each assigned partition",
                            ("consumer", "topic", "partition"))
-        self._age = family(registry, Histogram, "consumerkit_duplicate_age_seconds",
-                           "At each duplicate, how long ago the original was applied",
-                           ("consumer",), buckets=AGE_BUCKETS).labels(c)
-        cache = family(registry, Counter, "consumerkit_dedup_cache_requests",
-                       "Event ids asked of the dedup cache, by answer", ("consumer", "result"))
-        self._cache = (cache.labels(c, "hit"), cache.labels(c, "miss"), cache.labels(c, "error"))
         self._ahead = family(registry, Gauge, "consumerkit_dedup_partitions_ahead_seconds",
                              "Seconds from now to the end of the newest dedup partition "
                              "(0 or less: behind)", ("consumer",))
-        self._ready = _ready(registry).labels("consumer", c)
-        self._outcomes: dict[tuple[str, str], Any] = {}
-        self._handlers: dict[str, Any] = {}
-        self._retries: dict[str, Any] = {}
-
-    def _count(self, topic: str, outcome: str) -> None:
-        child = self._outcomes.get((topic, outcome))
-        if child is None:
-            child = self._outcomes[topic, outcome] = self._messages.labels(
-                self.consumer, topic, outcome)
-        child.inc()
+        self._ready = _ready(registry).labels("consumer", consumer)
 
     def applied(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
-        self._count(record.topic, "applied")
+        self._tally.count(record.topic, "applied")
 
     def duplicate(self, record: RecordLike, envelope: Envelope | None, handler: str,
                   original_seen_at: datetime | None) -> None:
-        self._count(record.topic, "duplicate")
+        self._tally.count(record.topic, "duplicate")
         if original_seen_at is not None:
-            self._age.observe(max(0.0, time.time() - original_seen_at.timestamp()))
+            self._tally.age.observe(max(0.0, time.time() - original_seen_at.timestamp()))
 
     def dead_lettered(self, record: RecordLike, envelope: Envelope | None, handler: str,
                       reason: str, detail: str, attempts: int) -> None:
-        self._count(record.topic, "dead_lettered")
+        self._tally.count(record.topic, "dead_lettered")
 
     def expired_skipped(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
-        self._count(record.topic, "expired_skipped")
+        self._tally.count(record.topic, "expired_skipped")
 
     def handler_finished(self, handler: str, seconds: float) -> None:
-        child = self._handlers.get(handler)
-        if child is None:
-            child = self._handlers[handler] = self._handler.labels(self.consumer, handler)
-        child.observe(seconds)
+        self._tally.handler_finished(handler, seconds)
 
     def retry(self, record: RecordLike, envelope: Envelope, handler: str, attempt: int,
               delay: float, error: BaseException) -> None:
-        child = self._retries.get(handler)
-        if child is None:
-            child = self._retries[handler] = self._retry.labels(self.consumer, handler)
-        child.inc()
+        self._tally.retry(handler)
 
     def cache_lookup(self, hits: int, misses: int, errors: int) -> None:
-        for child, n in zip(self._cache, (hits, misses, errors), strict=True):
-            if n:
-                child.inc(n)
+        cache = self._tally.cache
+        cache[0] += hits
+        cache[1] += misses
+        cache[2] += errors
+        self._tally.cache_seen = True
 
     def lag(self, topic: str, partition: int, lag: int | None) -> None:
         if lag is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 
 from consumerkit.observability.metrics import _FAMILIES, ConsumerMetrics, RelayMetrics
+from consumerkit.observability.tally import TALLIED
 
 from .conftest import OPERATIONS
 
@@ -32,6 +33,9 @@ def registered() -> dict[str, tuple[str, tuple[str, ...]]]:
         kind = metric._type
         families[f"{name}_total" if kind == "counter" else name] = (
             kind, tuple(metric._labelnames))
+    for spec in TALLIED:  # kept as integers, built at scrape time
+        families[f"{spec.name}_total" if spec.kind == "counter" else spec.name] = (
+            spec.kind, spec.labels)
     return families
 
 
