@@ -65,9 +65,10 @@ async def delete_expired(
     conn: DbConnection, schema: str, table: str, horizon: datetime, *, lock_seed: int,
     lock_timeout: timedelta = timedelta(seconds=2), batch_size: int = BATCH_SIZE,
 ) -> Cleanup:
-    """Delete the rows of ``schema.table`` with ``seen_at < horizon``, ``batch_size`` rows (each
-    the ids of one claim) per transaction. Run it outside a transaction, or every batch becomes one savepoint of the
-    caller's transaction and nothing is released before it ends."""
+    """Delete the rows of ``schema.table`` with ``seen_at < horizon``, ``batch_size`` rows
+    (each holding the ids of one claim) per transaction; returns the ids deleted. Run it
+    outside a transaction, or every batch becomes one savepoint of the caller's transaction
+    and nothing is released before it ends."""
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     name = qualified(schema, table)

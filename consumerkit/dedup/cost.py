@@ -20,9 +20,9 @@ import asyncpg
 
 from .._identifiers import qualified
 from ..types import DbConnection
+from .names import FUNCTION as NAME_KEY
 from .partitions import maintain, partition_floor, partition_name
 from .policy import DedupPolicy
-from .names import FUNCTION as NAME_KEY
 from .rows import claim_function
 
 _FILL = """

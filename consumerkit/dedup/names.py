@@ -41,4 +41,5 @@ def names_ddl(schema: str) -> list[str]:
             END IF;
             RETURN v_id;
         END $fn$""",
+        f"REVOKE ALL ON FUNCTION {qualified(schema, FUNCTION)}(text) FROM PUBLIC",
     ]

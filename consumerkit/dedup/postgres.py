@@ -29,7 +29,7 @@ Under REPEATABLE READ or SERIALIZABLE the transaction's snapshot predates the lo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from .._identifiers import qualified
 from ..envelope import Envelope
