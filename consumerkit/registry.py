@@ -12,7 +12,7 @@ import types
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, Literal, TypeAlias, TypeVar
 
 from pydantic import BaseModel
 
@@ -24,6 +24,9 @@ F = TypeVar("F", bound=Callable[..., Awaitable[None]])
 
 _ROUTE_ATTR = "__consumerkit_route__"
 
+OnExhausted = Literal["dead_letter", "park"]
+"""What happens to a record whose handler cannot apply it: dead-letter it, or park its key."""
+
 
 @dataclass(frozen=True, slots=True)
 class RouteSpec:
@@ -31,6 +34,7 @@ class RouteSpec:
 
     event_type: str | None
     topic: str | None
+    on_exhausted: OnExhausted | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,15 +46,26 @@ class Route:
     model: type[BaseModel]
     func: HandlerFunc
     name: str
+    on_exhausted: OnExhausted | None = None  # None: the consumer's RetryPolicy decides
 
 
-def handler(event_type: str | None = None, *, topic: str | None = None) -> Callable[[F], F]:
+def handler(event_type: str | None = None, *, topic: str | None = None,
+            on_exhausted: OnExhausted | None = None) -> Callable[[F], F]:
     """Mark an ``async def`` as the handler of ``event_type`` (or of every event on ``topic``).
 
     The function's first parameter must be annotated with a pydantic model (the payload) and
     its second receives the :class:`~consumerkit.HandlerContext`. The function is returned
     unchanged; collect it with :class:`HandlerRegistry` or pass it to a consumer directly.
+
+    ``on_exhausted`` says what becomes of a record this handler cannot apply (its retries
+    ran out, or it raised a non-retriable error): ``"dead_letter"``, or ``"park"`` its key
+    (the record and every later one of its key on the partition wait, in order, for
+    ``consumerkit parked replay``). ``None`` follows the consumer's
+    :class:`~consumerkit.RetryPolicy`.
     """
+    if on_exhausted not in (None, "dead_letter", "park"):
+        raise HandlerDefinitionError(
+            f"on_exhausted must be 'dead_letter' or 'park', not {on_exhausted!r}")
     if (event_type is None) == (topic is None):
         raise HandlerDefinitionError("@handler needs exactly one of an event type or topic=")
     for value in (event_type, topic):
@@ -59,7 +74,7 @@ def handler(event_type: str | None = None, *, topic: str | None = None) -> Calla
 
     def attach(func: F) -> F:
         _check_async(func)
-        setattr(func, _ROUTE_ATTR, RouteSpec(event_type, topic))
+        setattr(func, _ROUTE_ATTR, RouteSpec(event_type, topic, on_exhausted))
         return func
 
     return attach
@@ -102,7 +117,7 @@ def resolve(func: Callable[..., Awaitable[None]]) -> Route:
             f"the first parameter of handler {_name(func)} must be annotated with a pydantic "
             f"model, got {model!r}"
         )
-    return Route(spec.event_type, spec.topic, model, func, _name(func))
+    return Route(spec.event_type, spec.topic, model, func, _name(func), spec.on_exhausted)
 
 
 HandlerSource: TypeAlias = "Callable[..., Awaitable[None]] | HandlerRegistry | types.ModuleType"
@@ -139,11 +154,11 @@ class HandlerRegistry:
             raise HandlerDefinitionError(f"cannot collect handlers from {source!r}")
         return self
 
-    def handler(self, event_type: str | None = None, *, topic: str | None = None
-                ) -> Callable[[F], F]:
+    def handler(self, event_type: str | None = None, *, topic: str | None = None,
+                on_exhausted: OnExhausted | None = None) -> Callable[[F], F]:
         """``@registry.handler("x")``: like :func:`handler`, and add the function here."""
         def attach(func: F) -> F:
-            handler(event_type, topic=topic)(func)
+            handler(event_type, topic=topic, on_exhausted=on_exhausted)(func)
             self.include(func)
             return func
         return attach

@@ -63,6 +63,8 @@ class ConsumerMetrics(BaseObserver):
         "_lag",
         "_messages",
         "_outcomes",
+        "_parked_keys",
+        "_parked_records",
         "_ready",
         "_retries",
         "_retry",
@@ -93,6 +95,12 @@ class ConsumerMetrics(BaseObserver):
         self._ahead = family(registry, Gauge, "consumerkit_dedup_partitions_ahead_seconds",
                              "Seconds from now to the end of the newest dedup partition "
                              "(0 or less: behind)", ("consumer",))
+        self._parked_keys = family(registry, Gauge, "consumerkit_parked_keys",
+                                   "Keys parked on the assigned partitions (consumerkit parked "
+                                   "list)", ("consumer",)).labels(c)
+        self._parked_records = family(registry, Gauge, "consumerkit_parked_records",
+                                      "Records waiting behind the parked keys of the assigned "
+                                      "partitions", ("consumer",)).labels(c)
         self._ready = _ready(registry).labels("consumer", c)
         self._outcomes: dict[tuple[str, str], Any] = {}
         self._handlers: dict[str, Any] = {}
@@ -120,6 +128,14 @@ class ConsumerMetrics(BaseObserver):
 
     def expired_skipped(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
         self._count(record.topic, "expired_skipped")
+
+    def parked(self, record: RecordLike, envelope: Envelope | None, handler: str,
+               reason: str, detail: str, attempts: int) -> None:
+        self._count(record.topic, "parked")
+
+    def parking(self, keys: int, records: int) -> None:
+        self._parked_keys.set(keys)
+        self._parked_records.set(records)
 
     def handler_finished(self, handler: str, seconds: float) -> None:
         child = self._handlers.get(handler)
