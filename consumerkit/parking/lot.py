@@ -10,6 +10,7 @@ applied normally. A periodic refresh also forgets them, and keeps the gauges rig
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Iterable, Sequence
 
@@ -18,7 +19,9 @@ import asyncpg
 from .._decode import Decoded
 from .._failures import describe
 from ..envelope import RecordLike
+from ..errors import StartupError
 from ..observability.observer import Observer
+from ..registry import RouteTable
 from ..retry import RetryPolicy
 from . import store
 from .entry import ParkedRecord
@@ -44,6 +47,15 @@ class ParkingLot:
         self._loading: dict[Partition, asyncio.Task[dict[bytes, int]]] = {}
         self._changes: dict[Partition, int] = {}  # parks and unparks seen, per partition
 
+    async def check(self) -> None:
+        """Refuse to start (:class:`~consumerkit.errors.StartupError`) without the tables."""
+        async with self.pool.acquire() as conn:
+            missing = await store.missing_tables(conn, self.schema)
+        if missing:
+            raise StartupError(
+                f"on_exhausted='park' needs the table {self.schema}.{missing}: run "
+                "consumerkit migrate (or start once with migrate=True)")
+
     # -- ownership ----------------------------------------------------------------------------
 
     def assigned(self, partitions: Iterable[Partition]) -> None:
@@ -54,10 +66,11 @@ class ParkingLot:
 
     def revoked(self, partitions: Iterable[Partition]) -> None:
         for part in partitions:
+            # a load still running is left to end by itself: records of the partition may be
+            # waiting for it, and are abandoned by the engine anyway
+            self._loading.pop(part, None)
             self._keys.pop(part, None)
             self._changes.pop(part, None)
-            if (task := self._loading.pop(part, None)) is not None:
-                task.cancel()
         self._report()
 
     def _start_loading(self, part: Partition) -> asyncio.Task[dict[bytes, int]]:
@@ -69,7 +82,7 @@ class ParkingLot:
 
     async def _load(self, part: Partition) -> dict[bytes, int]:
         outages = 0
-        while True:
+        while self._loading.get(part) is asyncio.current_task():
             try:
                 async with self.pool.acquire() as conn:
                     loaded = (await store.parked_keys(conn, self.schema, self.consumer,
@@ -81,6 +94,8 @@ class ParkingLot:
                 log.warning("loading the parked keys of %s/%d failed (%s), retrying in %.2fs",
                             *part, describe(exc), delay)
                 await asyncio.sleep(delay)
+        else:
+            return {}  # revoked meanwhile
         self._keys[part] = loaded
         self._changes[part] = 0
         if loaded:
@@ -173,6 +188,31 @@ class ParkingLot:
                 await self.refresh()
             except Exception as exc:  # the next round tries again; the gauges wait
                 log.warning("refreshing the parked keys failed: %s", describe(exc))
+
+
+async def open_parking(stack: contextlib.AsyncExitStack, pool: asyncpg.Pool, schema: str,
+                       consumer: str, observer: Observer, wanted: bool, interval: float,
+                       ) -> ParkingLot | None:
+    """The consumer's parking lot if ``wanted`` (its tables checked), refreshed every
+    ``interval`` seconds until ``stack`` unwinds; ``None`` otherwise."""
+    if not wanted:
+        return None
+    lot = ParkingLot(pool, schema, consumer, observer)
+    await lot.check()
+    refresh = asyncio.create_task(lot.run(interval), name="consumerkit-parked-keys")
+    stack.push_async_callback(_cancel, refresh)
+    return lot
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+def parks(routes: RouteTable, retry: RetryPolicy) -> bool:
+    """Whether any handler of ``routes`` parks (its own choice, else the policy's)."""
+    return any((route.on_exhausted or retry.on_exhausted) == "park"
+               for route in (*routes.by_type.values(), *routes.by_topic.values()))
 
 
 def _entry(consumer: str, record: RecordLike, decoded: Decoded | None, reason: str,

@@ -76,6 +76,9 @@ async def not_found(conn: DbConnection, schema: str, consumer: str, key: bytes,
     """The last replay or discard of a key that is not parked; a :class:`ParkingError` if
     it never was."""
     last = await store.last_audit(conn, schema, consumer, key)
+    if last is None and not await store.known_consumer(conn, schema, consumer):
+        raise ParkingError(f"consumer {consumer!r} never parked a key (check the name; "
+                           "consumerkit parked list shows every consumer's)")
     if last is None:
         raise ParkingError(f"no parked key {key.decode(errors='backslashreplace')!r} for "
                            f"consumer {consumer} (consumerkit parked list shows them)")

@@ -66,6 +66,14 @@ def _row(r: ParkedRecord) -> tuple[object, ...]:
             pg_text(r.reason), pg_text(r.detail), r.attempts)
 
 
+async def missing_tables(conn: DbConnection, schema: str) -> str | None:
+    """The first of the parking tables that does not exist in ``schema``, if any."""
+    for table in (KEYS, RECORDS, AUDIT):
+        if await conn.fetchval("SELECT to_regclass($1)", f'"{schema}"."{table}"') is None:
+            return table
+    return None
+
+
 async def parked_keys(conn: DbConnection, schema: str, consumer: str,
                       partitions: Iterable[Partition]) -> dict[Partition, dict[bytes, int]]:
     """For each of ``partitions``, its parked keys and how many records wait behind each."""
@@ -182,6 +190,14 @@ async def last_audit(conn: DbConnection, schema: str, consumer: str, key: bytes,
     if row is None:
         return None
     return row["action"], row["actor"], f"{row['done_at']:%Y-%m-%d %H:%M:%S %Z}"
+
+
+async def known_consumer(conn: DbConnection, schema: str, consumer: str) -> bool:
+    """Whether ``consumer`` has a parked key, or had one."""
+    keys, _, audit = _tables(schema)
+    return bool(await conn.fetchval(
+        f"SELECT EXISTS (SELECT 1 FROM {keys} WHERE consumer = $1) "
+        f"OR EXISTS (SELECT 1 FROM {audit} WHERE consumer = $1)", consumer))
 
 
 def actor() -> str:

@@ -1,0 +1,96 @@
+"""A consumer that parks: the culprit and every later record of its key wait, in order, while
+other keys flow and the offsets move on; a restarted consumer still holds the key."""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+
+from consumerkit import HandlerContext, RetryPolicy, handler
+
+from ..integration.ledger import (
+    Running,
+    Step,
+    build,
+    group,
+    ledger_handler,
+    ledger_rows,
+    make_events,
+    publish,
+    verify,
+    wait_for,
+)
+from .conftest import Broken, ParkTopic, committed_total, parked_key_names, parked_rows
+
+PARK = RetryPolicy(max_attempts=2, initial_delay=0.01, max_delay=0.02, on_exhausted="park")
+
+
+@pytest.mark.parametrize("max_batch", [1, 500])
+async def test_a_failing_key_is_parked_in_order_while_other_keys_flow(
+    postgres_dsn: str, kafka_bootstrap: str, park_topic: ParkTopic, pg_schema: str,
+    pg_pool: asyncpg.Pool, max_batch: int,
+) -> None:
+    topic = await park_topic(partitions=2)
+    broken = Broken()
+    broken.brake("key-1", since=2)
+    events = make_events(keys=4, per_key=5)
+    await publish(kafka_bootstrap, topic, events)
+    consumer = build("parks", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=broken,
+                     retry=PARK, max_batch=max_batch)
+    async with Running(consumer):
+        await wait_for(lambda: _settled(consumer, len(events)), 60, "every record settled")
+        # a new record of the parked key joins the park; one of another key is applied
+        later = make_events(keys=4, per_key=6)[-4:]
+        await publish(kafka_bootstrap, topic, later)
+        await wait_for(lambda: _settled(consumer, len(events) + 4), 60, "the later records")
+    stats = consumer.stats
+    assert (stats.parked, stats.dead_lettered) == (5, 0)
+    flowing = [e for e in [*events, *later] if e.key != "key-1" or e.seq == 1]
+    verify(await ledger_rows(pg_pool, pg_schema), flowing)
+    parked = await parked_rows(pg_pool, pg_schema)
+    assert [(r["key"], r["event_id"]) for r in parked] == [
+        ("key-1", f"evt-1-{seq}") for seq in range(2, 7)]  # in offset order
+    assert [r["reason"] for r in parked] == ["handler_failed", *["key_parked"] * 4]
+    assert parked[0]["attempts"] == 2  # its retries ran out first
+    assert await parked_key_names(pg_pool, pg_schema) == ["key-1"]
+    # the offsets moved past the parked records
+    assert await committed_total(kafka_bootstrap, group("parks", topic), topic, 2) == 24
+
+
+async def test_a_restarted_consumer_still_parks_the_key(
+    postgres_dsn: str, kafka_bootstrap: str, park_topic: ParkTopic, pg_schema: str,
+    pg_pool: asyncpg.Pool,
+) -> None:
+    topic = await park_topic(partitions=2)
+    broken = Broken()
+    broken.brake("key-0", since=1)
+    first = make_events(keys=2, per_key=2)
+    await publish(kafka_bootstrap, topic, first)
+
+    @handler("step.recorded", on_exhausted="park")  # the handler's choice; policy default
+    async def record(event: Step, ctx: HandlerContext) -> None:
+        await ledger_handler(pg_schema, broken)(event, ctx)
+
+    def consumer() -> object:
+        return build("restart", pg_schema, topic, postgres_dsn, kafka_bootstrap,
+                     handlers=[record], retry=RetryPolicy(max_attempts=1))
+
+    before = consumer()
+    async with Running(before):
+        await wait_for(lambda: _settled(before, len(first)), 60, "the first records")
+    broken.fix("key-0")  # fixed, but its key stays parked until replayed
+    after = consumer()
+    second = make_events(keys=2, per_key=4)[len(first):]
+    await publish(kafka_bootstrap, topic, second)
+    async with Running(after):
+        await wait_for(lambda: _settled(after, len(second)), 60, "the later records")
+    assert after.stats.parked == 2
+    verify(await ledger_rows(pg_pool, pg_schema),
+           [e for e in [*first, *second] if e.key == "key-1"])
+    assert [r["event_id"] for r in await parked_rows(pg_pool, pg_schema)] == [
+        f"evt-0-{seq}" for seq in range(1, 5)]
+
+
+async def _settled(consumer: object, value: int) -> bool:
+    s = consumer.stats  # type: ignore[attr-defined]
+    return bool(s.applied + s.duplicates + s.dead_lettered + s.parked >= value)
