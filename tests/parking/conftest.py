@@ -13,7 +13,7 @@ from consumerkit import HandlerContext
 from consumerkit._identifiers import identifier
 from consumerkit.testing.services import MakeTopic
 
-from ..integration.ledger import Step, create_ledger
+from ..integration.ledger import Step, create_ledger, ledger_rows
 
 ParkTopic = Callable[..., Awaitable[str]]
 
@@ -49,6 +49,11 @@ class Broken:
         since = self.keys.get(event.key)
         if since is not None and event.seq >= since:
             raise ValueError(f"{event.key} cannot be applied yet")
+
+
+async def ledger(pool: asyncpg.Pool, schema: str) -> list[asyncpg.Record]:
+    async with pool.acquire() as conn:
+        return await ledger_rows(conn, schema)
 
 
 async def parked_rows(pool: asyncpg.Pool, schema: str) -> list[asyncpg.Record]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from consumerkit import HandlerContext, RetryPolicy, handler
+from consumerkit import Consumer, HandlerContext, RetryPolicy, handler
 
 from ..integration.ledger import (
     Running,
@@ -14,13 +14,12 @@ from ..integration.ledger import (
     build,
     group,
     ledger_handler,
-    ledger_rows,
     make_events,
     publish,
     verify,
     wait_for,
 )
-from .conftest import Broken, ParkTopic, committed_total, parked_key_names, parked_rows
+from .conftest import Broken, ParkTopic, committed_total, ledger, parked_key_names, parked_rows
 
 PARK = RetryPolicy(max_attempts=2, initial_delay=0.01, max_delay=0.02, on_exhausted="park")
 
@@ -46,7 +45,7 @@ async def test_a_failing_key_is_parked_in_order_while_other_keys_flow(
     stats = consumer.stats
     assert (stats.parked, stats.dead_lettered) == (5, 0)
     flowing = [e for e in [*events, *later] if e.key != "key-1" or e.seq == 1]
-    verify(await ledger_rows(pg_pool, pg_schema), flowing)
+    verify(await ledger(pg_pool, pg_schema), flowing)
     parked = await parked_rows(pg_pool, pg_schema)
     assert [(r["key"], r["event_id"]) for r in parked] == [
         ("key-1", f"evt-1-{seq}") for seq in range(2, 7)]  # in offset order
@@ -71,7 +70,7 @@ async def test_a_restarted_consumer_still_parks_the_key(
     async def record(event: Step, ctx: HandlerContext) -> None:
         await ledger_handler(pg_schema, broken)(event, ctx)
 
-    def consumer() -> object:
+    def consumer() -> Consumer:
         return build("restart", pg_schema, topic, postgres_dsn, kafka_bootstrap,
                      handlers=[record], retry=RetryPolicy(max_attempts=1))
 
@@ -85,7 +84,7 @@ async def test_a_restarted_consumer_still_parks_the_key(
     async with Running(after):
         await wait_for(lambda: _settled(after, len(second)), 60, "the later records")
     assert after.stats.parked == 2
-    verify(await ledger_rows(pg_pool, pg_schema),
+    verify(await ledger(pg_pool, pg_schema),
            [e for e in [*first, *second] if e.key == "key-1"])
     assert [r["event_id"] for r in await parked_rows(pg_pool, pg_schema)] == [
         f"evt-0-{seq}" for seq in range(1, 5)]

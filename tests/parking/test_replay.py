@@ -15,13 +15,12 @@ from consumerkit.parking.replay import ParkingError, discard_key, replay_key
 from ..integration.ledger import (
     Running,
     build,
-    ledger_rows,
     make_events,
     publish,
     verify,
     wait_for,
 )
-from .conftest import Broken, ParkTopic, parked_key_names, parked_rows
+from .conftest import Broken, ParkTopic, ledger, parked_key_names, parked_rows
 
 PARK = RetryPolicy(max_attempts=1, on_exhausted="park")
 
@@ -50,7 +49,7 @@ async def test_replay_applies_once_in_order_and_a_second_replay_applies_nothing(
     broken.fix("key-1")
     report = await replay_key(consumer, b"key-1")
     assert (report.applied, report.duplicates, report.records) == (3, 0, 3)
-    verify(await ledger_rows(pg_pool, pg_schema), events)
+    verify(await ledger(pg_pool, pg_schema), events)
     assert await parked_rows(pg_pool, pg_schema) == []
     assert await parked_key_names(pg_pool, pg_schema) == []
     again = await replay_key(consumer, b"key-1")
@@ -58,7 +57,7 @@ async def test_replay_applies_once_in_order_and_a_second_replay_applies_nothing(
     assert again.records == 0
     assert again.previously is not None
     assert again.previously[0] == "replayed"
-    verify(await ledger_rows(pg_pool, pg_schema), events)
+    verify(await ledger(pg_pool, pg_schema), events)
     audit = await pg_pool.fetch(f'SELECT action, records FROM "{pg_schema}".parked_audit')
     assert [(a["action"], a["records"]) for a in audit] == [("replayed", 5)]
 
@@ -96,7 +95,7 @@ async def test_replay_while_the_consumer_parks_more_of_the_key_loses_nothing(
         replayed, _ = await asyncio.gather(replay_until_unparked(), keep_publishing())
         await wait_for(lambda: _ledger_has(pg_pool, pg_schema, len(events)), 60,
                        "every effect")
-    verify(await ledger_rows(pg_pool, pg_schema), events)
+    verify(await ledger(pg_pool, pg_schema), events)
     assert replayed >= 4
     assert consumer.stats.parked >= replayed
     assert await parked_key_names(pg_pool, pg_schema) == []
@@ -125,7 +124,7 @@ async def test_discard_drops_the_records_and_leaves_an_audit_row(
         later = make_events(keys=2, per_key=4)[-1]
         await publish(kafka_bootstrap, topic, [later])
         await wait_for(lambda: _settled(consumer, len(events) + 1), 60, "the later record")
-    rows = await ledger_rows(pg_pool, pg_schema)
+    rows = await ledger(pg_pool, pg_schema)
     assert [r["event_id"] for r in rows if r["key"] == "key-1"] == ["evt-1-1", later.event_id]
     audit = await pg_pool.fetchrow(
         f'SELECT consumer, topic, "partition", key, action, records, actor, done_at '
