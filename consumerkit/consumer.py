@@ -311,7 +311,7 @@ class Consumer:
             retry=self.retry, dead_letters=DeadLetterWriter(self.dead_letter),
             expired=self.dedup.expired, stats=self.stats, concurrency=self.concurrency,
             handler_timeout=self.handler_timeout, cache=self.dedup_cache, outbox=self.outbox,
-            observer=observed.observer, tracing=observed.tracing)
+            observer=observed.observer, tracing=observed.tracing, parking=parking)
 
     def _on_signal(self, sig: signal.Signals) -> None:
         if self._stop_requested.is_set():
