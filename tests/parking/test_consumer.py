@@ -3,10 +3,15 @@ other keys flow and the offsets move on; a restarted consumer still holds the ke
 
 from __future__ import annotations
 
+import logging
+
 import asyncpg
+import orjson
 import pytest
+from prometheus_client import CollectorRegistry
 
 from consumerkit import Consumer, HandlerContext, RetryPolicy, handler
+from consumerkit.logs import MESSAGE_FIELDS, JsonFormatter
 
 from ..integration.ledger import (
     Running,
@@ -27,15 +32,17 @@ PARK = RetryPolicy(max_attempts=2, initial_delay=0.01, max_delay=0.02, on_exhaus
 @pytest.mark.parametrize("max_batch", [1, 500])
 async def test_a_failing_key_is_parked_in_order_while_other_keys_flow(
     postgres_dsn: str, kafka_bootstrap: str, park_topic: ParkTopic, pg_schema: str,
-    pg_pool: asyncpg.Pool, max_batch: int,
+    pg_pool: asyncpg.Pool, max_batch: int, caplog: pytest.LogCaptureFixture,
 ) -> None:
     topic = await park_topic(partitions=2)
     broken = Broken()
     broken.brake("key-1", since=2)
     events = make_events(keys=4, per_key=5)
     await publish(kafka_bootstrap, topic, events)
+    registry = CollectorRegistry()
     consumer = build("parks", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=broken,
-                     retry=PARK, max_batch=max_batch)
+                     retry=PARK, max_batch=max_batch, registry=registry)
+    caplog.set_level(logging.WARNING, logger="consumerkit.pipeline")
     async with Running(consumer):
         await wait_for(lambda: _settled(consumer, len(events)), 60, "every record settled")
         # a new record of the parked key joins the park; one of another key is applied
@@ -54,6 +61,19 @@ async def test_a_failing_key_is_parked_in_order_while_other_keys_flow(
     assert await parked_key_names(pg_pool, pg_schema) == ["key-1"]
     # the offsets moved past the parked records
     assert await committed_total(kafka_bootstrap, group("parks", topic), topic, 2) == 24
+    # counted, gauged and logged with the message's fields, one line per parked record
+    labels = {"consumer": consumer.name}
+    assert registry.get_sample_value(
+        "consumerkit_messages_total", {**labels, "topic": topic, "outcome": "parked"}) == 5
+    assert registry.get_sample_value("consumerkit_parked_keys", labels) == 1
+    assert registry.get_sample_value("consumerkit_parked_records", labels) == 5
+    lines = [orjson.loads(JsonFormatter().format(r)) for r in caplog.records
+             if r.getMessage().startswith("parked ")]
+    assert [(line["event_id"], line["key"], line["topic"]) for line in lines] == [
+        (f"evt-1-{seq}", "key-1", topic) for seq in range(2, 7)]
+    assert lines[0]["attempt"] == 2
+    assert all(line["level"] == "WARNING" and line["consumer"] == consumer.name
+               and set(MESSAGE_FIELDS) - {"attempt"} <= set(line) for line in lines)
 
 
 async def test_a_restarted_consumer_still_parks_the_key(
