@@ -122,6 +122,8 @@ class ParkingLot:
         ``None``: abandoned while the database was away."""
         record = records[0][0]
         assert record.key is not None, "a record without a key cannot be parked"
+        if abandon is not None and abandon.is_set():
+            return None  # revoked: its new owner decides, with the parked keys it loaded
         culprit = (reason, detail, attempts)
         entries = [_entry(self.consumer, r, d, *(culprit if i == 0 and start else FOLLOWER))
                    for i, (r, d) in enumerate(records)]

@@ -1,0 +1,59 @@
+"""Parking under TestConsumer (the production engine fed from memory, a real PostgreSQL):
+what parks and what is still dead-lettered, and a replay after the fix."""
+
+from __future__ import annotations
+
+import asyncpg
+from pydantic import BaseModel
+
+from consumerkit import DeadLetter, HandlerContext, RetryPolicy, handler
+from consumerkit.parking.replay import replay_key
+from consumerkit.testing import TestConsumer
+
+BROKEN: set[int] = set()
+
+
+class Move(BaseModel):
+    seq: int
+
+
+@handler("move", on_exhausted="park")
+async def move(event: Move, ctx: HandlerContext) -> None:
+    if event.seq in BROKEN:
+        raise ValueError(f"move {event.seq} cannot be applied yet")
+    if event.seq < 0:
+        raise DeadLetter("a negative move is never applied")  # the handler's own decision
+    await ctx.tx.execute("INSERT INTO moves (key, seq) VALUES ($1, $2)",
+                         ctx.envelope.key, event.seq)
+
+
+async def test_a_key_parks_a_keyless_record_and_a_dead_letter_do_not_and_replay_applies(
+    consumerkit_dsn: str, consumerkit_schema: str,
+) -> None:
+    conn = await asyncpg.connect(consumerkit_dsn)
+    try:
+        await conn.execute("CREATE TABLE moves (id bigserial, key text, seq int)")
+        BROKEN.add(2)
+        async with TestConsumer([move], postgres_dsn=consumerkit_dsn, schema=consumerkit_schema,
+                                retry=RetryPolicy(max_attempts=2, initial_delay=0.0),
+                                partitions=1) as kit:
+            for seq in (1, 2, 3):
+                kit.publish(Move(seq=seq), key="a")
+            kit.publish(Move(seq=7), key="b")
+            kit.publish(Move(seq=2), key=None)  # no key to park: dead-lettered
+            kit.publish(Move(seq=-1), key="c")  # DeadLetter raised: dead-lettered
+            await kit.drain(fail_fast=False)
+            assert [s.event_id for s in kit.parked] == [
+                dict(r.headers)["id"].decode() for r in kit.broker.records("events", 0)[1:3]]
+            assert sorted(e.reason for e in kit.dead_letters) == [
+                "dead_lettered_by_handler", "handler_failed"]
+            assert kit.stats.parked == 2
+            BROKEN.clear()
+            report = await replay_key(kit.consumer, b"a")
+            assert (report.applied, report.records) == (2, 2)
+        rows = await conn.fetch("SELECT key, seq FROM moves ORDER BY id")
+        assert [r["seq"] for r in rows if r["key"] == "a"] == [1, 2, 3]
+        assert [r["seq"] for r in rows if r["key"] != "a"] == [7]
+    finally:
+        BROKEN.clear()
+        await conn.close()
