@@ -100,6 +100,17 @@ async def test_mistakes_are_one_line(
     assert _one_line(unknown_consumer.err) == (
         "consumerkit: consumer 'biling' never parked a key (check the name; consumerkit "
         "parked list shows every consumer's)")
+    async with pg_pool.acquire() as conn:  # the same key parked on a second partition
+        await store.park(conn, pg_schema, [parked(3, 1, partition=1)], start=True)
+    ambiguous = await cli("parked", "discard", "order-7", "--consumer", APP, *db, cwd=app_dir)
+    assert ambiguous.code == 1
+    assert _one_line(ambiguous.err) == (
+        "consumerkit: key 'order-7' is parked on steps/0, steps/1: choose one with --topic "
+        "and --partition")
+    chosen = await cli("parked", "discard", "order-7", "--consumer", APP, "--topic", "steps",
+                       "--partition", "1", *db, cwd=app_dir)
+    assert chosen.code == 0, chosen.err
+    assert "discarded key 'order-7' of steps/1: 1 records dropped" in chosen.out
     no_app = await cli("parked", "replay", "order-7", "--app", "app_parked:nope", *db,
                        cwd=app_dir)
     assert no_app.code == 1
