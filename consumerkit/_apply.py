@@ -35,10 +35,12 @@ from typing import TYPE_CHECKING
 import asyncpg
 
 from ._decode import Decoded
+from ._deferred import Deferred
 from ._failures import ClaimBlocked, HandlerEndedTransaction, HandlerFailure, TransactionReplaced
 from ._xact import Mark, check, mark, verify
-from .context import HandlerContext
+from .context import BatchContext, HandlerContext
 from .observability.observer import Observer
+from .registry import Route
 from .types import Claim, ClaimRequest, ClaimStatus, DbConnection, DedupCache, DedupStore
 
 if TYPE_CHECKING:
@@ -136,14 +138,25 @@ class Applier:
 
     async def _handle_all(self, conn: DbConnection, items: list[Decoded], attempt: int,
                           ) -> None:
-        """Run the handlers of the claimed ``items`` under one ``handler_timeout``, then check
-        once that the transaction is still the one that made the claims, and not aborted."""
+        """Run the handler calls of the claimed ``items`` under one ``handler_timeout``, send
+        the writes they deferred, then check once that the transaction is still the one that
+        made the claims, and not aborted."""
         token = await mark(conn)
         sole = len(items) == 1
+        deferred = Deferred(conn)
+        calls = plan(items)
         try:
             async with asyncio.timeout(self.handler_timeout):
-                for decoded in items:
-                    await self._handle(conn, decoded, attempt, token, sole=sole)
+                for index in range(len(calls)):
+                    await self._handle(conn, calls, index, attempt, token, deferred, sole)
+                if deferred.queue:
+                    try:
+                        await deferred.flush()
+                    except Exception as exc:
+                        culprit = _culprit(deferred, calls)
+                        if culprit is None:
+                            raise
+                        raise RecordFailed(culprit, exc) from exc
             what = (f"event {items[0].envelope.event_id}" if sole
                     else f"a batch of {len(items)} records")
             # a handler that swallowed a database error left the transaction aborted (COMMIT
@@ -158,18 +171,19 @@ class Applier:
         except Exception as exc:
             raise HandlerFailure(exc) from exc
 
-    async def _handle(self, conn: DbConnection, decoded: Decoded, attempt: int, token: str,
-                      *, sole: bool) -> None:
-        ctx = HandlerContext(conn, decoded.envelope, attempt, handler=decoded.route.name,
-                             outbox=self.outbox)
+    async def _handle(self, conn: DbConnection, calls: list[Call], index: int, attempt: int,
+                      token: str, deferred: Deferred, sole: bool) -> None:
+        route, records = calls[index]
+        own = records[0] if len(records) == 1 else None  # the record to blame, if one
         started = time.perf_counter()
         try:
             try:
-                if self.tracing is not None:  # the handler runs in the message's span
-                    with self.tracing.activate(decoded.envelope):
-                        await decoded.route.func(decoded.event, ctx)
+                if route.batch:
+                    await route.func([d.event for d in records], BatchContext(
+                        conn, [d.envelope for d in records], attempt, handler=route.name,
+                        outbox=self.outbox, deferred=deferred, owner=index))
                 else:
-                    await decoded.route.func(decoded.event, ctx)
+                    await self._call(conn, records[0], attempt, deferred, index)
             finally:
                 seconds = time.perf_counter() - started
             if not conn.is_in_transaction():
@@ -182,12 +196,62 @@ class Applier:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 raise  # we are being cancelled (shutdown, revocation, the deadline): not its
-            raise RecordFailed(decoded, exc) from exc  # doing; it raised CancelledError itself
+            if own is None:  # doing; it raised CancelledError itself
+                raise HandlerFailure(exc) from exc
+            raise RecordFailed(own, exc) from exc
         except asyncpg.InFailedSQLTransactionError as exc:
             # an earlier handler may have swallowed the error: blame no record (alone, the
             # record is tried again all the same)
             raise HandlerFailure(exc) from exc
         except Exception as exc:
-            raise RecordFailed(decoded, exc) from exc
+            if deferred.broke is not None:  # it failed because a deferred write failed
+                own = _culprit(deferred, calls)
+            if own is None:  # a batch handler's call of several records: found one by one
+                raise HandlerFailure(exc) from exc
+            raise RecordFailed(own, exc) from exc
         finally:  # out of the try above, which makes any error the handler's
-            self.observe.handler_finished(decoded.route.name, seconds)
+            self.observe.handler_finished(route.name, seconds)
+
+    async def _call(self, conn: DbConnection, decoded: Decoded, attempt: int,
+                    deferred: Deferred, index: int) -> None:
+        ctx = HandlerContext(conn, decoded.envelope, attempt, handler=decoded.route.name,
+                             outbox=self.outbox, deferred=deferred, owner=index)
+        if self.tracing is not None:  # the handler runs in the message's span
+            with self.tracing.activate(decoded.envelope):
+                await decoded.route.func(decoded.event, ctx)
+        else:
+            await decoded.route.func(decoded.event, ctx)
+
+
+Call = tuple[Route, list[Decoded]]
+
+
+def plan(items: Sequence[Decoded]) -> list[Call]:
+    """The handler calls for ``items``, in an order that keeps each key's records in order: a
+    record of a batch handler joins that handler's latest call unless a record of its key is
+    in a later call already; every other record is a call of its own, in turn."""
+    calls: list[Call] = []
+    latest: dict[Route, int] = {}  # a batch handler's latest call
+    last: dict[tuple[str, int, str | None], int] = {}  # a key's latest call
+    for decoded in items:
+        env, route = decoded.envelope, decoded.route
+        key = (env.topic, env.partition, env.key)
+        at = latest.get(route, -1) if route.batch else -1
+        if at < 0 or last.get(key, -1) > at:
+            at = len(calls)
+            calls.append((route, []))
+            if route.batch:
+                latest[route] = at
+        calls[at][1].append(decoded)
+        last[key] = at
+    return calls
+
+
+def _culprit(deferred: Deferred, calls: list[Call]) -> Decoded | None:
+    """The record whose deferred write failed, when it is known (one call, of one record)."""
+    broke = deferred.broke or set()
+    if len(broke) == 1:
+        [records] = [calls[index][1] for index in broke]
+        if len(records) == 1:
+            return records[0]
+    return None
