@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncpg
 from pydantic import BaseModel
 
-from consumerkit import DeadLetter, HandlerContext, RetryPolicy, handler
+from consumerkit import BatchContext, DeadLetter, HandlerContext, RetryPolicy, handler
 from consumerkit.parking.replay import replay_key
 from consumerkit.testing import TestConsumer
 
@@ -54,6 +54,40 @@ async def test_a_key_parks_a_keyless_record_and_a_dead_letter_do_not_and_replay_
         rows = await conn.fetch("SELECT key, seq FROM moves ORDER BY id")
         assert [r["seq"] for r in rows if r["key"] == "a"] == [1, 2, 3]
         assert [r["seq"] for r in rows if r["key"] != "a"] == [7]
+    finally:
+        BROKEN.clear()
+        await conn.close()
+
+
+@handler("move", batch=True, on_exhausted="park")
+async def moves(events: list[Move], ctx: BatchContext) -> None:
+    if any(e.seq in BROKEN for e in events):
+        raise ValueError("a move of this call cannot be applied yet")
+    for event, envelope in zip(events, ctx.envelopes, strict=True):
+        ctx.defer("INSERT INTO moves (key, seq) VALUES ($1, $2)", envelope.key, event.seq)
+
+
+async def test_a_batch_handler_parks_the_culprit_s_key_and_replays_through_it(
+    consumerkit_dsn: str, consumerkit_schema: str,
+) -> None:
+    conn = await asyncpg.connect(consumerkit_dsn)
+    try:
+        await conn.execute("CREATE TABLE moves (id bigserial, key text, seq int)")
+        BROKEN.add(12)
+        async with TestConsumer([moves], postgres_dsn=consumerkit_dsn,
+                                schema=consumerkit_schema, partitions=1,
+                                retry=RetryPolicy(max_attempts=2, initial_delay=0.0)) as kit:
+            for seq in range(10, 15):
+                kit.publish(Move(seq=seq), key="a")
+                kit.publish(Move(seq=seq + 10), key="b")
+            await kit.drain(fail_fast=False)
+            assert kit.stats.parked == 3  # 12, then 13 and 14 behind it
+            BROKEN.clear()
+            report = await replay_key(kit.consumer, b"a")
+            assert (report.applied, report.records) == (3, 3)
+        rows = await conn.fetch("SELECT key, seq FROM moves ORDER BY id")
+        assert [r["seq"] for r in rows if r["key"] == "a"] == [10, 11, 12, 13, 14]
+        assert [r["seq"] for r in rows if r["key"] == "b"] == [20, 21, 22, 23, 24]
     finally:
         BROKEN.clear()
         await conn.close()
