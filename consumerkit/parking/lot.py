@@ -17,7 +17,8 @@ from collections.abc import Iterable, Sequence
 import asyncpg
 
 from .._decode import Decoded
-from .._failures import describe
+from .._failures import describe, judge
+from ..deadletter.writer import wait_or_abandon
 from ..envelope import RecordLike
 from ..errors import StartupError
 from ..observability.observer import Observer
@@ -88,7 +89,9 @@ class ParkingLot:
                     loaded = (await store.parked_keys(conn, self.schema, self.consumer,
                                                       [part]))[part]
                 break
-            except (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError) as exc:
+            except Exception as exc:
+                if not judge(exc)[1]:
+                    raise
                 outages += 1  # the database is away: the partition waits for it
                 delay = _OUTAGE_RETRY.delay(min(outages, 8))
                 log.warning("loading the parked keys of %s/%d failed (%s), retrying in %.2fs",
@@ -133,19 +136,15 @@ class ParkingLot:
                 async with self.pool.acquire() as conn:
                     stored = await store.park(conn, self.schema, entries, start=start)
                 break
-            except (OSError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError) as exc:
+            except Exception as exc:
+                if not judge(exc)[1]:
+                    raise  # not an outage: a missing grant, say, which waiting cannot fix
                 outages += 1
                 delay = _OUTAGE_RETRY.delay(min(outages, 8))
                 log.warning("parking a record of %s/%d failed (%s), retrying in %.2fs",
                             record.topic, record.partition, describe(exc), delay)
-                if abandon is None:
-                    await asyncio.sleep(delay)
-                else:
-                    try:
-                        await asyncio.wait_for(abandon.wait(), delay)
-                        return None
-                    except TimeoutError:
-                        pass
+                if await wait_or_abandon(abandon or asyncio.Event(), delay):
+                    return None
         part = (record.topic, record.partition)
         keys = self._keys.setdefault(part, {})
         self._changes[part] = self._changes.get(part, 0) + 1

@@ -4,10 +4,19 @@ what parks and what is still dead-lettered, and a replay after the fix."""
 from __future__ import annotations
 
 import asyncpg
+import pytest
 from pydantic import BaseModel
 
-from consumerkit import BatchContext, DeadLetter, HandlerContext, RetryPolicy, handler
+from consumerkit import (
+    BatchContext,
+    DeadLetter,
+    HandlerContext,
+    RetryPolicy,
+    StartupError,
+    handler,
+)
 from consumerkit.parking.replay import replay_key
+from consumerkit.schema import migrate
 from consumerkit.testing import TestConsumer
 
 BROKEN: set[int] = set()
@@ -91,3 +100,20 @@ async def test_a_batch_handler_parks_the_culprit_s_key_and_replays_through_it(
     finally:
         BROKEN.clear()
         await conn.close()
+
+
+async def test_a_consumer_that_parks_refuses_to_start_without_the_tables(
+    consumerkit_dsn: str, consumerkit_schema: str,
+) -> None:
+    conn = await asyncpg.connect(consumerkit_dsn)
+    try:
+        await migrate(conn, consumerkit_schema)
+        await conn.execute(f'DROP TABLE "{consumerkit_schema}".parked_records')
+    finally:
+        await conn.close()
+    kit = TestConsumer([move], postgres_dsn=consumerkit_dsn, schema=consumerkit_schema,
+                       migrate=False)
+    with pytest.raises(StartupError, match=(
+            f"on_exhausted='park' needs the table {consumerkit_schema}.parked_records: run "
+            "consumerkit migrate")):
+        await kit.start()
