@@ -113,3 +113,42 @@ async def test_a_restarted_consumer_still_parks_the_key(
 async def _settled(consumer: object, value: int) -> bool:
     s = consumer.stats  # type: ignore[attr-defined]
     return bool(s.applied + s.duplicates + s.dead_lettered + s.parked >= value)
+
+
+async def test_a_member_that_takes_over_the_partition_in_a_rebalance_parks_the_key(
+    postgres_dsn: str, kafka_bootstrap: str, park_topic: ParkTopic, pg_schema: str,
+    pg_pool: asyncpg.Pool,
+) -> None:
+    topic = await park_topic(partitions=2)
+    broken = Broken()
+    broken.brake("key-0", since=2)
+    first = make_events(keys=2, per_key=3)
+    await publish(kafka_bootstrap, topic, first)
+    a = build("handover", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=broken,
+              retry=PARK)
+    b = build("handover", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=broken,
+              retry=PARK)
+    async with Running(b):
+        async with Running(a):
+            await wait_for(lambda: _stored(pg_pool, pg_schema, 4, 2), 60, "the first records")
+        # a left: b owns every partition now, the parked key's included
+        await wait_for(lambda: _owns(b, 2), 60, "b owning both partitions")
+        broken.fix("key-0")  # fixed, but the key stays parked until replayed
+        later = make_events(keys=2, per_key=5)[len(first):]
+        await publish(kafka_bootstrap, topic, later)
+        await wait_for(lambda: _stored(pg_pool, pg_schema, 6, 4), 60, "the later records")
+    assert b.stats.parked >= 2  # the later records of the key, parked by their new owner
+    verify(await ledger(pg_pool, pg_schema),
+           [e for e in [*first, *later] if e.key == "key-1" or e.seq == 1])
+    assert [r["event_id"] for r in await parked_rows(pg_pool, pg_schema)] == [
+        f"evt-0-{seq}" for seq in range(2, 6)]
+
+
+async def _stored(pool: asyncpg.Pool, schema: str, applied: int, parked: int) -> bool:
+    """Whether the ledger holds ``applied`` effects and ``parked`` records are parked."""
+    return (len(await ledger(pool, schema)) >= applied
+            and len(await parked_rows(pool, schema)) >= parked)
+
+
+async def _owns(consumer: Consumer, partitions: int) -> bool:
+    return len(consumer.assignment) == partitions
