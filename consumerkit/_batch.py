@@ -89,6 +89,10 @@ class Batcher:
         self, records: Sequence[RecordLike], abandon: asyncio.Event, report: Report,
     ) -> None:
         pipeline = self.pipeline
+        if (parked := await pipeline.join_park(records, abandon)) is not None:
+            for record in records:  # their key is parked: they wait behind it, in order
+                report(record, parked)
+            return
         good: list[tuple[RecordLike, Decoded]] = []
         for record in records:
             try:

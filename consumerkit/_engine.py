@@ -15,6 +15,7 @@ from ._ordering import KeyedExecutor
 from ._pipeline import Outcome, Pipeline
 from .envelope import RecordLike
 from .errors import TransportError
+from .parking.lot import ParkingLot
 from .stats import ConsumerStats
 from .transport.source import Partition, Source
 
@@ -31,9 +32,10 @@ class Engine:
     def __init__(
         self, *, pipeline: Pipeline, max_in_flight: int, batch_size: int, max_batch: int,
         revoke_timeout: float, keepalive: float, stats: ConsumerStats,
-        poll_timeout_ms: int = 100,
+        poll_timeout_ms: int = 100, parking: ParkingLot | None = None,
     ) -> None:
         self.pipeline = pipeline
+        self.parking = parking  # told of assignments: a partition's parked keys load then
         # with max_batch 1 every record has a transaction of its own, else lanes hand groups of
         # records to the batcher, which applies the groups of many lanes in one transaction
         self.batcher = Batcher(pipeline, max_batch) if max_batch > 1 else None
@@ -62,6 +64,8 @@ class Engine:
     async def on_assigned(self, partitions: list[Partition]) -> None:
         for part in partitions:  # always fresh: aiokafka resumes from the committed offset
             self.states[part] = PartitionState(part)
+        if self.parking is not None:
+            self.parking.assigned(partitions)
         self.joined.set()
         log.info("assigned %s", sorted(partitions))
 
@@ -84,6 +88,8 @@ class Engine:
         for state in states:
             self.states.pop(state.partition, None)
             self.pipeline.observe.lag(*state.partition, None)
+        if self.parking is not None:
+            self.parking.revoked(partitions)
         self.stats.revocations += 1
         log.info("revoked %s", sorted(partitions))
 

@@ -1,7 +1,9 @@
 """A record's way through the consumer, top to bottom, with the default settings.
 
-decode (undecodable: dead letter) -> apply it in a transaction (:mod:`~consumerkit._apply`)
+key parked on this partition: park the record -> decode (undecodable: dead letter)
+       -> apply it in a transaction (:mod:`~consumerkit._apply`)
        -> on failure: wait out an outage, or retry with back-off -> dead letter if exhausted
+          (or park its key, with ``on_exhausted="park"``)
        -> settle: the outcome told to the observers.
 
 With batches, the batcher (:mod:`~consumerkit._batch`) applies many records at once through
@@ -40,6 +42,7 @@ from .types import Claim, ClaimStatus, DedupCache, DedupStore
 if TYPE_CHECKING:
     from .observability.tracing import Tracing
     from .outbox.writer import Outbox
+    from .parking.lot import ParkingLot
 
 log = logging.getLogger("consumerkit.pipeline")
 
@@ -52,6 +55,7 @@ class Outcome(StrEnum):
     DUPLICATE = "duplicate"
     DEAD_LETTERED = "dead_lettered"
     EXPIRED_SKIPPED = "expired_skipped"
+    PARKED = "parked"  # held back with its key: the offset moves on
     ABANDONED = "abandoned"  # not finished: the offset must not move past it
 
 
@@ -62,9 +66,10 @@ class Pipeline:
         expired: ExpiredPolicy, stats: ConsumerStats, concurrency: int,
         handler_timeout: float | None, cache: DedupCache | None = None,
         outbox: Outbox | None = None, observer: Observer | None = None,
-        tracing: Tracing | None = None,
+        tracing: Tracing | None = None, parking: ParkingLot | None = None,
     ) -> None:
         self.consumer = consumer
+        self.parking = parking
         self.namespace = namespace
         self.pool = pool
         self.cache = cache
@@ -88,6 +93,8 @@ class Pipeline:
         """Apply ``record`` exactly once in effect; ``abandon`` interrupts waits (shutdown,
         revoked partition) and yields ``ABANDONED``."""
         self.observe.delivered(1)
+        if (parked := await self.join_park([record], abandon)) is not None:
+            return parked
         try:
             decoded = self.decoder.decode(record)
         except DecodeError as exc:
@@ -100,6 +107,8 @@ class Pipeline:
     ) -> Outcome:
         """Apply a decoded record in a transaction of its own, retrying as the policy says;
         ``failed`` is how its handler failed in a batch (its first attempt)."""
+        if (parked := await self.join_park([record], abandon, decoded)) is not None:
+            return parked  # an earlier record of its key was parked (in its batch, say)
         attempt = outages = lost = 0
         while True:
             attempt += 1
@@ -149,8 +158,44 @@ class Pipeline:
         abandon: asyncio.Event,
     ) -> Outcome:
         """A decoded record that will not be applied: its handler refused it, or its retries
-        ran out. It goes to the dead letters."""
+        ran out. Its key is parked when its handler (or the policy) says so and the handler
+        did not ask for the dead letters itself; else it goes to the dead letters."""
+        if (self.parking is not None and record.key is not None
+                and reason != "dead_lettered_by_handler"
+                and (decoded.route.on_exhausted or self.retry.on_exhausted) == "park"):
+            outcome = await self._park([(record, decoded)], reason, detail, attempts, abandon,
+                                       start=True)
+            if outcome is not None:
+                return outcome
         return await self.dead_letter(record, reason, detail, attempts, decoded, abandon)
+
+    async def join_park(self, records: Sequence[RecordLike], abandon: asyncio.Event,
+                        decoded: Decoded | None = None) -> Outcome | None:
+        """``PARKED`` when the key of ``records`` (consecutive records of one key) is parked
+        on their partition: they join its park, in order, undecodable ones too. ``None``:
+        apply them as usual (the check is in memory; the database is asked only then)."""
+        if self.parking is None or not await self.parking.holds(records[0]):
+            return None
+        items = [(r, decoded if decoded is not None else self._decoded_or_none(r))
+                 for r in records]
+        return await self._park(items, "key_parked", "", 0, abandon, start=False)
+
+    async def _park(self, items: Sequence[tuple[RecordLike, Decoded | None]], reason: str,
+                    detail: str, attempts: int, abandon: asyncio.Event, *, start: bool,
+                    ) -> Outcome | None:
+        assert self.parking is not None
+        stored = await self.parking.park(items, reason=reason, detail=detail,
+                                         attempts=attempts, start=start, abandon=abandon)
+        if stored is None:
+            self.observe.abandoned([record for record, _ in items])
+            return Outcome.ABANDONED
+        return Outcome.PARKED if stored else None  # False: unparked meanwhile
+
+    def _decoded_or_none(self, record: RecordLike) -> Decoded | None:
+        try:
+            return self.decoder.decode(record)
+        except DecodeError:
+            return None
 
     async def _attempt(self, decoded: Decoded, attempt: int) -> Claim:
         async with self.slots:

@@ -30,6 +30,7 @@ from .envelope import WireFormat
 from .errors import ConfigurationError
 from .observability.observer import Observer
 from .outbox.writer import Outbox
+from .parking.lot import ParkingLot, open_parking, parks
 from .registry import HandlerSource, RouteTable
 from .retry import RetryPolicy
 from .schema import migrate
@@ -145,6 +146,7 @@ class Consumer:
         self.metrics_host = metrics_host
         self.registry = registry
         self.lag_interval = 5.0  # seconds between end-offset requests for the lag
+        self.parking_interval = 30.0  # seconds between refreshes of the parked keys' gauges
         self._observed: Observed | None = None  # made when run() knows the DSN
         self.started = asyncio.Event()
         self._engine: Engine | None = None
@@ -258,10 +260,13 @@ class Consumer:
                 self.dedup_cache.on_lookup = observer.cache_lookup
             await self.dedup_cache.open()
             stack.push_async_callback(self.dedup_cache.close)
+        parking = await open_parking(stack, pool, self.schema, self.name, observer,
+                                     parks(self.routes, self.retry), self.parking_interval)
         engine = self._engine = Engine(
-            pipeline=self._pipeline(pool, observed), max_in_flight=self.max_in_flight,
+            pipeline=self._pipeline(pool, observed, parking), max_in_flight=self.max_in_flight,
             batch_size=self.batch_size, max_batch=self.max_batch,
-            revoke_timeout=self.revoke_timeout, keepalive=self.keepalive, stats=self.stats)
+            revoke_timeout=self.revoke_timeout, keepalive=self.keepalive, stats=self.stats,
+            parking=parking)
         source: Source
         if self.source_factory is None:
             source = KafkaSource(
@@ -297,7 +302,8 @@ class Consumer:
             except Exception:  # nothing left to spoil, but the run's own error comes first
                 log.exception("consumer %s: reporting its readiness failed", self.name)
 
-    def _pipeline(self, pool: asyncpg.Pool, observed: Observed) -> Pipeline:
+    def _pipeline(self, pool: asyncpg.Pool, observed: Observed,
+                  parking: ParkingLot | None = None) -> Pipeline:
         return Pipeline(
             consumer=self.name, namespace=self.name, pool=pool,
             dedup=store_for(self.schema, self.dedup),
@@ -305,7 +311,7 @@ class Consumer:
             retry=self.retry, dead_letters=DeadLetterWriter(self.dead_letter),
             expired=self.dedup.expired, stats=self.stats, concurrency=self.concurrency,
             handler_timeout=self.handler_timeout, cache=self.dedup_cache, outbox=self.outbox,
-            observer=observed.observer, tracing=observed.tracing)
+            observer=observed.observer, tracing=observed.tracing, parking=parking)
 
     def _on_signal(self, sig: signal.Signals) -> None:
         if self._stop_requested.is_set():

@@ -17,6 +17,8 @@ Every exception the library raises derives from :class:`ConsumerKitError`::
     │                             (consumerkit.outbox)
     ├── PermanentSendError        an outbox sink's destination refused an event for good
     │                             (consumerkit.outbox; the event is given up on)
+    ├── ParkingError              a parked key cannot be found, or its replay stopped
+    │                             (consumerkit.parking.replay; one line in the CLI)
     ├── CommandError              a command failed in a way its user can fix
     │                             (consumerkit.cli.errors; one line, exit status 1)
     └── DemoFailed                the demo could not finish (consumerkit.demo.scenario)

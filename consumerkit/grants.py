@@ -10,6 +10,9 @@ receivers then run under a role that owns nothing and may create nothing in the 
 ``consumerkit_retention``             SELECT, INSERT, UPDATE (retention registry)
 ``dead_letters``                      SELECT, INSERT
 ``consumerkit_names``                 SELECT, INSERT (namespace and handler keys)
+``parked_keys``, ``parked_records``   SELECT, INSERT, UPDATE, DELETE (parking; replay
+                                      and discard remove what they unpark)
+``parked_audit``                      SELECT, INSERT (who replayed or discarded a key)
 each dedup table                      SELECT, INSERT, UPDATE, DELETE (claims; the
                                       table layout's cleanup deletes)
 each outbox table                     SELECT, INSERT, DELETE (write; relay deletes)
@@ -38,6 +41,10 @@ from .dedup.names import FUNCTION as NAME_KEY
 from .dedup.names import TABLE as NAMES
 from .dedup.retention import TABLE as RETENTION
 from .errors import ConfigurationError
+from .parking.tables import AUDIT as PARKED_AUDIT
+from .parking.tables import COMPONENT as PARKING
+from .parking.tables import KEYS as PARKED_KEYS
+from .parking.tables import RECORDS as PARKED_RECORDS
 from .schema import VERSION_TABLE, applied_versions
 from .types import DbConnection
 
@@ -86,6 +93,9 @@ async def runtime_grants(conn: DbConnection, schema: str, role: str) -> list[str
         if kind == "dedup":
             tables[name] = "SELECT, INSERT, UPDATE, DELETE"
             functions += [f"{name}_claim", f"{name}_claim_many"]
+        elif kind == PARKING:
+            tables[PARKED_KEYS] = tables[PARKED_RECORDS] = "SELECT, INSERT, UPDATE, DELETE"
+            tables[PARKED_AUDIT] = "SELECT, INSERT"
         elif kind == "outbox":
             tables[name] = "SELECT, INSERT, DELETE"
             tables[f"{name}_failures"] = "SELECT, INSERT, UPDATE, DELETE"

@@ -14,7 +14,7 @@ import types
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, Literal, TypeAlias, TypeVar
 
 from pydantic import BaseModel
 
@@ -27,6 +27,9 @@ F = TypeVar("F", bound=Callable[..., Awaitable[None]])
 
 _ROUTE_ATTR = "__consumerkit_route__"
 
+OnExhausted = Literal["dead_letter", "park"]
+"""What happens to a record whose handler cannot apply it: dead-letter it, or park its key."""
+
 
 @dataclass(frozen=True, slots=True)
 class RouteSpec:
@@ -36,6 +39,7 @@ class RouteSpec:
     event_type: str | None
     topic: str | None
     batch: bool = False
+    on_exhausted: OnExhausted | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,10 +54,11 @@ class Route:
     func: Callable[[Any, Any], Awaitable[None]]
     name: str
     batch: bool = False
+    on_exhausted: OnExhausted | None = None  # None: the consumer's RetryPolicy decides
 
 
 def handler(event_type: str | None = None, *, topic: str | None = None,
-            batch: bool = False) -> Callable[[F], F]:
+            batch: bool = False, on_exhausted: OnExhausted | None = None) -> Callable[[F], F]:
     """Mark an ``async def`` as the handler of ``event_type`` (or of every event on ``topic``).
 
     The function's first parameter must be annotated with a pydantic model (the payload) and
@@ -61,7 +66,16 @@ def handler(event_type: str | None = None, *, topic: str | None = None,
     is annotated ``list[Model]`` and receives the fresh events of a batch, in per-key order,
     and the second a :class:`~consumerkit.BatchContext`. The function is returned unchanged;
     collect it with :class:`HandlerRegistry` or pass it to a consumer directly.
+
+    ``on_exhausted`` says what becomes of a record this handler cannot apply (its retries
+    ran out, or it raised a non-retriable error): ``"dead_letter"``, or ``"park"`` its key
+    (the record and every later one of its key on the partition wait, in order, for
+    ``consumerkit parked replay``). ``None`` follows the consumer's
+    :class:`~consumerkit.RetryPolicy`.
     """
+    if on_exhausted not in (None, "dead_letter", "park"):
+        raise HandlerDefinitionError(
+            f"on_exhausted must be 'dead_letter' or 'park', not {on_exhausted!r}")
     if (event_type is None) == (topic is None):
         raise HandlerDefinitionError("@handler needs exactly one of an event type or topic=")
     for value in (event_type, topic):
@@ -70,7 +84,7 @@ def handler(event_type: str | None = None, *, topic: str | None = None,
 
     def attach(func: F) -> F:
         _check_async(func)
-        setattr(func, _ROUTE_ATTR, RouteSpec(event_type, topic, bool(batch)))
+        setattr(func, _ROUTE_ATTR, RouteSpec(event_type, topic, bool(batch), on_exhausted))
         return func
 
     return attach
@@ -126,7 +140,8 @@ def resolve(func: Callable[..., Awaitable[None]]) -> Route:
                 f"pydantic model, got {annotation!r}{hint}"
             )
     assert isinstance(model, type)
-    return Route(spec.event_type, spec.topic, model, func, _name(func), spec.batch)
+    return Route(spec.event_type, spec.topic, model, func, _name(func), spec.batch,
+                 spec.on_exhausted)
 
 
 def _is_model(annotation: object) -> bool:
@@ -168,10 +183,11 @@ class HandlerRegistry:
         return self
 
     def handler(self, event_type: str | None = None, *, topic: str | None = None,
-                batch: bool = False) -> Callable[[F], F]:
+                batch: bool = False, on_exhausted: OnExhausted | None = None,
+                ) -> Callable[[F], F]:
         """``@registry.handler("x")``: like :func:`handler`, and add the function here."""
         def attach(func: F) -> F:
-            handler(event_type, topic=topic, batch=batch)(func)
+            handler(event_type, topic=topic, batch=batch, on_exhausted=on_exhausted)(func)
             self.include(func)
             return func
         return attach

@@ -36,6 +36,7 @@ from .dedup.retention import register, retention_ddl
 from .dedup.rows import check_dedup_names
 from .dedup.upgrade import lean_rows_ddl
 from .errors import StartupError
+from .parking.tables import migrate_parking
 from .types import DbConnection
 
 VERSION_TABLE = "consumerkit_schema_version"
@@ -125,6 +126,7 @@ async def migrate(
                     await conn.execute(
                         f"INSERT INTO {versions} (component, version, description) "
                         "VALUES ($1, $2, $3)", component, step.version, step.description)
+            await migrate_parking(conn, schema)
             if policy.layout == "partitioned":
                 await record_interval(conn, schema, policy.table, policy.partition_interval)
                 await maintain(conn, schema, policy, namespace=namespace)

@@ -21,8 +21,9 @@ class ConsumerStats:
 
     ``delivered`` counts every record handed to the pipeline (redeliveries included);
     ``applied`` counts handler effects committed; ``duplicates`` counts deliveries absorbed by
-    the dedup table. ``delivered == applied + duplicates + dead_lettered + expired_skipped``
-    once nothing is in flight and nothing was abandoned. The outcome counters are kept by
+    the dedup table.
+    ``delivered == applied + duplicates + dead_lettered + expired_skipped + parked`` once
+    nothing is in flight and nothing was abandoned. The outcome counters are kept by
     :class:`StatsObserver` from the observer seam, as are ``batches``, ``batch_fallbacks``
     and ``cache_hits``; the others by the engine itself.
     """
@@ -33,6 +34,7 @@ class ConsumerStats:
     dead_lettered: int = 0
     dead_letter_failures: int = 0  # entries a sink rejected for good, even reduced
     expired_skipped: int = 0
+    parked: int = 0  # records held back because their key is parked
     retries: int = 0
     abandoned: int = 0
     commits: int = 0
@@ -68,6 +70,10 @@ class StatsObserver(BaseObserver):
 
     def expired_skipped(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
         self.stats.expired_skipped += 1
+
+    def parked(self, record: RecordLike, envelope: Envelope | None, handler: str,
+               reason: str, detail: str, attempts: int) -> None:
+        self.stats.parked += 1
 
     def abandoned(self, records: Sequence[RecordLike]) -> None:
         self.stats.abandoned += len(records)

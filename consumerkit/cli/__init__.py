@@ -1,8 +1,8 @@
 """The ``consumerkit`` command line (also ``python -m consumerkit``).
 
 One module per command: :mod:`.run`, :mod:`.relay`, :mod:`.config`, :mod:`.check`,
-:mod:`.migrate`, :mod:`.admin` (dead letters, dedup, outbox); :mod:`.errors` turns failures
-into one line, :mod:`.options` makes flags of the settings models.
+:mod:`.migrate`, :mod:`.admin` (dead letters, dedup, outbox), :mod:`.parked`; :mod:`.errors`
+turns failures into one line, :mod:`.options` makes flags of the settings models.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from ..logs import configure_logging
 from ..settings import SETTINGS, ConsumerSettings
-from . import admin, check, config, migrate, relay, run
+from . import admin, check, config, migrate, parked, relay, run
 from .common import HelpFormatter, duration, sub
 from .errors import database_error, one_line, scrub
 from .options import load_settings
@@ -33,8 +33,8 @@ consumerkit applies every Kafka event's effect exactly once, with a dedup row in
 PostgreSQL transaction as the effect, and publishes a transactional outbox.
 
 This command runs a consumer or an outbox relay, creates and checks what a deployment needs,
-and inspects dead letters, the dedup table and outboxes. Settings also come from CONSUMERKIT_*
-variables and a .env file; see docs/configuration.md."""
+and inspects dead letters, parked keys, the dedup table and outboxes. Settings also come from
+CONSUMERKIT_* variables and a .env file; see docs/configuration.md."""
 
 EPILOG = """\
 exit status: 0 on success, 1 on an error (one line on stderr: consumerkit: ...), 2 on a usage
@@ -57,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_parser(commands)
     migrate.add_parser(commands)
     admin.add_parsers(commands)
+    parked.add_parser(commands)
     demo = sub(commands, "demo", "run the pizza shop on embedded services: outbox, relays, "
                "three consumers, duplicates and two kills")
     demo.add_argument("--orders", default="500",

@@ -1,7 +1,8 @@
 """``consumerkit migrate``: create every table any command touches, and say what it did.
 
 The dead-letter table and the retention registry (component ``core``), the dedup table and its
-claim functions (``dedup:<table>``, then its partitions ahead), and each outbox with its
+claim functions (``dedup:<table>``, then its partitions ahead), the parked keys' tables
+(``parking``), and each outbox with its
 failure and idempotency-key side tables (``outbox:<table>``). Idempotent: a second run finds
 everything already present.
 """
@@ -20,7 +21,8 @@ from .common import database_args, policy_args, sub
 from .errors import database
 
 WHAT = {"core": "dead-letter table and retention registry", "dedup": "dedup table",
-        "outbox": "outbox and its side tables"}
+        "outbox": "outbox and its side tables",
+        "parking": "parked keys, their records and audit"}
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -67,7 +69,7 @@ async def migrate_command(args: argparse.Namespace) -> int:
                   if args.print_grants else [])
     # with --print-grants the statements alone go to stdout, so they can be piped to psql
     report = sys.stderr if args.print_grants else sys.stdout
-    wanted = ["core", f"dedup:{policy.table}", *(f"outbox:{t.table}" for t in outboxes)]
+    wanted = ["core", f"dedup:{policy.table}", "parking", *(f"outbox:{t.table}" for t in outboxes)]
     for component in wanted:
         print(describe(component, before.get(component), after.get(component)), file=report)
     print(f"schema {args.schema} is up to date", file=report)

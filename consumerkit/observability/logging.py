@@ -39,7 +39,7 @@ def message_fields(
 
 
 class LogObserver(BaseObserver):
-    """Logs retries and dead letters as warnings, expired skips as warnings and duplicates at
+    """Logs retries, dead letters, parked records and expired skips as warnings, duplicates at
     debug level, each record carrying the message's fields; and readiness changes."""
 
     __slots__ = ("consumer", "log")
@@ -61,6 +61,13 @@ class LogObserver(BaseObserver):
         self.log.warning("dead-lettered %s/%d/%d: %s: %s", record.topic, record.partition,
                          record.offset, reason, detail, extra=message_fields(
                              record, envelope, handler=handler, attempt=attempts,
+                             consumer=self.consumer))
+
+    def parked(self, record: RecordLike, envelope: Envelope | None, handler: str,
+               reason: str, detail: str, attempts: int) -> None:
+        self.log.warning("parked %s/%d/%d: %s: %s", record.topic, record.partition,
+                         record.offset, reason, detail, extra=message_fields(
+                             record, envelope, handler=handler, attempt=attempts or None,
                              consumer=self.consumer))
 
     def expired_skipped(self, record: RecordLike, envelope: Envelope, handler: str) -> None:

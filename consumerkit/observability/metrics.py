@@ -55,7 +55,8 @@ class ConsumerMetrics(BaseObserver):
     per-message ones are kept in a :class:`~consumerkit.observability.tally.Tally` and built
     at scrape time; the gauges, set a few times a minute, are prometheus-client's own."""
 
-    __slots__ = ("_ahead", "_lag", "_ready", "_tally", "consumer", "registry")
+    __slots__ = ("_ahead", "_lag", "_parked_keys", "_parked_records", "_ready", "_tally",
+                 "consumer", "registry")
 
     def __init__(self, registry: CollectorRegistry, consumer: str) -> None:
         self.registry = registry
@@ -67,6 +68,12 @@ class ConsumerMetrics(BaseObserver):
         self._ahead = family(registry, Gauge, "consumerkit_dedup_partitions_ahead_seconds",
                              "Seconds from now to the end of the newest dedup partition "
                              "(0 or less: behind)", ("consumer",))
+        self._parked_keys = family(registry, Gauge, "consumerkit_parked_keys",
+                                   "Keys parked on the assigned partitions (consumerkit parked "
+                                   "list)", ("consumer",)).labels(consumer)
+        self._parked_records = family(registry, Gauge, "consumerkit_parked_records",
+                                      "Records waiting behind the parked keys of the assigned "
+                                      "partitions", ("consumer",)).labels(consumer)
         self._ready = _ready(registry).labels("consumer", consumer)
 
     def applied(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
@@ -84,6 +91,14 @@ class ConsumerMetrics(BaseObserver):
 
     def expired_skipped(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
         self._tally.count(record.topic, "expired_skipped")
+
+    def parked(self, record: RecordLike, envelope: Envelope | None, handler: str,
+               reason: str, detail: str, attempts: int) -> None:
+        self._tally.count(record.topic, "parked")
+
+    def parking(self, keys: int, records: int) -> None:
+        self._parked_keys.set(keys)
+        self._parked_records.set(records)
 
     def handler_finished(self, handler: str, seconds: float) -> None:
         self._tally.handler_finished(handler, seconds)

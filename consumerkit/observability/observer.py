@@ -47,6 +47,11 @@ class Observer(Protocol):
 
     def expired_skipped(self, record: RecordLike, envelope: Envelope, handler: str) -> None: ...
 
+    def parked(self, record: RecordLike, envelope: Envelope | None, handler: str,
+               reason: str, detail: str, attempts: int) -> None:
+        """``record`` was parked: its retries ran out (``reason`` ``handler_failed``), or
+        its key was parked before it (``key_parked``)."""
+
     def abandoned(self, records: Sequence[RecordLike]) -> None:
         """``records`` were left unfinished (revocation, shutdown): they will be read again."""
 
@@ -71,6 +76,9 @@ class Observer(Protocol):
 
     def partitions_ahead(self, seconds: float | None) -> None:
         """Seconds from now to the end of the newest dedup partition (``None``: unknown)."""
+
+    def parking(self, keys: int, records: int) -> None:
+        """Keys parked on the assigned partitions, and the records waiting behind them."""
 
     # -- the relay -------------------------------------------------------------------------
     def relay_published(self, outbox: str, publish_seconds: Sequence[float]) -> None: ...
@@ -107,6 +115,10 @@ class BaseObserver:
     def expired_skipped(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
         pass
 
+    def parked(self, record: RecordLike, envelope: Envelope | None, handler: str,
+               reason: str, detail: str, attempts: int) -> None:
+        pass
+
     def abandoned(self, records: Sequence[RecordLike]) -> None:
         pass
 
@@ -130,6 +142,9 @@ class BaseObserver:
         pass
 
     def partitions_ahead(self, seconds: float | None) -> None:
+        pass
+
+    def parking(self, keys: int, records: int) -> None:
         pass
 
     def relay_published(self, outbox: str, publish_seconds: Sequence[float]) -> None:

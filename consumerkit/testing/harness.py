@@ -227,6 +227,11 @@ class TestConsumer:
         return self._outcome(Outcome.DUPLICATE)
 
     @property
+    def parked(self) -> list[Settled]:
+        """Deliveries held back because their key is parked (``on_exhausted="park"``)."""
+        return self._outcome(Outcome.PARKED)
+
+    @property
     def dead_letters(self) -> list[DeadLetterEntry]:
         return list(self._recorder.entries)
 

@@ -49,6 +49,10 @@ class OutcomeRecorder(BaseObserver):
     def expired_skipped(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
         self.settle(record, Outcome.EXPIRED_SKIPPED, envelope)
 
+    def parked(self, record: RecordLike, envelope: Envelope | None, handler: str,
+               reason: str, detail: str, attempts: int) -> None:
+        self.settle(record, Outcome.PARKED, envelope)
+
 
 class DeadLetterRecorder:
     """A dead-letter sink that keeps the entries for the test to look at."""

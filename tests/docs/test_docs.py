@@ -43,6 +43,7 @@ from consumerkit._decode import Decoder
 from consumerkit.cli import _parser, duration
 from consumerkit.cli import main as cli_main
 from consumerkit.errors import ConfigurationError, is_retriable
+from consumerkit.parking.tables import STEPS as PARKING_STEPS
 from consumerkit.registry import RouteTable
 from consumerkit.schema import CORE_STEPS, DEDUP_STEPS
 from consumerkit.settings.reference import render as render_reference
@@ -66,7 +67,7 @@ EXPECTED_PAGES = {
     "ordering-and-offsets.md", "failures.md", "wire-format.md", "outbox.md",
     "webhooks.md", "benchmarks.md", "configuration.md", "security.md",
     "demo.md", "observability.md", "operations/index.md", "testing.md",
-    "operations/metrics.md", "operations/alerts.md", "operations/runbooks.md",
+    "operations/metrics.md", "operations/alerts.md", "operations/runbooks.md", "parking.md",
 }
 KAFKA = "127.0.0.1:9092"
 DSN = "postgresql://app@db.invalid/app"
@@ -511,7 +512,8 @@ def test_migration_steps_table_matches_the_code() -> None:
     rows = table_rows(section(page("operations/index.md"), "Migrations"))
     documented = {(first_code(r[0]).split(":")[0], int(r[1])) for r in rows if r[1]}
     in_code = ({("core", s.version) for s in CORE_STEPS}
-               | {("dedup", s.version) for s in DEDUP_STEPS})
+               | {("dedup", s.version) for s in DEDUP_STEPS}
+               | {("parking", version) for version, _, _ in PARKING_STEPS})
     assert documented == in_code
 
 
@@ -522,7 +524,7 @@ def test_cli_commands_are_documented() -> None:
                       if isinstance(a, argparse._SubParsersAction))
     commands = list(subparsers.choices)
     assert set(commands) == {"run", "relay", "config", "check", "demo", "migrate", "dedup",
-                             "dead-letters", "outbox"}
+                             "dead-letters", "outbox", "parked"}
     usage = section(page("operations/index.md"), "Command line")
     for command in commands:
         assert f"consumerkit {command}" in usage
@@ -533,7 +535,15 @@ def test_cli_usage_lists_the_options_of_each_command() -> None:
                       if isinstance(a, argparse._SubParsersAction))
     usage = section(page("operations/index.md"), "Command line")
     reference = page("configuration.md")
-    for command, parser in subparsers.choices.items():
+    lines = usage.splitlines()
+    commands = dict(subparsers.choices)
+    for command, parser in subparsers.choices.items():  # a line per action: `parked list`, ...
+        actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if actions and all(any(x.startswith(f"consumerkit {command} {name} ") for x in lines)
+                           for name in actions[0].choices):
+            del commands[command]
+            commands.update({f"{command} {name}": p for name, p in actions[0].choices.items()})
+    for command, parser in commands.items():
         line = next(x for x in usage.splitlines() if x.startswith(f"consumerkit {command} "))
         settings = {a for g in parser._action_groups if g.title == "settings"
                     for a in g._group_actions}

@@ -70,6 +70,10 @@ class FakePipeline:
             self.running -= 1
         return [Claim(ClaimStatus.CLAIMED) for _ in items]
 
+    async def join_park(self, records: list[RecordLike], abandon: asyncio.Event,
+                        decoded: Decoded | None = None) -> Outcome | None:
+        return None  # no key is parked here
+
     async def settle(self, claim: Claim, record: RecordLike, decoded: Decoded, attempt: int,
                      abandon: asyncio.Event) -> Outcome:
         self.stats.applied += 1
