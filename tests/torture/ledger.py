@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Awaitable, Callable
 
 from pydantic import BaseModel
 
@@ -62,7 +63,7 @@ async def create(conn: DbConnection, schema: str, aggregates: int) -> None:
             f"SELECT 'agg-' || i, 0 FROM generate_series(0, {aggregates - 1}) i")
 
 
-def make_handler(schema: str) -> object:
+def make_handler(schema: str) -> Callable[[Step, HandlerContext], Awaitable[None]]:
     s = identifier(schema)
     me = os.environ.get("TORTURE_PROCESS", str(os.getpid()))
     read = f"SELECT last_seq FROM {s}.projection WHERE aggregate = $1 FOR UPDATE"

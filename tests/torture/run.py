@@ -145,7 +145,7 @@ async def _drain(dsn: str, profile: Profile) -> tuple[float, bool]:
 
 async def _read_topic(bootstrap: str, wanted: int) -> list[str]:
     """The event id of every record on the topic: reads until it has ``wanted`` distinct ids
-    and then two polls find nothing more, or 60 s pass."""
+    and two polls find nothing more (eight if it has fewer), or 60 s pass."""
     reader = AIOKafkaConsumer(TOPIC, bootstrap_servers=bootstrap, group_id=None,
                               auto_offset_reset="earliest", enable_auto_commit=False)
     await reader.start()
@@ -153,11 +153,12 @@ async def _read_topic(bootstrap: str, wanted: int) -> list[str]:
     try:
         deadline = time.monotonic() + 60
         quiet = 0
-        while quiet < 2 and time.monotonic() < deadline:
+        while quiet < 8 and time.monotonic() < deadline:
             batch = await reader.getmany(timeout_ms=500, max_records=5000)
             for records in batch.values():
                 ids.extend(dict(r.headers).get("id", b"").decode() for r in records)
-            quiet = quiet + 1 if not batch and len(set(ids)) >= wanted else 0
+            # complete: two empty polls; short of it (a lost event): eight, then give up
+            quiet = quiet + (4 if len(set(ids)) >= wanted else 1) if not batch else 0
     finally:
         await reader.stop()
     return ids
