@@ -221,8 +221,6 @@ class Engine:
 
     def _report(self, state: PartitionState, record: RecordLike, outcome: Outcome) -> None:
         if outcome is not Outcome.ABANDONED:
-            if _faults.ON:
-                _faults.point("after_commit")
             state.offsets.finished(record.offset)
             self._commit_wanted.set()
 
