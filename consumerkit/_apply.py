@@ -107,20 +107,17 @@ class Applier:
             async with conn.transaction(isolation="read_committed"):
                 if not outside:
                     claims = await self._claim(conn, requests)
-                if _faults.ON:
-                    _faults.point("after_claim")
                 fresh = [(d, r) for d, r, c in zip(items, requests, claims, strict=True)
                          if c.status is ClaimStatus.CLAIMED]
                 if fresh:
                     claimed = [r for _, r in fresh]
-                    if _faults.ON and _faults.mutant("cache_before_commit") and self.cache:
-                        await self.cache.remember(  # broken on purpose: see _faults
-                            self.namespace, [r.envelope.event_id for r in claimed])
+                    if _faults.ON:
+                        await _faults_after_claim(self.cache, self.namespace, claimed)
                     await self._handle_all(conn, [d for d, _ in fresh], attempt)
-                if _faults.ON:
-                    _faults.point("before_commit")
+                    if _faults.ON:
+                        _faults.point("before_commit")
             committed = True
-            if _faults.ON:
+            if _faults.ON and claimed:
                 _faults.point("after_commit")
         except HandlerFailure:
             raise
@@ -239,6 +236,14 @@ class Applier:
                 await decoded.route.func(decoded.event, ctx)
         else:
             await decoded.route.func(decoded.event, ctx)
+
+
+async def _faults_after_claim(cache: DedupCache | None, namespace: str,
+                              claimed: list[ClaimRequest]) -> None:
+    """The torture test's fail-point after a fresh claim, and its cache mutant."""
+    _faults.point("after_claim")
+    if cache is not None and _faults.mutant("cache_before_commit"):
+        await cache.remember(namespace, [r.envelope.event_id for r in claimed])
 
 
 Call = tuple[Route, list[Decoded]]
