@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 
+from . import _faults
 from ._decode import Decoded
 from ._deferred import Deferred
 from ._failures import ClaimBlocked, HandlerEndedTransaction, HandlerFailure, TransactionReplaced
@@ -98,16 +99,26 @@ class Applier:
         requests = [ClaimRequest(d.envelope, d.route.name) for d in items]
         claimed: list[ClaimRequest] = []
         committed = False
+        outside = _faults.ON and _faults.mutant("claim_outside_tx")
         try:
+            if outside:  # broken on purpose (see _faults): the claim commits by itself
+                claims = await self._claim(conn, requests)
             # pinned: the claim's lock-then-look-up needs a fresh snapshot per statement
             async with conn.transaction(isolation="read_committed"):
-                claims = await self._claim(conn, requests)
+                if not outside:
+                    claims = await self._claim(conn, requests)
                 fresh = [(d, r) for d, r, c in zip(items, requests, claims, strict=True)
                          if c.status is ClaimStatus.CLAIMED]
                 if fresh:
                     claimed = [r for _, r in fresh]
+                    if _faults.ON:
+                        await _faults_after_claim(self.cache, self.namespace, claimed)
                     await self._handle_all(conn, [d for d, _ in fresh], attempt)
+                    if _faults.ON:
+                        _faults.point("before_commit")
             committed = True
+            if _faults.ON and claimed:
+                _faults.point("after_commit")
         except HandlerFailure:
             raise
         except Exception as exc:
@@ -120,6 +131,8 @@ class Applier:
         return claims
 
     async def _claim(self, conn: DbConnection, requests: list[ClaimRequest]) -> list[Claim]:
+        if _faults.ON and _faults.mutant("claim_skipped"):  # broken on purpose: see _faults
+            return [Claim(ClaimStatus.CLAIMED) for _ in requests]
         try:
             return await self.dedup.claim_many(
                 conn, self.namespace, requests, enforce_window=self.enforce_window)
@@ -135,6 +148,8 @@ class Applier:
         await self.dedup.ended(conn, self.namespace, claimed, committed)
         if committed and self.cache is not None:
             await self.cache.remember(self.namespace, [r.envelope.event_id for r in claimed])
+            if _faults.ON:
+                _faults.point("after_cache_write")
 
     async def _handle_all(self, conn: DbConnection, items: list[Decoded], attempt: int,
                           ) -> None:
@@ -221,6 +236,14 @@ class Applier:
                 await decoded.route.func(decoded.event, ctx)
         else:
             await decoded.route.func(decoded.event, ctx)
+
+
+async def _faults_after_claim(cache: DedupCache | None, namespace: str,
+                              claimed: list[ClaimRequest]) -> None:
+    """The torture test's fail-point after a fresh claim, and its cache mutant."""
+    _faults.point("after_claim")
+    if cache is not None and _faults.mutant("cache_before_commit"):
+        await cache.remember(namespace, [r.envelope.event_id for r in claimed])
 
 
 Call = tuple[Route, list[Decoded]]

@@ -9,6 +9,7 @@ from collections.abc import Collection, Hashable, Iterable, Sequence
 from functools import partial
 from typing import Any
 
+from . import _faults
 from ._assignment import PartitionState
 from ._batch import Batcher
 from ._ordering import KeyedExecutor
@@ -182,10 +183,16 @@ class Engine:
                 state.settled()
                 self._commit_wanted.set()
                 continue
+            if _faults.ON and _faults.mutant("offset_before_commit"):
+                state.offsets.finished(record.offset)  # broken on purpose: see _faults
+                self._commit_wanted.set()
             self.in_flight += 1
             # one lane per key of this ownership of the partition: a zombie left by an earlier
             # ownership never holds up (or breaks) the lanes of the current one
-            self.executor.submit((state, record.key), record)
+            lane = record.key
+            if _faults.ON and _faults.mutant("lanes_ignore_key"):
+                lane = str(record.offset % 8).encode()  # broken on purpose: see _faults
+            self.executor.submit((state, lane), record)
 
     async def _run_group(self, lane: Hashable, records: list[RecordLike]) -> None:
         state = lane[0]  # type: ignore[index]

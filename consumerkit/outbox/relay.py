@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 import asyncpg
 from prometheus_client import CollectorRegistry
 
-from .. import _signals
+from .. import _faults, _signals
 from .._identifiers import redact_dsn
 from .._observing import Probe, serve_metrics
 from ..errors import ConfigurationError
@@ -190,6 +190,8 @@ class Relay:
         except Exception as exc:  # a failed batch is an outage: pause, count no attempt
             await self._pause(f"sink failed the whole batch: {exc!r}")
             return
+        if _faults.ON:
+            _faults.point("relay_after_publish")
         await self._settle(conn, events, results)
 
     async def _settle(self, conn: asyncpg.Connection[asyncpg.Record],

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from .. import _faults
 from ..types import DbConnection
 from .event import OutboxEvent
 from .table import OutboxTable
@@ -30,6 +31,7 @@ class RelayStore:
     def __init__(self, table: OutboxTable) -> None:
         t = table
         self.table = t
+        self._cursor = 0  # read by the relay_cursor mutant only
         # Pending = rows present, in seq order; no cursor. A row is held back while it, or an
         # earlier row of its aggregate, is FAILED or waiting for its next attempt.
         self._claim = f"""
@@ -75,6 +77,9 @@ class RelayStore:
     async def claim(self, conn: DbConnection, slots: Collection[int],
                     limit: int) -> list[OutboxEvent]:
         rows = await conn.fetch(self._claim, sorted(slots), limit)
+        if _faults.ON and _faults.mutant("relay_cursor"):  # broken on purpose: see _faults
+            rows = [r for r in rows if r[0] > self._cursor]
+            self._cursor = max([self._cursor, *(r[0] for r in rows)])
         # by position, in the SELECT's column order: the relay's hottest Python loop
         return [OutboxEvent(seq, event_id, event_type, aggregate_type, aggregate_id,
                             payload.encode(), occurred_at, orjson.loads(headers), attempts)

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The torture test as CI runs it: the short profile must pass (no duplicate, lost, phantom or
+# out-of-order effect), then every deliberately broken variant must be caught at a small size.
+# A variant that passes once is tried with a second seed (the faults that expose it land at
+# random moments); passing both is an uncaught mutant, and fails.
+#
+#   scripts/torture.sh [REPORT_DIR]      reports (JSON and Markdown) go to REPORT_DIR
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-.venv/bin/python}
+out=${1:-$(mktemp -d)}
+mkdir -p "$out"
+
+echo "== torture: short profile"
+$python -m tests.torture --profile short --seed 1 --report "$out/short.json" \
+    --markdown "$out/short.md"
+
+for mutant in $($python -c "from consumerkit._faults import MUTANTS; print(*MUTANTS)"); do
+    caught=""
+    for seed in 1 2; do
+        status=0
+        $python -m tests.torture --profile mutant --seed "$seed" --mutant "$mutant" \
+            --report "$out/mutant-$mutant.json" || status=$?
+        case "$status" in
+            1) caught=$seed; break ;;
+            0) echo "torture: mutant $mutant passed with seed $seed" ;;
+            *) echo "torture: the run of mutant $mutant broke (exit $status)" >&2; exit 1 ;;
+        esac
+    done
+    if [ -z "$caught" ]; then
+        echo "torture: mutant $mutant was NOT caught: the checker cannot see its bug" >&2
+        exit 1
+    fi
+    echo "torture: mutant $mutant caught (seed $caught)"
+done
+echo "== torture: reports in $out"

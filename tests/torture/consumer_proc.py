@@ -1,0 +1,51 @@
+"""One consumer of the torture group in its own OS process, as ``consumerkit run`` would run
+it: ``python -m tests.torture.consumer_proc --dsn ... --bootstrap ... --topic ... --schema ...``.
+SIGTERM stops it cleanly; the harness also SIGKILLs, SIGSTOPs and fail-points it."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+
+from consumerkit import Consumer, RetryPolicy
+from consumerkit.dedup.redis import RedisDedupCache
+
+from .ledger import make_handler
+
+GROUP = "torture"
+# quick joins and rebalances on the test broker; a SIGSTOPped member is thrown out after 3 s
+GROUP_OPTIONS = {
+    "session_timeout_ms": 3000,
+    "heartbeat_interval_ms": 300,
+    "rebalance_timeout_ms": 3000,
+    "metadata_max_age_ms": 2000,
+    "max_poll_records": 100,
+}
+
+
+def build(args: argparse.Namespace) -> Consumer:
+    cache = RedisDedupCache(args.redis, retry_interval=0.5) if args.redis else None
+    return Consumer(
+        name=GROUP, topics=[args.topic], handlers=[make_handler(args.schema)],
+        kafka_bootstrap=args.bootstrap, postgres_dsn=args.dsn, schema=args.schema,
+        dedup_cache=cache, migrate=False, concurrency=4, max_in_flight=400,
+        # faults must not exhaust the attempts of a sound event; outages spend none
+        retry=RetryPolicy(max_attempts=6, initial_delay=0.02, max_delay=0.2),
+        handler_timeout=10.0, shutdown_timeout=5.0, kafka_consumer_options=GROUP_OPTIONS,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    for name in ("--dsn", "--bootstrap", "--topic", "--schema"):
+        parser.add_argument(name, required=True)
+    parser.add_argument("--redis", default="")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(build(args).run())
+
+
+if __name__ == "__main__":
+    main()

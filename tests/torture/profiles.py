@@ -1,0 +1,43 @@
+"""Run sizes. ``short`` is CI's (at least 5,000 events and 20 faults of 8 kinds or more);
+``mutant`` is the small size at which every negative control must still be caught; ``long``
+is the one to publish (at least 1,000,000 events and 500 faults of every kind)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .faults import KINDS
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    name: str
+    events: int
+    aggregates: int
+    rate: float  # events per second the producers aim at
+    faults: int
+    fault_gap: float  # seconds between two faults (jittered)
+    warmup: float  # seconds without faults
+    cache: bool  # consumers use the Redis dedup cache
+    partitions: int = 6
+    drain_timeout: float = 120.0  # give up (and report what is missing) after this long
+    stall_timeout: float = 25.0  # ... or after this long without progress
+    kinds: tuple[str, ...] = ()  # the fault kinds to draw from; () for all of them
+
+
+ALL_KINDS = list(KINDS)
+
+PROFILES = {
+    # the producers' rate spreads the events over the chaos phase (faults take ~3 s each)
+    "short": Profile("short", events=6000, aggregates=200, rate=70.0, faults=24,
+                     fault_gap=1.0, warmup=4.0, cache=True),
+    # the faults that give each broken variant its chance to show, and some others
+    "mutant": Profile("mutant", events=1200, aggregates=40, rate=45.0, faults=10,
+                      fault_gap=0.5, warmup=2.0, cache=True, stall_timeout=8.0, kinds=(
+                          "consumer_sigkill", "failpoint_after_claim",
+                          "failpoint_before_commit", "failpoint_after_commit",
+                          "failpoint_after_cache_write", "long_transaction", "republish")),
+    "long": Profile("long", events=1_000_000, aggregates=5000, rate=600.0, faults=600,
+                    fault_gap=2.5, warmup=10.0, cache=True, drain_timeout=900.0,
+                    stall_timeout=120.0),
+}

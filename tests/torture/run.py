@@ -1,0 +1,270 @@
+"""One torture run: services, processes, then the phases warm-up, chaos, heal, drain (judged
+from the database), final read of the topic, check. Returns the report as a dict."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import shutil
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+from aiokafka import AIOKafkaConsumer
+
+from consumerkit.outbox import OutboxTable, migrate_outbox
+from consumerkit.schema import migrate
+from consumerkit.transport.kafka import create_topic
+
+from . import ledger
+from .check import check
+from .cluster import OwnPostgres, OwnRedis, start_tansu
+from .faults import KINDS, REDIS_KINDS, Rig, schedule
+from .procs import Procs
+from .profiles import Profile
+
+SCHEMA = "torture"
+TOPIC = "torture.steps"
+CONSUMERS = 3
+RELAYS = 2
+FAULT_TIMEOUT = 60.0
+
+log = logging.getLogger("torture")
+
+
+async def _db(dsn: str, attempts: int = 50) -> asyncpg.Connection[asyncpg.Record]:
+    """A connection, waiting out a restart in progress."""
+    for attempt in range(attempts):
+        try:
+            return await asyncpg.connect(dsn, timeout=10)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            if attempt == attempts - 1:
+                raise
+            await asyncio.sleep(0.2)
+    raise AssertionError("unreachable")
+
+
+async def _setup(dsn: str, bootstrap: str, profile: Profile) -> None:
+    conn = await _db(dsn)
+    try:
+        await migrate(conn, SCHEMA)
+        await migrate_outbox(conn, OutboxTable(SCHEMA))
+        await ledger.create(conn, SCHEMA, profile.aggregates)
+    finally:
+        await conn.close()
+    await create_topic(bootstrap, TOPIC, profile.partitions)
+
+
+def _processes(procs: Procs, dsn: str, bootstrap: str, redis_url: str,
+               profile: Profile, seed: int) -> None:
+    for i in range(RELAYS):
+        procs.add(f"relay-{i}", "tests.outbox.relay_worker", "--dsn", dsn, "--bootstrap",
+                  bootstrap, "--schema", SCHEMA, "--topic", TOPIC, "--name", f"r{i}")
+    for i in range(CONSUMERS + 1):  # the last one is the spare that joins and leaves
+        procs.add(f"consumer-{i}", "tests.torture.consumer_proc", "--dsn", dsn,
+                  "--bootstrap", bootstrap, "--topic", TOPIC, "--schema", SCHEMA,
+                  "--redis", redis_url)
+    procs.add("producer", "tests.torture.producer_proc", "--dsn", dsn, "--schema", SCHEMA,
+              "--events", str(profile.events), "--aggregates", str(profile.aggregates),
+              "--rate", str(profile.rate), "--seed", str(seed))
+
+
+async def _wait(condition: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not await condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
+        await asyncio.sleep(0.2)
+
+
+async def _progress(dsn: str) -> tuple[int, int, int]:
+    conn = await _db(dsn)
+    try:
+        return await ledger.progress(conn, SCHEMA)
+    finally:
+        await conn.close()
+
+
+async def _chaos(rig: Rig, plan: list[str], profile: Profile) -> tuple[Counter[str], int]:
+    done: Counter[str] = Counter()
+    missed = 0
+    keep = rig.procs.role("consumer")[:CONSUMERS] + rig.procs.role("relay")
+    for kind in plan:
+        await asyncio.sleep(profile.fault_gap * rig.rng.uniform(0.5, 1.5))  # the schedule
+        try:
+            async with asyncio.timeout(FAULT_TIMEOUT):
+                happened = await KINDS[kind](rig)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+            log.warning("fault %s did not complete: %r", kind, exc)
+            happened = False
+        if happened:
+            done[kind] += 1
+        else:
+            missed += 1
+        rig.procs.revive(keep)
+        log.info("fault %s %s", kind, "done" if happened else "missed")
+    return done, missed
+
+
+async def _heal(rig: Rig) -> None:
+    await asyncio.gather(*rig.held, return_exceptions=True)
+    if rig.redis is not None and not rig.redis.pongs():
+        await asyncio.to_thread(rig.redis.start)
+    if rig.spare.running():
+        await asyncio.to_thread(rig.spare.stop)
+    keep = rig.procs.role("consumer")[:CONSUMERS] + rig.procs.role("relay")
+    for proc in keep:
+        if proc.running():
+            proc.arm("")
+    rig.procs.revive(keep)
+
+
+async def _drain(dsn: str, profile: Profile) -> tuple[float, bool]:
+    """Until every committed event is settled and the outbox is empty (from the database),
+    or nothing moved for ``stall_timeout``; (seconds, drained)."""
+    started = last_change = time.monotonic()
+    last: tuple[int, int, int] | None = None
+    while True:
+        now = await _progress(dsn)
+        if now[0] == 0 and now[1] == 0:
+            return time.monotonic() - started, True
+        if now != last:
+            last, last_change = now, time.monotonic()
+        elapsed = time.monotonic() - started
+        if time.monotonic() - last_change > profile.stall_timeout or (
+                elapsed > profile.drain_timeout):
+            log.warning("drain gave up after %.0fs: %s unsettled, %s in the outbox",
+                        elapsed, now[0], now[1])
+            return elapsed, False
+        await asyncio.sleep(0.5)
+
+
+async def _read_topic(bootstrap: str, wanted: int) -> list[str]:
+    """The event id of every record on the topic: reads until it has ``wanted`` distinct ids
+    and two polls find nothing more (eight if it has fewer), or 60 s pass."""
+    reader = AIOKafkaConsumer(TOPIC, bootstrap_servers=bootstrap, group_id=None,
+                              auto_offset_reset="earliest", enable_auto_commit=False)
+    await reader.start()
+    ids: list[str] = []
+    try:
+        deadline = time.monotonic() + 60
+        quiet = 0
+        while quiet < 8 and time.monotonic() < deadline:
+            batch = await reader.getmany(timeout_ms=500, max_records=5000)
+            for records in batch.values():
+                ids.extend(dict(r.headers).get("id", b"").decode() for r in records)
+            # complete: two empty polls; short of it (a lost event): eight, then give up
+            quiet = quiet + (4 if len(set(ids)) >= wanted else 1) if not batch else 0
+    finally:
+        await reader.stop()
+    return ids
+
+
+async def torture(profile: Profile, seed: int, mutant: str,
+                  keep: bool = False) -> dict[str, Any]:
+    rng = random.Random(seed)
+    workdir = Path(tempfile.mkdtemp(prefix="ck-torture-"))
+    postgres = await asyncio.to_thread(OwnPostgres)
+    broker = await asyncio.to_thread(start_tansu)
+    redis = OwnRedis() if profile.cache else None
+    procs = Procs(workdir, mutant)
+    phases: dict[str, float] = {}
+    try:
+        if redis is not None:
+            await asyncio.to_thread(redis.start)
+        await _setup(postgres.dsn, broker.bootstrap, profile)
+        _processes(procs, postgres.dsn, broker.bootstrap, redis.url if redis else "",
+                   profile, seed)
+        rig = Rig(procs, postgres, broker, redis, SCHEMA, TOPIC, rng,
+                  spare=procs.by_name[f"consumer-{CONSUMERS}"])
+        for proc in procs.role("relay") + procs.role("consumer")[:CONSUMERS]:
+            proc.start()
+        producer = procs.by_name["producer"]
+        producer.start()
+        started = time.monotonic()
+
+        async def applying() -> bool:
+            return (await _progress(postgres.dsn))[2] > 0
+
+        await _wait(applying, 90, "the first effect (warm-up)")
+        await asyncio.sleep(profile.warmup)  # the warm-up: a span without faults
+        phases["warmup_s"] = time.monotonic() - started
+
+        kinds = [k for k in profile.kinds or KINDS if profile.cache or k not in REDIS_KINDS]
+        plan = schedule(kinds, profile.faults, rng)
+        mark = time.monotonic()
+        faults, missed = await _chaos(rig, plan, profile)
+
+        async def produced() -> bool:
+            return not producer.running()
+
+        await _wait(produced, profile.events / profile.rate * 3 + 120, "the producers")
+        phases["chaos_s"] = time.monotonic() - mark
+
+        mark = time.monotonic()
+        await _heal(rig)
+        phases["heal_s"] = time.monotonic() - mark
+        drain_s, drained = await _drain(postgres.dsn, profile)
+        phases["drain_s"] = drain_s
+        procs.stop_all()
+
+        conn = await _db(postgres.dsn)
+        try:
+            history = await ledger.read_history(conn, SCHEMA)
+            p50, p99 = await ledger.latency_ms(conn, SCHEMA)
+        finally:
+            await conn.close()
+        mark = time.monotonic()
+        history.published = await _read_topic(broker.bootstrap, len(history.committed))
+        phases["final_read_s"] = time.monotonic() - mark
+        history.republished = rig.republished
+        history.raw_poison = rig.raw_poison
+        findings = check(history)
+        exits = {p.name: p.unexpected_exits for p in procs.by_name.values()
+                 if p.unexpected_exits}
+        return {
+            "profile": profile.name, "seed": seed, "mutant": mutant or None,
+            "events_committed": findings.events_committed,
+            "poison_committed": findings.poison_committed,
+            "raw_poison_records": len(rig.raw_poison),
+            "relay_duplicates": findings.relay_duplicates,
+            "republished_copies": rig.republished,
+            "deliveries_total": findings.deliveries_total,
+            "deliveries_distinct": findings.deliveries_distinct,
+            "unpublished": findings.unpublished,
+            "effects": findings.effects,
+            "duplicate_effects": findings.duplicate_effects,
+            "lost": findings.lost,
+            "phantom": findings.phantom,
+            "order_violations": findings.order_violations,
+            "projection_violations": findings.projection_violations,
+            "dead_lettered": findings.dead_lettered,
+            "unexpected_dead_letters": findings.unexpected_dead_letters,
+            "parked": findings.parked,
+            "faults_total": sum(faults.values()),
+            "fault_kinds": len(faults),
+            "faults_by_kind": dict(sorted(faults.items())),
+            "faults_not_reached": missed,
+            "postgres_restarts": postgres.restarts,
+            "drained": drained,
+            "time_to_drain_s": round(drain_s, 2),
+            "latency_ms": {"p50": round(p50, 1), "p99": round(p99, 1)},
+            "phases_s": {k: round(v, 2) for k, v in phases.items()},
+            "unexpected_exits": exits,
+            "examples": findings.examples,
+            "verdict": findings.verdict,
+        }
+    finally:
+        procs.stop_all()
+        if redis is not None:
+            redis.stop()
+        broker.stop()
+        postgres.stop()
+        if keep:
+            log.warning("process logs kept in %s", workdir)
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)

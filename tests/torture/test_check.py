@@ -1,0 +1,120 @@
+"""The torture checker catches hand-made bad histories, and passes a clean one; the fault
+schedule and the fail-point module behave as the harness relies on."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+from .check import History, Produced, check
+from .faults import KINDS, schedule
+from .procs import ROOT
+
+
+def clean() -> History:
+    """Two aggregates, three events each, applied once in order; one poison event
+    dead-lettered; a relay duplicate and a re-published copy on the topic."""
+    committed = {f"{a}{s}": Produced(a, s) for a in "ab" for s in (1, 2, 3)}
+    committed["p"] = Produced("poison-1", 0, poison=True)
+    effects = [(f"{a}{s}", a, s) for s in (1, 2, 3) for a in "ab"]
+    return History(committed=committed, effects=effects,
+                   dead_letters=[("p", "handler_failed"), ("raw-1", "invalid_json")],
+                   published=[*committed, "a1", "b2", "raw-1"], republished=1,
+                   raw_poison={"raw-1"})
+
+
+def test_a_clean_history_passes_with_every_figure_counted() -> None:
+    found = check(clean())
+    assert found.verdict
+    assert (found.events_committed, found.poison_committed) == (6, 1)
+    assert (found.deliveries_total, found.deliveries_distinct) == (10, 8)
+    assert found.relay_duplicates == 1  # two extra copies, one of them re-published on purpose
+    assert found.dead_lettered == {"handler_failed": 1, "invalid_json": 1}
+    assert found.unexpected_dead_letters == 0
+    assert found.unpublished == 0
+
+
+def test_a_duplicate_effect_is_counted_and_fails() -> None:
+    h = clean()
+    h.effects.append(("a2", "a", 2))
+    found = check(h)
+    assert (found.duplicate_effects, found.order_violations) == (1, 0)
+    assert found.examples["duplicate"] == ["a2"]
+    assert not found.verdict
+
+
+def test_a_gap_is_a_lost_event_unless_a_dead_letter_explains_it() -> None:
+    h = clean()
+    h.effects.remove(("b2", "b", 2))
+    found = check(h)
+    assert found.lost == 1
+    assert found.order_violations == 1  # b3 came after b1
+    assert not found.verdict
+    h.dead_letters.append(("b2", "handler_failed"))
+    explained = check(h)
+    assert (explained.lost, explained.order_violations) == (0, 0)
+    assert explained.unexpected_dead_letters == 1  # reported, a sound event was given up
+    assert explained.verdict
+
+
+def test_a_reorder_within_an_aggregate_fails() -> None:
+    h = clean()
+    i, j = h.effects.index(("a2", "a", 2)), h.effects.index(("a3", "a", 3))
+    h.effects[i], h.effects[j] = h.effects[j], h.effects[i]
+    found = check(h)
+    assert found.order_violations == 2
+    assert (found.lost, found.duplicate_effects) == (0, 0)
+    assert not found.verdict
+
+
+def test_a_phantom_effect_fails_a_rolled_back_event_and_an_applied_poison_alike() -> None:
+    h = clean()
+    h.effects.append(("rolled-back", "a", 4))
+    assert check(h).phantom == 1
+    h = clean()
+    h.effects.append(("p", "poison-1", 0))
+    h.dead_letters.remove(("p", "handler_failed"))
+    found = check(h)
+    assert (found.phantom, found.lost) == (1, 0)
+    assert not found.verdict
+
+
+def test_a_violation_seen_only_by_the_projection_fails() -> None:
+    h = clean()
+    h.projection_violations = 1
+    assert not check(h).verdict
+
+
+def test_an_event_never_published_is_lost_and_unpublished() -> None:
+    h = clean()
+    h.published.remove("b3")
+    h.effects.remove(("b3", "b", 3))
+    found = check(h)
+    assert (found.lost, found.unpublished) == (1, 1)
+
+
+def test_the_schedule_draws_every_kind_once_per_round() -> None:
+    kinds = list(KINDS)
+    plan = schedule(kinds, len(kinds) * 2 + 3, random.Random(5))
+    assert sorted(plan[:len(kinds)]) == sorted(kinds)
+    assert sorted(plan[len(kinds):2 * len(kinds)]) == sorted(kinds)
+    assert plan == schedule(kinds, len(kinds) * 2 + 3, random.Random(5))
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("", "False False"),
+    ('{"mutant": "claim_skipped"}', "True True"),
+])
+def test_fail_points_and_mutants_exist_only_in_test_mode(value: str, expected: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "CONSUMERKIT_TORTURE"}
+    if value:
+        env["CONSUMERKIT_TORTURE"] = value
+    code = ("from consumerkit import _faults; _faults.point('after_claim'); "
+            "print(_faults.ON, _faults.mutant('claim_skipped'))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, check=True,
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == expected
