@@ -12,7 +12,6 @@ when any peer's effects were wrong (the negative controls of the smoke test asid
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import json
 import sys
@@ -21,6 +20,8 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from consumerkit import _loop
 
 from . import acceptance, docs, markdown, plots
 from .cleanup import measure_cleanup
@@ -68,13 +69,13 @@ async def _latency(svc: Services, peer: type[Peer], pace: Pace, summary: Summary
 async def run_suite(svc: Services, profile: Profile, log: Log, cells: set[str] | None = None,
                     extra: Sequence[type[Peer]] = (),
                     progress: Callable[[dict[str, Any]], None] = lambda _doc: None,
-                    ) -> dict[str, Any]:
+                    uvloop: bool = True) -> dict[str, Any]:
     """Run ``profile`` (its cells named in ``cells``, else all); ``extra`` peers join every
     cell (the smoke test's broken peers). ``progress`` gets the document after each cell."""
     started = time.monotonic()
     document: dict[str, Any] = {
         "profile": profile.name, "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "context": await collect(svc, uvloop=False), "cells": [], "cleanup": None,
+        "context": await collect(svc, uvloop), "cells": [], "cleanup": None,
         "seconds": 0.0}
     catalogue = {**PEERS, **profile.extra_peers}
     for cell in profile.cells:
@@ -119,6 +120,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--redis", help="URL (else $CONSUMERKIT_TEST_REDIS_URL, else "
                                    "redis://127.0.0.1:6379/0 if it answers, else a local "
                                    "redis-server)")
+    p.add_argument("--no-uvloop", dest="uvloop", action="store_false",
+                   help="run on the standard asyncio loop even when uvloop is installed")
     return p.parse_args(argv)
 
 
@@ -134,7 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     profile = PROFILES[args.profile]()
     cells = set(args.cells.split(",")) if args.cells else None
     with services(args.postgres, args.kafka, args.redis, want_redis=True) as svc:
-        document = asyncio.run(run_suite(svc, profile, _log, cells))
+        document = _loop.run(run_suite(svc, profile, _log, cells, uvloop=args.uvloop),
+                             use_uvloop=args.uvloop)
     for path in write(document, args.out):
         _log(f"wrote {path}")
     if args.docs:
