@@ -28,6 +28,8 @@ from .cleanup import measure_cleanup
 from .context import Services, collect, services
 from .latency import Pace, measure_latency
 from .lineup import PEERS
+from .outbox_peers import PEERS as RELAY_PEERS
+from .outbox_peers import compare
 from .peers import Peer
 from .profiles import PROFILES, Cell, Profile
 from .report import Summary, peers_json
@@ -75,7 +77,7 @@ async def run_suite(svc: Services, profile: Profile, log: Log, cells: set[str] |
     started = time.monotonic()
     document: dict[str, Any] = {
         "profile": profile.name, "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "context": await collect(svc, uvloop), "cells": [], "cleanup": None,
+        "context": await collect(svc, uvloop), "cells": [], "cleanup": None, "relay": None,
         "seconds": 0.0}
     catalogue = {**PEERS, **profile.extra_peers}
     for cell in profile.cells:
@@ -90,6 +92,12 @@ async def run_suite(svc: Services, profile: Profile, log: Log, cells: set[str] |
         log("== cleanup: drop partition vs DELETE under load")
         document["cleanup"] = await measure_cleanup(svc.dsn, svc.bootstrap, profile.cleanup,
                                                     log)
+    if profile.relay is not None and (cells is None or "relay" in cells):
+        spec = profile.relay
+        log(f"== relay: consumerkit's relay against faststream-outbox ({spec.rows:,} events)")
+        document["relay"] = await compare(svc.dsn, svc.bootstrap, list(RELAY_PEERS.values()),
+                                          spec.rows, spec.aggregates, spec.runs, log, uvloop,
+                                          spec.deadline)
     document["seconds"] = time.monotonic() - started
     document["acceptance"] = acceptance.judge(document)
     return document
@@ -113,7 +121,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--docs", action="store_true",
                    help="write the summary into docs/benchmarks.md")
     p.add_argument("--cells", help="comma-separated subset of the profile's cells "
-                                   "(and 'cleanup')")
+                                   "(and 'cleanup', 'relay')")
     p.add_argument("--postgres", help="DSN (else $CONSUMERKIT_TEST_POSTGRES_DSN, else embedded)")
     p.add_argument("--kafka", help="bootstrap (else $CONSUMERKIT_TEST_KAFKA_BOOTSTRAP, else "
                                    "an embedded Tansu broker)")
@@ -147,6 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     wrong = [p["peer"] for c in document["cells"] for p in c["peers"]
              if not p["exact"] and not p["unavailable"]]
     wrong += [f"cleanup {p['method']}" for p in document["cleanup"] or [] if not p["exact"]]
+    wrong += [f"relay {p['peer']}" for p in (document["relay"] or {}).get("peers", [])
+              if not p["exact"] and not p["unavailable"]]
     return 1 if wrong else 0
 
 
