@@ -3,7 +3,7 @@
 from typing import TYPE_CHECKING
 
 from .consumer import Consumer
-from .context import HandlerContext
+from .context import BatchContext, HandlerContext
 from .deadletter import DeadLetterEntry, DeadLetterTable, DeadLetterTopic
 from .dedup import DedupPolicy, InMemoryDedupStore, PostgresDedupStore, store_for
 from .envelope import Envelope, Record, WireFormat
@@ -34,6 +34,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     # consuming
+    "BatchContext",
     "Consumer",
     "ConsumerStats",
     "HandlerContext",

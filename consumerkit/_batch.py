@@ -21,9 +21,10 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ._apply import RecordFailed
 from ._decode import Decoded
-from ._failures import describe
-from ._pipeline import BatchItemFailed, Outcome, Pipeline
+from ._failures import HandlerFailure, describe
+from ._pipeline import Outcome, Pipeline
 from .envelope import RecordLike
 from .errors import DecodeError
 from .types import Claim
@@ -37,7 +38,7 @@ Report = Callable[[RecordLike, Outcome], None]
 class RolledBack:
     """The batch rolled back; ``failed`` is the handler failure that caused it, if any."""
 
-    failed: BatchItemFailed | None = None
+    failed: RecordFailed | None = None
 
 
 @dataclass(slots=True)
@@ -103,7 +104,7 @@ class Batcher:
             for record, decoded in good:
                 if abandon.is_set():
                     return
-                failed = culprit.failure if culprit and culprit.item is decoded else None
+                failed = culprit if culprit and culprit.item is decoded else None
                 report(record, await pipeline.process_decoded(record, decoded, abandon, failed))
             return
         for (record, decoded), claim in zip(good, claims, strict=True):
@@ -180,7 +181,7 @@ class Batcher:
             # the other lanes still waiting are applied one by one
             waiting = [group for group in batch if not group.done.done()]
             if waiting:
-                self.pipeline.stats.batch_fallbacks += 1
+                self.pipeline.observe.batch(len(items), False)
                 log.info("a batch of %d records rolled back (a lane was cut short); applying "
                          "the other %d one by one", len(items),
                          sum(len(group.items) for group in waiting))
@@ -188,16 +189,19 @@ class Batcher:
                 group.done.set_result(RolledBack())
             return
         except Exception as exc:
-            self.pipeline.stats.batch_fallbacks += 1
+            self.pipeline.observe.batch(len(items), False)
+            cause = exc.cause if isinstance(exc, HandlerFailure) else exc
             log.info("a batch of %d records rolled back (%s); applying them one by one",
-                     len(items), describe(exc))
-            if isinstance(exc, TimeoutError):
+                     len(items), describe(cause))
+            if isinstance(cause, TimeoutError) and not isinstance(exc, RecordFailed):
                 self._resize(max(1, len(items) // 2))
-            outcome = RolledBack(exc if isinstance(exc, BatchItemFailed) else None)
+            outcome = RolledBack(exc if isinstance(exc, RecordFailed) else None)
             for group in batch:
                 if not group.done.done():
                     group.done.set_result(outcome)
             return
+        if any(not claim.cached for claim in claims):  # a transaction ran
+            self.pipeline.observe.batch(len(items), True)
         deadline = self.pipeline.handler_timeout
         if (self.limit < self.max_batch and len(items) >= self.limit and deadline is not None
                 and time.monotonic() - started < deadline / 4):

@@ -148,7 +148,7 @@ class Engine:
                 if (i := event_id(record)) is not None:
                     ids.append(i)
                     where.append((part, record.offset))
-        known = await self.pipeline.known_many(ids) if ids else set()
+        known = await self.pipeline.applier.known(ids)
         offsets: dict[Partition, set[int]] = {}
         for i, (part, offset) in zip(ids, where, strict=True):
             if i in known:
@@ -168,8 +168,10 @@ class Engine:
             if record.offset in known:
                 # applied before (the cache holds committed ids only): settled at once, with
                 # no lane; the watermark still waits for earlier records of the partition
-                self.pipeline.observe.delivered(1)
-                self.pipeline.observe.duplicate(record, None, "", None)
+                observe = self.pipeline.observe
+                observe.delivered(1)
+                observe.cache_hits(1)
+                observe.duplicate(record, None, "", None)
                 state.offsets.finished(record.offset)
                 state.settled()
                 self._commit_wanted.set()

@@ -1,8 +1,10 @@
 """Handlers and the explicit registries that collect them.
 
 ``@handler("order.created")`` attaches a route to an ``async def`` and returns the function
-unchanged. Nothing is registered globally: a :class:`HandlerRegistry` collects handlers from
-functions, modules and other registries, and a consumer is given its handlers explicitly.
+unchanged; ``@handler("order.created", batch=True)`` marks a batch handler, called with a list
+of events and a :class:`~consumerkit.BatchContext`. Nothing is registered globally: a
+:class:`HandlerRegistry` collects handlers from functions, modules and other registries, and a
+consumer is given its handlers explicitly.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from typing import Any, TypeAlias, TypeVar
 
 from pydantic import BaseModel
 
-from .context import HandlerContext
+from .context import BatchContext, HandlerContext
 from .errors import HandlerDefinitionError
 
 HandlerFunc = Callable[[Any, HandlerContext], Awaitable[None]]
+BatchHandlerFunc = Callable[[list[Any], BatchContext], Awaitable[None]]
 F = TypeVar("F", bound=Callable[..., Awaitable[None]])
 
 _ROUTE_ATTR = "__consumerkit_route__"
@@ -27,29 +30,37 @@ _ROUTE_ATTR = "__consumerkit_route__"
 
 @dataclass(frozen=True, slots=True)
 class RouteSpec:
-    """What ``@handler`` attaches: the event type or topic a function handles."""
+    """What ``@handler`` attaches: the event type or topic a function handles, and whether
+    it takes a batch of events."""
 
     event_type: str | None
     topic: str | None
+    batch: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """A resolved handler: its key, its payload model and the function to call."""
+    """A resolved handler: its key, its payload model and the function to call (with one
+    event and a :class:`HandlerContext`, or with ``batch`` a list and a :class:`BatchContext`).
+    """
 
     event_type: str | None
     topic: str | None
     model: type[BaseModel]
-    func: HandlerFunc
+    func: Callable[[Any, Any], Awaitable[None]]
     name: str
+    batch: bool = False
 
 
-def handler(event_type: str | None = None, *, topic: str | None = None) -> Callable[[F], F]:
+def handler(event_type: str | None = None, *, topic: str | None = None,
+            batch: bool = False) -> Callable[[F], F]:
     """Mark an ``async def`` as the handler of ``event_type`` (or of every event on ``topic``).
 
     The function's first parameter must be annotated with a pydantic model (the payload) and
-    its second receives the :class:`~consumerkit.HandlerContext`. The function is returned
-    unchanged; collect it with :class:`HandlerRegistry` or pass it to a consumer directly.
+    its second receives the :class:`~consumerkit.HandlerContext`. With ``batch=True`` the first
+    is annotated ``list[Model]`` and receives the fresh events of a batch, in per-key order,
+    and the second a :class:`~consumerkit.BatchContext`. The function is returned unchanged;
+    collect it with :class:`HandlerRegistry` or pass it to a consumer directly.
     """
     if (event_type is None) == (topic is None):
         raise HandlerDefinitionError("@handler needs exactly one of an event type or topic=")
@@ -59,7 +70,7 @@ def handler(event_type: str | None = None, *, topic: str | None = None) -> Calla
 
     def attach(func: F) -> F:
         _check_async(func)
-        setattr(func, _ROUTE_ATTR, RouteSpec(event_type, topic))
+        setattr(func, _ROUTE_ATTR, RouteSpec(event_type, topic, bool(batch)))
         return func
 
     return attach
@@ -96,13 +107,30 @@ def resolve(func: Callable[..., Awaitable[None]]) -> Route:
         raise HandlerDefinitionError(
             f"cannot resolve the annotations of handler {_name(func)}: {exc}"
         ) from exc
-    model = hints.get(params[0].name)
-    if not (isinstance(model, type) and issubclass(model, BaseModel)):
-        raise HandlerDefinitionError(
-            f"the first parameter of handler {_name(func)} must be annotated with a pydantic "
-            f"model, got {model!r}"
-        )
-    return Route(spec.event_type, spec.topic, model, func, _name(func))
+    annotation = hints.get(params[0].name)
+    if spec.batch:
+        args = typing.get_args(annotation) if typing.get_origin(annotation) is list else ()
+        model = args[0] if len(args) == 1 else None
+        if not _is_model(model):
+            raise HandlerDefinitionError(
+                f"the first parameter of batch handler {_name(func)} must be annotated "
+                f"list[Model] with a pydantic model, got {annotation!r}"
+            )
+    else:
+        model = annotation
+        if not _is_model(model):
+            hint = (" (a list of events needs @handler(..., batch=True))"
+                    if typing.get_origin(annotation) is list else "")
+            raise HandlerDefinitionError(
+                f"the first parameter of handler {_name(func)} must be annotated with a "
+                f"pydantic model, got {annotation!r}{hint}"
+            )
+    assert isinstance(model, type)
+    return Route(spec.event_type, spec.topic, model, func, _name(func), spec.batch)
+
+
+def _is_model(annotation: object) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
 HandlerSource: TypeAlias = "Callable[..., Awaitable[None]] | HandlerRegistry | types.ModuleType"
@@ -139,11 +167,11 @@ class HandlerRegistry:
             raise HandlerDefinitionError(f"cannot collect handlers from {source!r}")
         return self
 
-    def handler(self, event_type: str | None = None, *, topic: str | None = None
-                ) -> Callable[[F], F]:
+    def handler(self, event_type: str | None = None, *, topic: str | None = None,
+                batch: bool = False) -> Callable[[F], F]:
         """``@registry.handler("x")``: like :func:`handler`, and add the function here."""
         def attach(func: F) -> F:
-            handler(event_type, topic=topic)(func)
+            handler(event_type, topic=topic, batch=batch)(func)
             self.include(func)
             return func
         return attach

@@ -23,7 +23,8 @@ class ConsumerStats:
     ``applied`` counts handler effects committed; ``duplicates`` counts deliveries absorbed by
     the dedup table. ``delivered == applied + duplicates + dead_lettered + expired_skipped``
     once nothing is in flight and nothing was abandoned. The outcome counters are kept by
-    :class:`StatsObserver` from the observer seam; the others by the engine itself.
+    :class:`StatsObserver` from the observer seam, as are ``batches``, ``batch_fallbacks``
+    and ``cache_hits``; the others by the engine itself.
     """
 
     delivered: int = 0
@@ -74,3 +75,12 @@ class StatsObserver(BaseObserver):
     def retry(self, record: RecordLike, envelope: Envelope, handler: str, attempt: int,
               delay: float, error: BaseException) -> None:
         self.stats.retries += 1
+
+    def cache_hits(self, count: int) -> None:
+        self.stats.cache_hits += count
+
+    def batch(self, size: int, committed: bool) -> None:
+        if committed:
+            self.stats.batches += 1
+        else:
+            self.stats.batch_fallbacks += 1

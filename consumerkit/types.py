@@ -33,6 +33,7 @@ class ClaimStatus(StrEnum):
 class Claim:
     status: ClaimStatus
     original_seen_at: datetime | None = None
+    cached: bool = False  # a DUPLICATE the dedup cache recognised, before any transaction
 
 
 @dataclass(frozen=True, slots=True)

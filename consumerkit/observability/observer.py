@@ -55,6 +55,14 @@ class Observer(Protocol):
     def retry(self, record: RecordLike, envelope: Envelope, handler: str, attempt: int,
               delay: float, error: BaseException) -> None: ...
 
+    def cache_hits(self, count: int) -> None:
+        """``count`` deliveries were absorbed as duplicates by the dedup cache, before any
+        transaction (each is also told as a ``duplicate``)."""
+
+    def batch(self, size: int, committed: bool) -> None:
+        """A batch of ``size`` records committed in one transaction, or rolled back (its
+        records are then applied one by one)."""
+
     # -- the consumer's state --------------------------------------------------------------
     def cache_lookup(self, hits: int, misses: int, errors: int) -> None: ...
 
@@ -109,6 +117,12 @@ class BaseObserver:
               delay: float, error: BaseException) -> None:
         pass
 
+    def cache_hits(self, count: int) -> None:
+        pass
+
+    def batch(self, size: int, committed: bool) -> None:
+        pass
+
     def cache_lookup(self, hits: int, misses: int, errors: int) -> None:
         pass
 
@@ -151,7 +165,9 @@ class Fanout(BaseObserver):
 
 def _overrides(observer: object, name: str) -> bool:
     if not isinstance(observer, BaseObserver):
-        return True  # a plain Protocol implementation: call every method
+        # a plain Protocol implementation: call every method it has (one written before a
+        # method was added lacks it)
+        return callable(getattr(observer, name, None))
     return getattr(type(observer), name) is not getattr(BaseObserver, name)
 
 

@@ -4,17 +4,17 @@ metrics), each dead letter, each handler failure. None of it changes what the co
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
 from .._pipeline import Outcome
-from ..context import HandlerContext
+from ..context import BatchContext, HandlerContext
 from ..deadletter.entry import DeadLetterEntry
 from ..envelope import Envelope, RecordLike
 from ..errors import HandlerSignal
 from ..observability.observer import BaseObserver
-from ..registry import HandlerFunc, RouteTable
+from ..registry import RouteTable
 from ..types import SinkResources
 
 
@@ -75,8 +75,11 @@ def observe_handlers(routes: RouteTable, errors: list[BaseException]) -> None:
             table[key] = dataclasses.replace(route, func=_observed(route.func, errors))
 
 
-def _observed(func: HandlerFunc, errors: list[BaseException]) -> HandlerFunc:
-    async def observed(event: Any, ctx: HandlerContext) -> None:
+Handler = Callable[[Any, Any], Awaitable[None]]
+
+
+def _observed(func: Handler, errors: list[BaseException]) -> Handler:
+    async def observed(event: Any, ctx: HandlerContext | BatchContext) -> None:
         try:
             await func(event, ctx)
         except HandlerSignal:

@@ -4,10 +4,10 @@ For each ``POST``: read the body (at most ``max_body_bytes``), verify its Standa
 signature (401 if it does not verify: :mod:`consumerkit.webhook.signature`), decode it like a
 Kafka record whose headers are the request's (``webhook-id``, else ``Idempotency-Key``, is
 the event id, ``X-Event-Type`` the route, see :mod:`consumerkit.webhook.headers`), validate the
-payload, then claim the key and run the handler in one READ COMMITTED transaction
-(:mod:`consumerkit.webhook._apply`). The answer follows :mod:`consumerkit.webhook.status`: 2xx
-means applied (now or before), 5xx/429 means "send it again later", other 4xx mean "this
-request can never succeed".
+payload, then claim the key and run the handler in one READ COMMITTED transaction (the
+consumer's own transaction path, :mod:`consumerkit.webhook._apply`). The answer follows
+:mod:`consumerkit.webhook.status`: 2xx means applied (now or before), 5xx/429 means "send it
+again later", other 4xx mean "this request can never succeed".
 
 The handler sees the same :class:`~consumerkit.Envelope` as for a Kafka record: ``event_id``
 is the ``webhook-id`` (or Idempotency-Key), ``topic`` is ``"webhook:<path>"`` when a handler
@@ -29,8 +29,9 @@ from datetime import timedelta
 
 import asyncpg
 
+from .._apply import Applier
 from .._decode import Decoded, Decoder
-from .._failures import ClaimBlocked, describe
+from .._failures import describe
 from .._identifiers import check_name, identifier, redact_dsn
 from ..dedup.partitions import maintain
 from ..dedup.policy import DedupPolicy
@@ -126,6 +127,10 @@ class WebhookReceiver:
         # outcomes are counted and logged once, by the observers (as for a consumer)
         self.observers = tuple(observers)
         self._observe = fanout([LogObserver(self.namespace, log), *self.observers])
+        self._applier = Applier(
+            namespace=self.namespace, dedup=self._store, observe=self._observe,
+            handler_timeout=handler_timeout, enforce_window=self.dedup.expired != "apply",
+            maintenance_wanted=self._maintenance_wanted)
 
     def __repr__(self) -> str:
         where = redact_dsn(self._dsn) if self._dsn else "a given pool"
@@ -247,14 +252,9 @@ class WebhookReceiver:
         key = decoded.envelope.event_id
         self._observe.delivered(1)
         try:
-            claim = await apply(
-                self._pool, self._store, self.namespace, decoded, attempt,
-                enforce_window=self.dedup.expired != "apply",
-                handler_timeout=self.handler_timeout, acquire_timeout=_ACQUIRE_TIMEOUT)
+            claim = await apply(self._pool, self._applier, decoded, attempt,
+                                acquire_timeout=_ACQUIRE_TIMEOUT)
         except Exception as exc:
-            if isinstance(exc, ClaimBlocked) and isinstance(exc.cause,
-                                                            asyncpg.CheckViolationError):
-                self._maintenance_wanted.set()  # no dedup partition for the current time
             if self._secrets and answers.rejected(exc):  # spends the id: see _refusals
                 await claim_refused(self._pool, self._store, self.namespace, record, "rejected")
             await answers.failed(send, key, exc, self.retry_after, message_fields(

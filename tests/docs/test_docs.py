@@ -450,8 +450,8 @@ def test_kafka_settings_table_matches_the_code() -> None:
 def _reason_codes_in_code() -> set[str]:
     """Reason codes: the first argument of ``DecodeError(...)``, the reason argument of
     ``....dead_letter(...)`` (``self.dead_letter`` in the pipeline, ``pipeline.dead_letter`` in
-    the batcher; ``_dead_letter`` in older code), and string constants assigned to a variable
-    ``reason``."""
+    the batcher; ``_dead_letter`` in older code), the third of ``self.exhausted(...)``, and
+    string constants assigned to a variable ``reason``."""
     codes: set[str] = set()
     for module in ("_decode.py", "_pipeline.py", "_batch.py"):
         for node in ast.walk(ast.parse((PACKAGE / module).read_text())):
@@ -462,6 +462,9 @@ def _reason_codes_in_code() -> set[str]:
                 elif (isinstance(func, ast.Attribute)
                         and func.attr in ("dead_letter", "_dead_letter") and len(node.args) > 1):
                     arg = node.args[1]
+                elif (isinstance(func, ast.Attribute) and func.attr == "exhausted"
+                        and len(node.args) > 2):
+                    arg = node.args[2]  # (record, decoded, reason, ...)
                 else:
                     continue
                 codes.update(_values(arg))

@@ -281,15 +281,15 @@ async def test_a_lane_killed_while_its_batch_commits_leaves_its_offsets_and_find
     engine = _engine(pipeline)
     engine.batcher = bench.batcher
     committed = asyncio.Event()
-    original = pipeline._batch_transaction
+    original = pipeline.apply_batch
 
-    async def slow_answer(conn: object, items: list[Decoded]) -> list[Claim]:
-        claims = await original(conn, items)  # type: ignore[arg-type]
+    async def slow_answer(items: list[Decoded]) -> list[Claim]:
+        claims = await original(items)
         committed.set()
         await asyncio.Event().wait()  # the answer to COMMIT never comes
         return claims
 
-    monkeypatch.setattr(pipeline, "_batch_transaction", slow_answer)
+    monkeypatch.setattr(pipeline, "apply_batch", slow_answer)
     part: Partition = (TOPIC, 0)
     state = engine.states[part] = PartitionState(part)
     revoked = [rec("r-1", "a"), rec("r-2", "a"), rec("r-3", "a")]
@@ -299,7 +299,7 @@ async def test_a_lane_killed_while_its_batch_commits_leaves_its_offsets_and_find
     engine._dispatch(part, revoked)
     engine._dispatch(other_part, kept)
     await asyncio.wait_for(committed.wait(), 10)
-    monkeypatch.setattr(pipeline, "_batch_transaction", original)
+    monkeypatch.setattr(pipeline, "apply_batch", original)
 
     state.abandon.set()
     state.kill()
@@ -414,13 +414,13 @@ async def test_a_commit_whose_answer_is_lost_falls_back_and_finds_duplicates(
     the records one by one and each claim finds the committed row: nothing twice."""
     bench = await bench_factory()
     pipeline = bench.pipeline
-    original = pipeline._batch_transaction
+    original = pipeline.apply_batch
 
-    async def committed_then_lost(conn: object, items: list[Decoded]) -> list[Claim]:
-        await original(conn, items)  # type: ignore[arg-type]
+    async def committed_then_lost(items: list[Decoded]) -> list[Claim]:
+        await original(items)
         raise ConnectionResetError("connection lost while waiting for COMMIT's answer")
 
-    monkeypatch.setattr(pipeline, "_batch_transaction", committed_then_lost)
+    monkeypatch.setattr(pipeline, "apply_batch", committed_then_lost)
     await process(bench, [rec("c-1", "a"), rec("c-2", "a")], [rec("c-3", "b")])
     assert sorted(await bench.ledger()) == ["c-1", "c-2", "c-3"]
     assert pipeline.stats.duplicates == 3

@@ -1,0 +1,257 @@
+"""One transaction for a list of decoded records: the correctness path, top to bottom.
+
+    ids the dedup cache knows -> DUPLICATE, no transaction
+    BEGIN (READ COMMITTED); claim the rest (one statement); mark the transaction;
+    the handlers, in per-key order; the closing check; COMMIT -> the cache remembers the ids
+
+One record is a batch of one: a consumer's per-record attempts, its batches and the webhook
+receiver all apply records here. Retries, outage waits, the fallback one by one and dead
+letters wrap this (see :mod:`~consumerkit._pipeline` and :mod:`~consumerkit._batch`).
+
+What a failure is charged to:
+
+- a handler that raises, or ends the transaction itself, fails its own record
+  (:class:`RecordFailed`), except for ``InFailedSQLTransactionError``: an earlier handler
+  may have swallowed the error, so no record is blamed;
+- anything after the claim that no single handler raised (``handler_timeout`` running out,
+  the closing check, ``COMMIT``) is a :class:`HandlerFailure` that blames no record;
+- a failure before any handler ran (the connection, ``BEGIN``, the claim) is raised as it is.
+
+When the transaction holds one fresh record, a handler that commits the transaction itself
+fails its record, and one that rolls it back and begins another is found by the closing check
+and charged to it; with several, a commit goes on in a new transaction (the claims of records
+not yet handled were committed with it) and a rollback fails the whole transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import asyncpg
+
+from ._decode import Decoded
+from ._deferred import Deferred
+from ._failures import ClaimBlocked, HandlerEndedTransaction, HandlerFailure, TransactionReplaced
+from ._xact import Mark, check, mark, verify
+from .context import BatchContext, HandlerContext
+from .observability.observer import Observer
+from .registry import Route
+from .types import Claim, ClaimRequest, ClaimStatus, DbConnection, DedupCache, DedupStore
+
+if TYPE_CHECKING:
+    from .observability.tracing import Tracing
+    from .outbox.writer import Outbox
+
+log = logging.getLogger("consumerkit.pipeline")
+
+CACHED = Claim(ClaimStatus.DUPLICATE, cached=True)
+"""The claim of a record the dedup cache knows was applied: no transaction was needed."""
+
+
+class RecordFailed(HandlerFailure):
+    """The handler of ``item`` failed (raised, or ended the transaction itself); the whole
+    transaction rolled back."""
+
+    def __init__(self, item: Decoded, cause: BaseException) -> None:
+        super().__init__(cause)
+        self.item = item
+
+
+@dataclass(frozen=True, slots=True)
+class Applier:
+    """How records are applied: the dedup store and cache, the handlers' deadline, what
+    handlers may use (outbox, tracing) and whom to tell (``observe``)."""
+
+    namespace: str
+    dedup: DedupStore
+    observe: Observer
+    handler_timeout: float | None
+    enforce_window: bool = True
+    cache: DedupCache | None = None
+    outbox: Outbox | None = None
+    tracing: Tracing | None = None
+    maintenance_wanted: asyncio.Event | None = None  # set when no dedup partition covers now
+
+    async def known(self, event_ids: Sequence[str]) -> set[str]:
+        """The ids among ``event_ids`` that the dedup cache knows were applied."""
+        if self.cache is None or not event_ids:
+            return set()
+        return await self.cache.known(self.namespace, event_ids)
+
+    async def apply(self, conn: DbConnection, items: Sequence[Decoded], attempt: int = 1,
+                    ) -> list[Claim]:
+        """Apply ``items`` in one transaction on ``conn``: one claim for all, each fresh
+        record's handler, one COMMIT. Returns each item's claim, in order. Raises if anything
+        fails (see the module's text); nothing of ``items`` is applied then."""
+        known = await self.known([d.envelope.event_id for d in items])
+        todo = [d for d in items if d.envelope.event_id not in known]
+        claims = iter(await self._transaction(conn, todo, attempt) if todo else ())
+        return [CACHED if d.envelope.event_id in known else next(claims) for d in items]
+
+    async def _transaction(self, conn: DbConnection, items: list[Decoded], attempt: int,
+                           ) -> list[Claim]:
+        requests = [ClaimRequest(d.envelope, d.route.name) for d in items]
+        claimed: list[ClaimRequest] = []
+        committed = False
+        try:
+            # pinned: the claim's lock-then-look-up needs a fresh snapshot per statement
+            async with conn.transaction(isolation="read_committed"):
+                claims = await self._claim(conn, requests)
+                fresh = [(d, r) for d, r, c in zip(items, requests, claims, strict=True)
+                         if c.status is ClaimStatus.CLAIMED]
+                if fresh:
+                    claimed = [r for _, r in fresh]
+                    await self._handle_all(conn, [d for d, _ in fresh], attempt)
+            committed = True
+        except HandlerFailure:
+            raise
+        except Exception as exc:
+            if claimed:  # after the handlers ran: COMMIT failed (a deferred constraint, or a
+                raise HandlerFailure(exc) from exc  # query a handler left running), or so
+            raise
+        finally:
+            if claimed:
+                await self._ended(conn, claimed, committed)
+        return claims
+
+    async def _claim(self, conn: DbConnection, requests: list[ClaimRequest]) -> list[Claim]:
+        try:
+            return await self.dedup.claim_many(
+                conn, self.namespace, requests, enforce_window=self.enforce_window)
+        except asyncpg.CheckViolationError as exc:  # no partition for now()
+            if self.maintenance_wanted is not None:
+                self.maintenance_wanted.set()
+            raise ClaimBlocked(exc) from exc
+        except asyncpg.LockNotAvailableError as exc:  # a stalled holder of the event
+            raise ClaimBlocked(exc) from exc
+
+    async def _ended(self, conn: DbConnection, claimed: list[ClaimRequest], committed: bool,
+                     ) -> None:
+        await self.dedup.ended(conn, self.namespace, claimed, committed)
+        if committed and self.cache is not None:
+            await self.cache.remember(self.namespace, [r.envelope.event_id for r in claimed])
+
+    async def _handle_all(self, conn: DbConnection, items: list[Decoded], attempt: int,
+                          ) -> None:
+        """Run the handler calls of the claimed ``items`` under one ``handler_timeout``, send
+        the writes they deferred, then check once that the transaction is still the one that
+        made the claims, and not aborted."""
+        token = await mark(conn)
+        sole = len(items) == 1
+        deferred = Deferred(conn)
+        calls = plan(items)
+        try:
+            async with asyncio.timeout(self.handler_timeout):
+                for index in range(len(calls)):
+                    await self._handle(conn, calls, index, attempt, token, deferred, sole)
+                if deferred.queue:
+                    try:
+                        await deferred.flush()
+                    except Exception as exc:
+                        culprit = _culprit(deferred, calls)
+                        if culprit is None:
+                            raise
+                        raise RecordFailed(culprit, exc) from exc
+            what = (f"event {items[0].envelope.event_id}" if sole
+                    else f"a batch of {len(items)} records")
+            # a handler that swallowed a database error left the transaction aborted (COMMIT
+            # would roll back silently, and the events be lost); one that rolled it back and
+            # began another lost the claims
+            await verify(conn, token, what=what, log=log, rolled_back=HandlerEndedTransaction(
+                "the handler rolled the transaction back and began another") if sole
+                else TransactionReplaced("a handler of the batch rolled its transaction back "
+                                         "and began another"))
+        except HandlerFailure:
+            raise
+        except Exception as exc:
+            raise HandlerFailure(exc) from exc
+
+    async def _handle(self, conn: DbConnection, calls: list[Call], index: int, attempt: int,
+                      token: str, deferred: Deferred, sole: bool) -> None:
+        route, records = calls[index]
+        own = records[0] if len(records) == 1 else None  # the record to blame, if one
+        started = time.perf_counter()
+        try:
+            try:
+                if route.batch:
+                    await route.func([d.event for d in records], BatchContext(
+                        conn, [d.envelope for d in records], attempt, handler=route.name,
+                        outbox=self.outbox, deferred=deferred, owner=index))
+                else:
+                    await self._call(conn, records[0], attempt, deferred, index)
+            finally:
+                seconds = time.perf_counter() - started
+            if not conn.is_in_transaction():
+                if sole or await check(conn, token) is not Mark.COMMITTED:
+                    raise HandlerEndedTransaction("the handler ended the transaction itself")
+                # it committed the claims of the records after it too: they go on in a
+                # transaction of their own, or their effects would be lost (logged at the end)
+                await conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # we are being cancelled (shutdown, revocation, the deadline): not its
+            if own is None:  # doing; it raised CancelledError itself
+                raise HandlerFailure(exc) from exc
+            raise RecordFailed(own, exc) from exc
+        except asyncpg.InFailedSQLTransactionError as exc:
+            # an earlier handler may have swallowed the error: blame no record (alone, the
+            # record is tried again all the same)
+            raise HandlerFailure(exc) from exc
+        except Exception as exc:
+            if deferred.broke is not None:  # it failed because a deferred write failed
+                own = _culprit(deferred, calls)
+            if own is None:  # a batch handler's call of several records: found one by one
+                raise HandlerFailure(exc) from exc
+            raise RecordFailed(own, exc) from exc
+        finally:  # out of the try above, which makes any error the handler's
+            self.observe.handler_finished(route.name, seconds)
+
+    async def _call(self, conn: DbConnection, decoded: Decoded, attempt: int,
+                    deferred: Deferred, index: int) -> None:
+        ctx = HandlerContext(conn, decoded.envelope, attempt, handler=decoded.route.name,
+                             outbox=self.outbox, deferred=deferred, owner=index)
+        if self.tracing is not None:  # the handler runs in the message's span
+            with self.tracing.activate(decoded.envelope):
+                await decoded.route.func(decoded.event, ctx)
+        else:
+            await decoded.route.func(decoded.event, ctx)
+
+
+Call = tuple[Route, list[Decoded]]
+
+
+def plan(items: Sequence[Decoded]) -> list[Call]:
+    """The handler calls for ``items``, in an order that keeps each key's records in order: a
+    record of a batch handler joins that handler's latest call unless a record of its key is
+    in a later call already; every other record is a call of its own, in turn."""
+    calls: list[Call] = []
+    latest: dict[Route, int] = {}  # a batch handler's latest call
+    last: dict[tuple[str, int, str | None], int] = {}  # a key's latest call
+    for decoded in items:
+        env, route = decoded.envelope, decoded.route
+        key = (env.topic, env.partition, env.key)
+        at = latest.get(route, -1) if route.batch else -1
+        if at < 0 or last.get(key, -1) > at:
+            at = len(calls)
+            calls.append((route, []))
+            if route.batch:
+                latest[route] = at
+        calls[at][1].append(decoded)
+        last[key] = at
+    return calls
+
+
+def _culprit(deferred: Deferred, calls: list[Call]) -> Decoded | None:
+    """The record whose deferred write failed, when it is known (one call, of one record)."""
+    broke = deferred.broke or set()
+    if len(broke) == 1:
+        [records] = [calls[index][1] for index in broke]
+        if len(records) == 1:
+            return records[0]
+    return None
