@@ -41,6 +41,9 @@ SWEEP: tuple[dict[str, Any], ...] = (
 )
 """Candidates the ``sweep`` cell measures against each other."""
 
+PREFILL_BATCH = 500
+"""Ids per dedup row in :func:`prefill_dedup`: a full poll batch of the default settings."""
+
 Handler = Callable[..., Awaitable[None]]
 _PARAMETERS = set(inspect.signature(Consumer).parameters)
 
@@ -172,18 +175,22 @@ class ConsumerkitPeer(Peer):
 async def prefill_dedup(conn: asyncpg.Connection[asyncpg.Record], schema: str,
                         policy: DedupPolicy, namespace: str, rows: int, start: datetime,
                         span: timedelta) -> None:
-    """``rows`` dedup rows of other events with ``seen_at`` spread evenly over
-    ``(start, start + span)``, after creating the partitions that range needs."""
+    """``rows`` dedup ids of other events with ``seen_at`` spread evenly over
+    ``(start, start + span)``, after creating the partitions that range needs. The ids are
+    stored as a consumer stores them: one row per claim of ``PREFILL_BATCH`` ids."""
     moment = start
     while moment <= start + span:
         await maintain(conn, schema, policy, now=moment)
         moment += policy.partition_interval
     table = f"{q(schema)}.{policy.table}"
+    name_key = f"{q(schema)}.consumerkit_name_key"
     await conn.execute(
-        f"INSERT INTO {table} (namespace, event_id, seen_at, handler, id_source, topic, "
-        '"partition", "offset") SELECT $1, \'old-\' || g, '
-        "$2::timestamptz + $3::interval * ((g - 0.5) / $4::int), 'apply_amount', 'header', "
-        "'old', 0, g FROM generate_series(1, $4::int) AS g", namespace, start, span, rows)
+        f"INSERT INTO {table} (seen_at, namespace_key, handler_key, texts) "
+        "SELECT $2::timestamptz + $3::interval * ((b + 0.5) / ceil($4::numeric / $5)), "
+        f"{name_key}($1), {name_key}('apply_amount'), "
+        "ARRAY(SELECT 'old-' || g FROM generate_series(b * $5 + 1, least((b + 1) * $5, $4)) g) "
+        "FROM generate_series(0, ceil($4::numeric / $5)::int - 1) AS b",
+        namespace, start, span, rows, PREFILL_BATCH)
     await conn.execute(f"ANALYZE {table}")
 
 
