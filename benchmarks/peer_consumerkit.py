@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import asyncpg
 
-from consumerkit import Consumer, HandlerContext, handler
+from consumerkit import BatchContext, Consumer, HandlerContext, handler
 from consumerkit.dedup import DedupPolicy, maintain
 from consumerkit.schema import migrate
 
@@ -61,7 +61,7 @@ def deferred_handler(effect: Effect) -> Handler:
     queued upserts of a transaction together."""
 
     @handler(EVENT_TYPE)
-    async def apply_amount(event: Amount, ctx: Any) -> None:  # HandlerContext with defer()
+    async def apply_amount(event: Amount, ctx: HandlerContext) -> None:
         if not isinstance(effect, DbEffect):  # no database work to defer
             await effect.apply(ctx.tx, event.key, event.amount)
             return
@@ -75,10 +75,8 @@ def deferred_handler(effect: Effect) -> Handler:
 def batch_handler(effect: Effect) -> Handler:
     """One call per batch with its fresh events, the effect set-based (one statement), as
     the hand-written set-based peer applies it."""
-    decorate: Callable[..., Callable[[Handler], Handler]] = handler  # batch=: newer API
-
-    @decorate(EVENT_TYPE, batch=True)
-    async def apply_amounts(events: list[Amount], ctx: Any) -> None:  # ctx: BatchContext
+    @handler(EVENT_TYPE, batch=True)
+    async def apply_amounts(events: list[Amount], ctx: BatchContext) -> None:
         await effect.apply_many(ctx.tx, [(e.key, e.amount) for e in events])
 
     return apply_amounts
