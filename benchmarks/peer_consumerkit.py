@@ -15,11 +15,11 @@ from typing import Any, ClassVar
 
 import asyncpg
 
-from consumerkit import Consumer, HandlerContext, handler
+from consumerkit import BatchContext, Consumer, HandlerContext, handler
 from consumerkit.dedup import DedupPolicy, maintain
 from consumerkit.schema import migrate
 
-from .effects import Effect, q
+from .effects import DbEffect, Effect, q
 from .peers import FAST_GROUP, Peer, PeerEnv
 from .workload import EVENT_TYPE, Amount
 
@@ -44,7 +44,7 @@ SWEEP: tuple[dict[str, Any], ...] = (
 PREFILL_BATCH = 500
 """Ids per dedup row in :func:`prefill_dedup`: a full poll batch of the default settings."""
 
-Handler = Callable[[Amount, HandlerContext], Awaitable[None]]
+Handler = Callable[..., Awaitable[None]]
 _PARAMETERS = set(inspect.signature(Consumer).parameters)
 
 
@@ -54,6 +54,44 @@ def effect_handler(effect: Effect) -> Handler:
         await effect.apply(ctx.tx, event.key, event.amount)
 
     return apply_amount
+
+
+def deferred_handler(effect: Effect) -> Handler:
+    """The same effect queued with ``ctx.defer`` (not awaited): the framework sends the
+    queued upserts of a transaction together."""
+
+    @handler(EVENT_TYPE)
+    async def apply_amount(event: Amount, ctx: HandlerContext) -> None:
+        if not isinstance(effect, DbEffect):  # no database work to defer
+            await effect.apply(ctx.tx, event.key, event.amount)
+            return
+        if effect.delay:
+            await asyncio.sleep(effect.delay)
+        ctx.defer(effect.sql, event.key, event.amount)
+
+    return apply_amount
+
+
+def batch_handler(effect: Effect) -> Handler:
+    """One call per batch with its fresh events, the effect set-based (one statement), as
+    the hand-written set-based peer applies it."""
+    @handler(EVENT_TYPE, batch=True)
+    async def apply_amounts(events: list[Amount], ctx: BatchContext) -> None:
+        await effect.apply_many(ctx.tx, [(e.key, e.amount) for e in events])
+
+    return apply_amounts
+
+
+def _missing_engine_api(needs: str) -> str | None:
+    """Why the installed consumerkit cannot run a peer that ``needs`` ``defer`` or
+    ``batch``, else None."""
+    if needs == "defer" and not hasattr(HandlerContext, "defer"):
+        return "consumerkit.HandlerContext has no defer() yet"
+    if needs == "batch" and ("batch" not in inspect.signature(handler).parameters
+                             or not hasattr(importlib.import_module("consumerkit"),
+                                            "BatchContext")):
+        return "consumerkit has no batch handlers (@handler(..., batch=True)) yet"
+    return None
 
 
 def redis_cache_type() -> Any:
@@ -68,9 +106,16 @@ class ConsumerkitPeer(Peer):
     options: ClassVar[Mapping[str, Any]] = {}
     uses_redis: ClassVar[bool] = False
     uses_metrics: ClassVar[bool] = False
+    needs: ClassVar[str | None] = None  # "defer" or "batch": an engine API it depends on
+
+    @classmethod
+    def make_handler(cls, effect: Effect) -> Handler:
+        return effect_handler(effect)
 
     @classmethod
     def unavailable(cls, redis_url: str | None) -> str | None:
+        if cls.needs is not None and (reason := _missing_engine_api(cls.needs)):
+            return reason
         missing = sorted(set(cls.options) - _PARAMETERS)
         if missing:
             return f"consumerkit.Consumer has no {', '.join(missing)} argument yet"
@@ -91,7 +136,7 @@ class ConsumerkitPeer(Peer):
         if self.uses_metrics:  # a registry of its own: the Prometheus observer is attached
             options["registry"] = importlib.import_module("prometheus_client").CollectorRegistry()
         self.consumer = Consumer(
-            name=env.group, handlers=[effect_handler(env.effect)], topics=[env.topic],
+            name=env.group, handlers=[self.make_handler(env.effect)], topics=[env.topic],
             kafka_bootstrap=env.bootstrap, postgres_dsn=env.dsn, schema=env.schema,
             handle_signals=False, kafka_consumer_options=FAST_GROUP, **options)
 
@@ -174,3 +219,25 @@ class ConsumerkitMetricsPeer(ConsumerkitPeer):
     description = ("consumerkit defaults with Prometheus metrics kept (a registry given, so the "
                    "metrics observer counts every outcome)")
     uses_metrics = True
+
+
+class ConsumerkitDeferPeer(ConsumerkitPeer):
+    name = "consumerkit-defer"
+    description = ("consumerkit defaults, a per-message handler queuing its upsert with "
+                   "ctx.defer(...) (not awaited)")
+    needs = "defer"
+
+    @classmethod
+    def make_handler(cls, effect: Effect) -> Handler:
+        return deferred_handler(effect)
+
+
+class ConsumerkitBatchPeer(ConsumerkitPeer):
+    name = "consumerkit-batch"
+    description = ("consumerkit defaults, a batch handler (@handler(..., batch=True)) applying "
+                   "its fresh events with one set-based upsert")
+    needs = "batch"
+
+    @classmethod
+    def make_handler(cls, effect: Effect) -> Handler:
+        return batch_handler(effect)
