@@ -3,18 +3,21 @@ and the migration of a table in the earlier layout (one row per id) with its row
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import datetime, timedelta
 
+import asyncpg
 import pytest
 
 from consumerkit import schema as schema_module
 from consumerkit.dedup import DedupPolicy, Layout, PostgresDedupStore, list_partitions, maintain
+from consumerkit.dedup.names import key_sql
 from consumerkit.envelope import Envelope
 from consumerkit.schema import CORE_STEPS, DEDUP_STEPS, TABLE_DEDUP_STEPS, migrate
 from consumerkit.types import Claim, ClaimRequest, ClaimStatus
 
-from .conftest import Conn
+from .conftest import Conn, Connect
 from .dedup_rows import count_ids, details, stored
 
 CANONICAL = "0b9f4c2e-6a3d-4f1e-9c8b-7d6e5f4a3b2c"
@@ -177,3 +180,31 @@ async def test_migrating_keeps_each_ids_own_time_and_partition(
     store = PostgresDedupStore(schema)
     claims = await _claim(store, conn, [f"e-{g}" for g in range(1, 61)])
     assert [c.original_seen_at for c in claims] == [before[f"e-{g}"][0] for g in range(1, 61)]
+
+
+async def test_a_new_name_makes_no_claim_wait(connect: Connect, migrated: str) -> None:
+    """Two lanes of a new consumer claim at once: the second does not wait for the first
+    transaction, which registered the name and is still open."""
+    first, second = await connect(), await connect()
+    store = PostgresDedupStore(migrated)
+    tx = first.transaction(isolation="read_committed")
+    await tx.start()
+    claimed = await store.claim_many(first, "fresh", [ClaimRequest(_envelope("a"), "h")])
+    assert _statuses(claimed) == [ClaimStatus.CLAIMED]
+    claims = await asyncio.wait_for(_claim(store, second, ["b"], "h", "fresh"), timeout=5)
+    assert _statuses(claims) == [ClaimStatus.CLAIMED]
+    await tx.commit()
+    ids = await second.fetch(
+        f'SELECT namespace, event_id, handler FROM "{migrated}".processed_events_ids'
+        " ORDER BY event_id")
+    assert [tuple(r) for r in ids] == [("fresh", "a", "h"), ("fresh", "b", "h")]
+
+
+async def test_a_name_whose_key_another_name_has_is_refused(conn: Conn, migrated: str) -> None:
+    """Two names with one key would share their ids: the second is refused, loudly."""
+    billing_key = key_sql("'billing'")
+    await conn.execute(f'INSERT INTO "{migrated}".consumerkit_names (id, name)'
+                       f" VALUES ({billing_key}, 'not-billing')")
+    store = PostgresDedupStore(migrated)
+    with pytest.raises(asyncpg.UniqueViolationError, match="has the key of another name"):
+        await _claim(store, conn, ["e-1"])
