@@ -22,7 +22,7 @@ import asyncpg
 from .._identifiers import qualified
 from ..errors import ConfigurationError, StartupError
 from ..types import DbConnection
-from .layout import check_layout
+from .layout import check_layout, check_lean_rows
 from .policy import DedupPolicy
 from .retention import longest, register
 
@@ -51,6 +51,7 @@ async def clean_table(
     async with conn.transaction():
         if await check_layout(conn, schema, policy) is None:
             raise StartupError(f"dedup table {schema}.{policy.table} does not exist: run migrate")
+        await check_lean_rows(conn, schema, policy)
         if namespace is not None:
             await register(conn, schema, policy.table, namespace, policy.retention)
         retention = max(policy.retention,

@@ -7,7 +7,7 @@ run (``ATTACH PARTITION`` on a plain table, ``ON CONFLICT`` without a unique key
 
 from __future__ import annotations
 
-from .._identifiers import identifier
+from .._identifiers import identifier, qualified
 from ..errors import StartupError
 from ..types import DbConnection
 from .policy import DedupPolicy, Layout
@@ -40,3 +40,20 @@ async def check_layout(conn: DbConnection, schema: str, policy: DedupPolicy) -> 
             f"policy asks for {policy.layout!r}: the layout of a table cannot be changed in "
             "place; name another table in DedupPolicy(table=...) or keep the layout")
     return found
+
+
+LEAN_ROWS_VERSION: dict[Layout, int] = {"partitioned": 4, "table": 2}
+"""The migration step of each layout that converted its table to lean rows."""
+
+
+async def check_lean_rows(conn: DbConnection, schema: str, policy: DedupPolicy) -> None:
+    """Refuse to maintain (and so to start a consumer on) a dedup table that ``migrate`` has
+    not converted to lean rows yet: its claim function would get nulls where the earlier one
+    needs values. The version table is read, not the catalog, as the runtime role may."""
+    version: int | None = await conn.fetchval(
+        f"SELECT max(version) FROM {qualified(schema, 'consumerkit_schema_version')}"
+        " WHERE component = $1", f"dedup:{policy.table}")
+    if version is not None and version < LEAN_ROWS_VERSION[policy.layout]:
+        raise StartupError(
+            f"dedup table {schema}.{policy.table} is at version {version}, before lean rows: "
+            "run consumerkit migrate (docs/dedup.md, migrating to lean rows)")

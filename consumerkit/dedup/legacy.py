@@ -187,7 +187,8 @@ END
 
 
 def dedup_ddl(schema: str, policy: DedupPolicy) -> list[str]:
-    """Statements creating the partitioned dedup table, its index and its claim function.
+    """Statements creating the partitioned dedup table, its index and its claim function, one
+    row per id (step 1).
 
     ``seen_at`` is the database time of the first delivery, not the record's timestamp, so a
     redelivery carrying a different timestamp still lands on the same id. The (namespace,
@@ -217,7 +218,7 @@ def dedup_ddl(schema: str, policy: DedupPolicy) -> list[str]:
 
 
 def claim_ddl(schema: str, policy: DedupPolicy) -> list[str]:
-    """Statements (re)creating the claim function of ``policy.table``: the current version,
+    """Statements (re)creating the single-id claim function of ``policy.table`` (step 2),
     whatever version was there before."""
     check_dedup_names(schema, policy)
     function = claim_function(schema, policy.table)
@@ -237,8 +238,7 @@ def claim_ddl(schema: str, policy: DedupPolicy) -> list[str]:
 
 
 def claim_many_ddl(schema: str, policy: DedupPolicy) -> list[str]:
-    """The statement (re)creating the bulk claim function of ``policy.table``: a batch of ids
-    claimed in one round trip, with the same locking as the single claim."""
+    """The statement creating the bulk claim function over one row per id (step 3)."""
     check_dedup_names(schema, policy)
     function = claim_function(schema, policy.table, "claim_many")
     body = _CLAIM_MANY_BODY % {"seed": LOCK_SEED, "table": qualified(schema, policy.table)}
@@ -254,8 +254,8 @@ def claim_many_ddl(schema: str, policy: DedupPolicy) -> list[str]:
 
 
 def table_dedup_ddl(schema: str, policy: DedupPolicy) -> list[str]:
-    """Statements creating the plain dedup table, its key, its ``seen_at`` index (what the
-    batched cleanup walks) and its bulk claim function."""
+    """Statements creating the plain dedup table of one row per id, its key, its ``seen_at``
+    index and its bulk claim function (table layout, step 1)."""
     table = qualified(schema, policy.table)
     key = identifier(f"{policy.table}_key", "dedup key name")
     seen_index = identifier(f"{policy.table}_seen_idx", "dedup index name")

@@ -33,7 +33,7 @@ from ..types import DbConnection
 from .cleanup import clean_table
 from .ddl_functions import create_partition, drop_partition
 from .expiry import detach, drop_detached, is_marked
-from .layout import check_layout, existing_layout
+from .layout import check_layout, check_lean_rows, existing_layout
 from .policy import DedupPolicy
 from .retention import longest, register
 
@@ -225,6 +225,7 @@ async def maintain(
         await conn.execute("SELECT set_config('lock_timeout', $1, true)", timeout)
         if await check_layout(conn, schema, policy) is None:
             raise StartupError(f"dedup table {schema}.{policy.table} does not exist: run migrate")
+        await check_lean_rows(conn, schema, policy)
         moment: datetime = now if now is not None else await conn.fetchval("SELECT now()")
         existing = await list_partitions(conn, schema, policy.table)
         for lo, hi in wanted_ranges(moment, policy):

@@ -19,8 +19,9 @@ class DedupPolicy:
 
     ``layout``: ``"partitioned"`` (default) keeps the ids in a table range-partitioned by
     time, and retention drops whole partitions; ``"table"`` keeps them in one plain table with
-    a unique key on (namespace, event_id), and retention deletes expired rows in batches. The
-    layout of an existing table cannot be changed by a migration: use another ``table`` name.
+    a ``seen_at`` index instead of partitions, and retention deletes expired rows in batches
+    (both claim alike: :mod:`consumerkit.dedup.rows`). The layout of an existing table cannot
+    be changed by a migration: use another ``table`` name.
 
     ``retention``: how long a processed event id is remembered (default 7 days). It must
     outlast the longest redelivery: handler retries, replays from the dead-letter destination,

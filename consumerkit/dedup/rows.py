@@ -38,10 +38,6 @@ from .names import key_sql
 from .partitions import LOCK_SEED, check_partition_names
 from .policy import DedupPolicy
 
-CLAIM_MANY_ARGS = ("text, text[], timestamptz[], interval, text[], text[], text[], text[], "
-                   "integer[], bigint[], text")
-"""The parameter types of ``{table}_claim_many``, unchanged since the bulk claim appeared."""
-
 _CLAIM_MANY_BODY = """
 DECLARE
     v_lock_timeout text := current_setting('lock_timeout');

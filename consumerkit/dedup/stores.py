@@ -6,7 +6,7 @@ the same pipeline whatever stands behind it:
 - ``DedupPolicy(layout="partitioned")`` (default): :class:`PostgresDedupStore` over a table
   range-partitioned by time; retention drops whole partitions.
 - ``DedupPolicy(layout="table")``: :class:`PostgresDedupStore` over one plain table with a
-  unique key; retention deletes expired rows in batches.
+  ``seen_at`` index; retention deletes expired rows in batches.
 - :class:`~consumerkit.dedup.memory.InMemoryDedupStore`: tests only, never behind a consumer.
 
 A Redis "seen" cache (:class:`~consumerkit.dedup.redis.RedisDedupCache`) is not a store: it

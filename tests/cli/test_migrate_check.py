@@ -20,8 +20,8 @@ from consumerkit.testing.services import MakeTopic
 from .conftest import PASSWORD, cli, with_password
 
 TABLES = {"consumerkit_schema_version", "dead_letters", "consumerkit_retention",
-          "processed_events", "outbox", "outbox_failures", "outbox_keys", "orders_outbox",
-          "orders_outbox_failures", "orders_outbox_keys"}
+          "consumerkit_names", "processed_events", "outbox", "outbox_failures", "outbox_keys",
+          "orders_outbox", "orders_outbox_failures", "orders_outbox_keys"}
 
 
 async def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
@@ -45,8 +45,8 @@ async def test_migrate_creates_every_table_once_and_says_so(
     code, out = await run(capsys, "migrate", *db)
     assert code == 0, out
     assert reported(out) == [
-        "created dead-letter table and retention registry (version 4)",
-        "created dedup table processed_events (version 3)",
+        "created dead-letter table and retention registry (version 5)",
+        "created dedup table processed_events (version 4)",
         "created parked keys, their records and audit (version 1)",
         "created outbox and its side tables outbox (version 1)",
         "created outbox and its side tables orders_outbox (version 1)",
@@ -57,8 +57,8 @@ async def test_migrate_creates_every_table_once_and_says_so(
     code, out = await run(capsys, "migrate", *db)
     assert code == 0, out
     assert reported(out) == [
-        "dead-letter table and retention registry: already present (version 4)",
-        "dedup table processed_events: already present (version 3)",
+        "dead-letter table and retention registry: already present (version 5)",
+        "dedup table processed_events: already present (version 4)",
         "parked keys, their records and audit: already present (version 1)",
         "outbox and its side tables outbox: already present (version 1)",
         "outbox and its side tables orders_outbox: already present (version 1)",

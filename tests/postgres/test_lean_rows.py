@@ -3,18 +3,27 @@ and the migration of a table in the earlier layout (one row per id) with its row
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import datetime, timedelta
 
+import asyncpg
 import pytest
 
 from consumerkit import schema as schema_module
 from consumerkit.dedup import DedupPolicy, Layout, PostgresDedupStore, list_partitions, maintain
+from consumerkit.dedup import layout as layout_module
+from consumerkit.dedup.ddl_functions import create_partition
+from consumerkit.dedup.layout import LEAN_ROWS_VERSION
+from consumerkit.dedup.names import key_sql
+from consumerkit.dedup.partitions import partition_floor, partition_name
+from consumerkit.dedup.upgrade import lean_rows_ddl
 from consumerkit.envelope import Envelope
+from consumerkit.errors import StartupError
 from consumerkit.schema import CORE_STEPS, DEDUP_STEPS, TABLE_DEDUP_STEPS, migrate
 from consumerkit.types import Claim, ClaimRequest, ClaimStatus
 
-from .conftest import Conn
+from .conftest import Conn, Connect
 from .dedup_rows import count_ids, details, stored
 
 CANONICAL = "0b9f4c2e-6a3d-4f1e-9c8b-7d6e5f4a3b2c"
@@ -96,6 +105,8 @@ def _legacy_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(schema_module, "CORE_STEPS", CORE_STEPS[:4])
     monkeypatch.setattr(schema_module, "DEDUP_STEPS", DEDUP_STEPS[:3])
     monkeypatch.setattr(schema_module, "TABLE_DEDUP_STEPS", TABLE_DEDUP_STEPS[:1])
+    # and its maintenance, which knew no later layout
+    monkeypatch.setattr(layout_module, "LEAN_ROWS_VERSION", {"partitioned": 3, "table": 1})
 
 
 @pytest.mark.parametrize("layout", ["partitioned", "table"])
@@ -160,7 +171,11 @@ async def test_migrating_keeps_each_ids_own_time_and_partition(
         _legacy_steps(patched)
         await migrate(conn, schema)
     now: datetime = await conn.fetchval("SELECT now()")
-    await maintain(conn, schema, DedupPolicy(), now=now - timedelta(days=3))
+    day = timedelta(days=1)
+    for back in (2, 3):  # migrate made the previous day's partition and those after it
+        lower = partition_floor(now - back * day, day)
+        await create_partition(conn, schema, "processed_events",
+                               partition_name("processed_events", lower), lower, lower + day)
     await conn.execute(
         f'INSERT INTO "{schema}".processed_events (namespace, event_id, seen_at, handler,'
         ' id_source, topic, "partition", "offset")'
@@ -177,3 +192,53 @@ async def test_migrating_keeps_each_ids_own_time_and_partition(
     store = PostgresDedupStore(schema)
     claims = await _claim(store, conn, [f"e-{g}" for g in range(1, 61)])
     assert [c.original_seen_at for c in claims] == [before[f"e-{g}"][0] for g in range(1, 61)]
+
+
+async def test_a_new_name_makes_no_claim_wait(connect: Connect, migrated: str) -> None:
+    """Two lanes of a new consumer claim at once: the second does not wait for the first
+    transaction, which registered the name and is still open."""
+    first, second = await connect(), await connect()
+    store = PostgresDedupStore(migrated)
+    tx = first.transaction(isolation="read_committed")
+    await tx.start()
+    claimed = await store.claim_many(first, "fresh", [ClaimRequest(_envelope("a"), "h")])
+    assert _statuses(claimed) == [ClaimStatus.CLAIMED]
+    claims = await asyncio.wait_for(_claim(store, second, ["b"], "h", "fresh"), timeout=5)
+    assert _statuses(claims) == [ClaimStatus.CLAIMED]
+    await tx.commit()
+    ids = await second.fetch(
+        f'SELECT namespace, event_id, handler FROM "{migrated}".processed_events_ids'
+        " ORDER BY event_id")
+    assert [tuple(r) for r in ids] == [("fresh", "a", "h"), ("fresh", "b", "h")]
+
+
+async def test_a_name_whose_key_another_name_has_is_refused(conn: Conn, migrated: str) -> None:
+    """Two names with one key would share their ids: the second is refused, loudly."""
+    billing_key = key_sql("'billing'")
+    await conn.execute(f'INSERT INTO "{migrated}".consumerkit_names (id, name)'
+                       f" VALUES ({billing_key}, 'not-billing')")
+    store = PostgresDedupStore(migrated)
+    with pytest.raises(asyncpg.UniqueViolationError, match="has the key of another name"):
+        await _claim(store, conn, ["e-1"])
+
+
+def test_the_lean_rows_step_is_the_one_maintenance_checks_for() -> None:
+    for layout, steps in (("partitioned", DEDUP_STEPS), ("table", TABLE_DEDUP_STEPS)):
+        [step] = [s for s in steps if s.statements is lean_rows_ddl]
+        assert step.version == LEAN_ROWS_VERSION[layout]
+
+
+@pytest.mark.parametrize("layout", ["partitioned", "table"])
+async def test_maintenance_refuses_a_table_not_migrated_to_lean_rows(
+    conn: Conn, schema: str, layout: Layout, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A consumer started with migrate=False before the owner migrated: a clear error at
+    start-up, not claims failing on the earlier claim function."""
+    policy = DedupPolicy(layout=layout)
+    with monkeypatch.context() as patched:
+        _legacy_steps(patched)
+        await migrate(conn, schema, policy)
+    with pytest.raises(StartupError, match="before lean rows: run consumerkit migrate"):
+        await maintain(conn, schema, policy)
+    await migrate(conn, schema, policy)
+    await maintain(conn, schema, policy)
