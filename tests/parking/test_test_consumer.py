@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import asyncpg
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 from pydantic import BaseModel
 
 from consumerkit import (
@@ -15,6 +19,7 @@ from consumerkit import (
     StartupError,
     handler,
 )
+from consumerkit.observability.tracing import Tracing
 from consumerkit.parking.replay import replay_key
 from consumerkit.schema import migrate
 from consumerkit.testing import TestConsumer
@@ -43,9 +48,13 @@ async def test_a_key_parks_a_keyless_record_and_a_dead_letter_do_not_and_replay_
     try:
         await conn.execute("CREATE TABLE moves (id bigserial, key text, seq int)")
         BROKEN.add(2)
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
         async with TestConsumer([move], postgres_dsn=consumerkit_dsn, schema=consumerkit_schema,
                                 retry=RetryPolicy(max_attempts=2, initial_delay=0.0),
-                                partitions=1) as kit:
+                                partitions=1,
+                                observers=[Tracing(tracer_provider=provider)]) as kit:
             for seq in (1, 2, 3):
                 kit.publish(Move(seq=seq), key="a")
             kit.publish(Move(seq=7), key="b")
@@ -57,6 +66,11 @@ async def test_a_key_parks_a_keyless_record_and_a_dead_letter_do_not_and_replay_
             assert sorted(e.reason for e in kit.dead_letters) == [
                 "dead_lettered_by_handler", "handler_failed"]
             assert kit.stats.parked == 2
+            parked = [s for s in exporter.get_finished_spans()
+                      if (s.attributes or {}).get("consumerkit.outcome") == "parked"]
+            assert [(s.attributes or {}).get("messaging.kafka.message.offset")
+                    for s in parked] == [1, 2]
+            assert [s.status.status_code for s in parked] == [StatusCode.ERROR, StatusCode.UNSET]
             BROKEN.clear()
             report = await replay_key(kit.consumer, b"a")
             assert (report.applied, report.records) == (2, 2)
