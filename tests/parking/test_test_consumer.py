@@ -9,36 +9,14 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
-from pydantic import BaseModel
 
-from consumerkit import (
-    BatchContext,
-    DeadLetter,
-    HandlerContext,
-    RetryPolicy,
-    StartupError,
-    handler,
-)
+from consumerkit import RetryPolicy, StartupError
 from consumerkit.observability.tracing import Tracing
 from consumerkit.parking.replay import replay_key
 from consumerkit.schema import migrate
 from consumerkit.testing import TestConsumer
 
-BROKEN: set[int] = set()
-
-
-class Move(BaseModel):
-    seq: int
-
-
-@handler("move", on_exhausted="park")
-async def move(event: Move, ctx: HandlerContext) -> None:
-    if event.seq in BROKEN:
-        raise ValueError(f"move {event.seq} cannot be applied yet")
-    if event.seq < 0:
-        raise DeadLetter("a negative move is never applied")  # the handler's own decision
-    await ctx.tx.execute("INSERT INTO moves (key, seq) VALUES ($1, $2)",
-                         ctx.envelope.key, event.seq)
+from .moves import BROKEN, Move, move, moves
 
 
 async def test_a_key_parks_a_keyless_record_and_a_dead_letter_do_not_and_replay_applies(
@@ -80,14 +58,6 @@ async def test_a_key_parks_a_keyless_record_and_a_dead_letter_do_not_and_replay_
     finally:
         BROKEN.clear()
         await conn.close()
-
-
-@handler("move", batch=True, on_exhausted="park")
-async def moves(events: list[Move], ctx: BatchContext) -> None:
-    if any(e.seq in BROKEN for e in events):
-        raise ValueError("a move of this call cannot be applied yet")
-    for event, envelope in zip(events, ctx.envelopes, strict=True):
-        ctx.defer("INSERT INTO moves (key, seq) VALUES ($1, $2)", envelope.key, event.seq)
 
 
 async def test_a_batch_handler_parks_the_culprit_s_key_and_replays_through_it(
