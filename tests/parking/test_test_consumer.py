@@ -33,25 +33,28 @@ async def test_a_key_parks_a_keyless_record_and_a_dead_letter_do_not_and_replay_
                                 retry=RetryPolicy(max_attempts=2, initial_delay=0.0),
                                 partitions=1,
                                 observers=[Tracing(tracer_provider=provider)]) as kit:
-            for seq in (1, 2, 3):
+            for seq in (1, 2, -2, 3):  # -2 joins the park: its DeadLetter comes at the replay
                 kit.publish(Move(seq=seq), key="a")
             kit.publish(Move(seq=7), key="b")
             kit.publish(Move(seq=2), key=None)  # no key to park: dead-lettered
             kit.publish(Move(seq=-1), key="c")  # DeadLetter raised: dead-lettered
             await kit.drain(fail_fast=False)
-            ids = [dict(r.headers)["id"] for r in kit.broker.records("events", 0)[1:3]]
+            ids = [dict(r.headers)["id"] for r in kit.broker.records("events", 0)[1:4]]
             assert [s.event_id for s in kit.parked] == [i.decode() for i in ids if i]
             assert sorted(e.reason for e in kit.dead_letters) == [
                 "dead_lettered_by_handler", "handler_failed"]
-            assert kit.stats.parked == 2
+            assert kit.stats.parked == 3
             parked = [s for s in exporter.get_finished_spans()
                       if (s.attributes or {}).get("consumerkit.outcome") == "parked"]
             assert [(s.attributes or {}).get("messaging.kafka.message.offset")
-                    for s in parked] == [1, 2]
-            assert [s.status.status_code for s in parked] == [StatusCode.ERROR, StatusCode.UNSET]
+                    for s in parked] == [1, 2, 3]
+            assert [s.status.status_code for s in parked] == [
+                StatusCode.ERROR, StatusCode.UNSET, StatusCode.UNSET]
             BROKEN.clear()
             report = await replay_key(kit.consumer, b"a")
-            assert (report.applied, report.records) == (2, 2)
+            assert (report.applied, report.dead_lettered, report.records) == (2, 1, 3)
+            assert sorted(e.reason for e in kit.dead_letters) == [
+                "dead_lettered_by_handler", "dead_lettered_by_handler", "handler_failed"]
         rows = await conn.fetch("SELECT key, seq FROM moves ORDER BY id")
         assert [r["seq"] for r in rows if r["key"] == "a"] == [1, 2, 3]
         assert [r["seq"] for r in rows if r["key"] != "a"] == [7]
