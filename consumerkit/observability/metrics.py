@@ -95,12 +95,13 @@ class ConsumerMetrics(BaseObserver):
         self._ahead = family(registry, Gauge, "consumerkit_dedup_partitions_ahead_seconds",
                              "Seconds from now to the end of the newest dedup partition "
                              "(0 or less: behind)", ("consumer",))
+        # no series until a consumer that parks reports: a 0 would claim it was looked at
         self._parked_keys = family(registry, Gauge, "consumerkit_parked_keys",
                                    "Keys parked on the assigned partitions (consumerkit parked "
-                                   "list)", ("consumer",)).labels(c)
+                                   "list)", ("consumer",))
         self._parked_records = family(registry, Gauge, "consumerkit_parked_records",
                                       "Records waiting behind the parked keys of the assigned "
-                                      "partitions", ("consumer",)).labels(c)
+                                      "partitions", ("consumer",))
         self._ready = _ready(registry).labels("consumer", c)
         self._outcomes: dict[tuple[str, str], Any] = {}
         self._handlers: dict[str, Any] = {}
@@ -134,8 +135,8 @@ class ConsumerMetrics(BaseObserver):
         self._count(record.topic, "parked")
 
     def parking(self, keys: int, records: int) -> None:
-        self._parked_keys.set(keys)
-        self._parked_records.set(records)
+        self._parked_keys.labels(self.consumer).set(keys)
+        self._parked_records.labels(self.consumer).set(records)
 
     def handler_finished(self, handler: str, seconds: float) -> None:
         child = self._handlers.get(handler)
