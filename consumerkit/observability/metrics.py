@@ -68,12 +68,13 @@ class ConsumerMetrics(BaseObserver):
         self._ahead = family(registry, Gauge, "consumerkit_dedup_partitions_ahead_seconds",
                              "Seconds from now to the end of the newest dedup partition "
                              "(0 or less: behind)", ("consumer",))
+        # no series until a consumer that parks reports: a 0 would claim it was looked at
         self._parked_keys = family(registry, Gauge, "consumerkit_parked_keys",
                                    "Keys parked on the assigned partitions (consumerkit parked "
-                                   "list)", ("consumer",)).labels(consumer)
+                                   "list)", ("consumer",))
         self._parked_records = family(registry, Gauge, "consumerkit_parked_records",
                                       "Records waiting behind the parked keys of the assigned "
-                                      "partitions", ("consumer",)).labels(consumer)
+                                      "partitions", ("consumer",))
         self._ready = _ready(registry).labels("consumer", consumer)
 
     def applied(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
@@ -97,8 +98,8 @@ class ConsumerMetrics(BaseObserver):
         self._tally.count(record.topic, "parked")
 
     def parking(self, keys: int, records: int) -> None:
-        self._parked_keys.set(keys)
-        self._parked_records.set(records)
+        self._parked_keys.labels(self.consumer).set(keys)
+        self._parked_records.labels(self.consumer).set(records)
 
     def handler_finished(self, handler: str, seconds: float) -> None:
         self._tally.handler_finished(handler, seconds)

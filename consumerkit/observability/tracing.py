@@ -133,6 +133,12 @@ class Tracing(BaseObserver):
     def expired_skipped(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
         self._end(record, envelope, "expired_skipped")
 
+    def parked(self, record: RecordLike, envelope: Envelope | None, handler: str,
+               reason: str, detail: str, attempts: int) -> None:
+        # the culprit failed; the records parked behind it did nothing wrong
+        error = f"{reason}: {detail}"[:500] if attempts else None
+        self._end(record, envelope, "parked", error)
+
     def abandoned(self, records: Sequence[RecordLike]) -> None:
         for record in records:
             span = self._spans.pop(_key(record, None), None)

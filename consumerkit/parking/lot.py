@@ -47,6 +47,7 @@ class ParkingLot:
         self._keys: dict[Partition, dict[bytes, int]] = {}  # key -> records waiting
         self._loading: dict[Partition, asyncio.Task[dict[bytes, int]]] = {}
         self._changes: dict[Partition, int] = {}  # parks and unparks seen, per partition
+        self._owned: set[Partition] = set()  # assigned and not revoked since
 
     async def check(self) -> None:
         """Refuse to start (:class:`~consumerkit.errors.StartupError`) without the tables."""
@@ -62,13 +63,16 @@ class ParkingLot:
     def assigned(self, partitions: Iterable[Partition]) -> None:
         """Start loading the parked keys of ``partitions``; their records wait for it."""
         for part in partitions:
+            self._owned.add(part)
             self._keys.pop(part, None)
+            self._loading.pop(part, None)
             self._start_loading(part)
 
     def revoked(self, partitions: Iterable[Partition]) -> None:
         for part in partitions:
             # a load still running is left to end by itself: records of the partition may be
             # waiting for it, and are abandoned by the engine anyway
+            self._owned.discard(part)
             self._loading.pop(part, None)
             self._keys.pop(part, None)
             self._changes.pop(part, None)
@@ -99,6 +103,8 @@ class ParkingLot:
                 await asyncio.sleep(delay)
         else:
             return {}  # revoked meanwhile
+        if part not in self._owned:  # asked by a record of a revoked partition: answer only
+            return loaded
         self._keys[part] = loaded
         self._changes[part] = 0
         if loaded:
@@ -146,7 +152,7 @@ class ParkingLot:
                 if await wait_or_abandon(abandon or asyncio.Event(), delay):
                     return None
         part = (record.topic, record.partition)
-        keys = self._keys.setdefault(part, {})
+        keys = self._keys.setdefault(part, {}) if part in self._owned else {}
         self._changes[part] = self._changes.get(part, 0) + 1
         if not stored:
             keys.pop(record.key, None)

@@ -154,14 +154,19 @@ async def _replay_one(pipeline: Pipeline, conn: DbConnection, parked: ParkedReco
     while True:
         attempt += 1
         try:
-            claim = await pipeline._attempt(marked, attempt)
+            async with pipeline.pool.acquire() as own:  # the one transaction path
+                [claim] = await pipeline.applier.apply(own, [marked], attempt)
             break
         except Exception as raised:
             error, outage = judge(raised)
             if outage:
                 attempt -= 1
-            elif (isinstance(error, DeadLetter) or not is_retriable(error)
-                  or attempt >= pipeline.retry.max_attempts):
+            elif isinstance(error, DeadLetter):  # the handler's own decision, as when consumed
+                outcome = await pipeline.dead_letter(
+                    record, "dead_lettered_by_handler", describe(error), attempt, decoded, never)
+                await conn.execute(mark, parked.id)
+                return outcome
+            elif not is_retriable(error) or attempt >= pipeline.retry.max_attempts:
                 raise ParkingError(
                     f"replay stopped at {record.topic}/{record.partition}/{record.offset} "
                     f"(event {decoded.envelope.event_id}) after {attempt} attempts: "

@@ -72,8 +72,11 @@ async def test_a_failing_key_is_parked_in_order_while_other_keys_flow(
     assert [(line["event_id"], line["key"], line["topic"]) for line in lines] == [
         (f"evt-1-{seq}", "key-1", topic) for seq in range(2, 7)]
     assert lines[0]["attempt"] == 2
+    fields = {"event_id", "event_type", "key", "topic", "partition", "offset", "handler",
+              "consumer"}
+    assert fields <= set(MESSAGE_FIELDS)
     assert all(line["level"] == "WARNING" and line["consumer"] == consumer.name
-               and set(MESSAGE_FIELDS) - {"attempt"} <= set(line) for line in lines)
+               and fields <= set(line) for line in lines)
 
 
 async def test_a_restarted_consumer_still_parks_the_key(

@@ -5,35 +5,18 @@ from __future__ import annotations
 
 import asyncpg
 import pytest
-from pydantic import BaseModel
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
-from consumerkit import (
-    BatchContext,
-    DeadLetter,
-    HandlerContext,
-    RetryPolicy,
-    StartupError,
-    handler,
-)
+from consumerkit import RetryPolicy, StartupError
+from consumerkit.observability.tracing import Tracing
 from consumerkit.parking.replay import replay_key
 from consumerkit.schema import migrate
 from consumerkit.testing import TestConsumer
 
-BROKEN: set[int] = set()
-
-
-class Move(BaseModel):
-    seq: int
-
-
-@handler("move", on_exhausted="park")
-async def move(event: Move, ctx: HandlerContext) -> None:
-    if event.seq in BROKEN:
-        raise ValueError(f"move {event.seq} cannot be applied yet")
-    if event.seq < 0:
-        raise DeadLetter("a negative move is never applied")  # the handler's own decision
-    await ctx.tx.execute("INSERT INTO moves (key, seq) VALUES ($1, $2)",
-                         ctx.envelope.key, event.seq)
+from .moves import BROKEN, Move, move, moves
 
 
 async def test_a_key_parks_a_keyless_record_and_a_dead_letter_do_not_and_replay_applies(
@@ -43,37 +26,41 @@ async def test_a_key_parks_a_keyless_record_and_a_dead_letter_do_not_and_replay_
     try:
         await conn.execute("CREATE TABLE moves (id bigserial, key text, seq int)")
         BROKEN.add(2)
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
         async with TestConsumer([move], postgres_dsn=consumerkit_dsn, schema=consumerkit_schema,
                                 retry=RetryPolicy(max_attempts=2, initial_delay=0.0),
-                                partitions=1) as kit:
-            for seq in (1, 2, 3):
+                                partitions=1,
+                                observers=[Tracing(tracer_provider=provider)]) as kit:
+            for seq in (1, 2, -2, 3):  # -2 joins the park: its DeadLetter comes at the replay
                 kit.publish(Move(seq=seq), key="a")
             kit.publish(Move(seq=7), key="b")
             kit.publish(Move(seq=2), key=None)  # no key to park: dead-lettered
             kit.publish(Move(seq=-1), key="c")  # DeadLetter raised: dead-lettered
             await kit.drain(fail_fast=False)
-            ids = [dict(r.headers)["id"] for r in kit.broker.records("events", 0)[1:3]]
+            ids = [dict(r.headers)["id"] for r in kit.broker.records("events", 0)[1:4]]
             assert [s.event_id for s in kit.parked] == [i.decode() for i in ids if i]
             assert sorted(e.reason for e in kit.dead_letters) == [
                 "dead_lettered_by_handler", "handler_failed"]
-            assert kit.stats.parked == 2
+            assert kit.stats.parked == 3
+            parked = [s for s in exporter.get_finished_spans()
+                      if (s.attributes or {}).get("consumerkit.outcome") == "parked"]
+            assert [(s.attributes or {}).get("messaging.kafka.message.offset")
+                    for s in parked] == [1, 2, 3]
+            assert [s.status.status_code for s in parked] == [
+                StatusCode.ERROR, StatusCode.UNSET, StatusCode.UNSET]
             BROKEN.clear()
             report = await replay_key(kit.consumer, b"a")
-            assert (report.applied, report.records) == (2, 2)
+            assert (report.applied, report.dead_lettered, report.records) == (2, 1, 3)
+            assert sorted(e.reason for e in kit.dead_letters) == [
+                "dead_lettered_by_handler", "dead_lettered_by_handler", "handler_failed"]
         rows = await conn.fetch("SELECT key, seq FROM moves ORDER BY id")
         assert [r["seq"] for r in rows if r["key"] == "a"] == [1, 2, 3]
         assert [r["seq"] for r in rows if r["key"] != "a"] == [7]
     finally:
         BROKEN.clear()
         await conn.close()
-
-
-@handler("move", batch=True, on_exhausted="park")
-async def moves(events: list[Move], ctx: BatchContext) -> None:
-    if any(e.seq in BROKEN for e in events):
-        raise ValueError("a move of this call cannot be applied yet")
-    for event, envelope in zip(events, ctx.envelopes, strict=True):
-        ctx.defer("INSERT INTO moves (key, seq) VALUES ($1, $2)", envelope.key, event.seq)
 
 
 async def test_a_batch_handler_parks_the_culprit_s_key_and_replays_through_it(
