@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 
 import asyncpg
+import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from consumerkit import BatchContext, HandlerContext, HandlerRegistry, RetryPolicy
+import examples.batch_handlers as example
+from consumerkit import BatchContext, HandlerContext, HandlerRegistry, Outbox, RetryPolicy
 from consumerkit.testing import TestConsumer
 
 TABLE = ("CREATE TABLE effects (id bigserial PRIMARY KEY, key text NOT NULL, "
@@ -128,3 +130,40 @@ async def test_each_effect_once_in_key_order_with_mixed_handlers_and_latencies(
     per_key = {key: [via[t] for k, t, _ in events if k == key] for key in "abcd"}
     for key, expected in per_key.items():
         assert [r["via"] for r in rows if r["key"] == key] == expected
+
+
+async def test_the_batch_handlers_example_runs_as_the_docs_say(
+    consumerkit_dsn: str, consumerkit_schema: str,
+) -> None:
+    """examples/batch_handlers.py (quoted by docs/handlers.md) against real tables."""
+    conn = await asyncpg.connect(consumerkit_dsn)
+    try:
+        await conn.execute("CREATE TABLE stock (sku text PRIMARY KEY, quantity int NOT NULL)")
+        await conn.execute("CREATE TABLE orders (order_id text PRIMARY KEY, lines int NOT NULL)")
+        await conn.execute("CREATE TABLE order_lines (order_id text, sku text, quantity int)")
+        await conn.execute("INSERT INTO orders VALUES ('o-1', 0)")
+        async with TestConsumer([example.handlers], postgres_dsn=consumerkit_dsn,
+                                schema=consumerkit_schema, max_batch=100,
+                                outbox=Outbox(consumerkit_schema)) as kit:
+            for sku, quantity in (("s-1", 5), ("s-2", 7), ("s-1", 3)):
+                kit.publish(example.StockCounted(sku=sku, quantity=quantity), key=sku,
+                            event_type="stock.counted")
+            for sku in ("s-1", "s-2", "s-3"):
+                kit.publish(example.LineAdded(order_id="o-1", sku=sku, quantity=1), key="o-1",
+                            event_type="line.added")
+            kit.publish(example.LineRemoved(order_id="o-1", sku="s-2"), key="o-1",
+                        event_type="line.removed")
+            shipped = kit.publish(example.OrderShipped(order_id="o-1", items=2), key="o-1",
+                                  event_type="order.shipped")
+            await kit.drain()
+        stock = await conn.fetch("SELECT sku, quantity FROM stock ORDER BY sku")
+        assert [(r["sku"], r["quantity"]) for r in stock] == [("s-1", 3), ("s-2", 7)]
+        lines = await conn.fetch("SELECT sku FROM order_lines ORDER BY sku")
+        assert [r["sku"] for r in lines] == ["s-1", "s-3"]
+        assert await conn.fetchval("SELECT lines FROM orders WHERE order_id = 'o-1'") == 2
+        [announced] = await conn.fetch("SELECT type, headers FROM outbox")
+        cause = (dict(shipped.headers or ())["id"] or b"").decode()
+        assert announced["type"] == "shipment.announced"
+        assert orjson.loads(announced["headers"])["causation_id"] == cause
+    finally:
+        await conn.close()
