@@ -1,10 +1,18 @@
-"""Namespaces and handler names as small keys: one ``integer`` in each dedup row instead of
-the text, looked up in ``{schema}.consumerkit_names``.
+"""Namespaces and handler names as small keys: one ``bigint`` in each dedup row instead of the
+text.
 
-The claim function registers a name the first time it writes a row for it, in the claiming
-transaction (``consumerkit_name_key``). Two transactions registering the same new name wait
-for each other once; names are registered in sorted order, so two batches never deadlock on
-them. A name registered by a transaction that rolls back is simply registered again later.
+A name's key is a 64-bit hash of it (``hashtextextended(name, seed)``), so a claim computes it
+without reading a table and without waiting for anyone: a key looked up in a table of its own,
+made unique there, would make every lane of a new consumer wait for the first transaction that
+registered the name, for as long as that transaction runs. ``{schema}.consumerkit_names`` maps
+keys back to names, for people and the ``{table}_ids`` views. The claim adds a name the first
+time it stores a row for it, with a plain insert (no unique index to wait on; two transactions
+registering one name at once leave two equal entries, which the views read as one).
+
+Two names with one key would share their ids. The chance is about ``n² / 2⁶⁵`` for ``n``
+names (10⁻¹² for 10,000), and registering a name whose key another name already has fails
+loudly, so a collision can only pass unnoticed if both names are used for the first time in
+two transactions running at the same moment.
 """
 
 from __future__ import annotations
@@ -13,33 +21,41 @@ from .._identifiers import identifier, qualified
 
 TABLE = "consumerkit_names"
 FUNCTION = "consumerkit_name_key"
+SEED = 0x6E616D65
+"""Seed ("name") of ``hashtextextended`` for name keys, apart from the lock keys' seed."""
+
+
+def key_sql(name: str) -> str:
+    """The SQL expression of the key of the text expression ``name``."""
+    return f"hashtextextended({name}, {SEED})"
 
 
 def names_ddl(schema: str) -> list[str]:
-    """The name table and the function returning (and on first use creating) a name's key."""
+    """The name table and the function returning a name's key, registering it if new."""
     identifier(schema, "schema name")
     table = qualified(schema, TABLE)
+    function = qualified(schema, FUNCTION)
     return [
         f"""CREATE TABLE IF NOT EXISTS {table} (
-            id serial PRIMARY KEY,
-            name text NOT NULL UNIQUE
+            id bigint NOT NULL,
+            name text NOT NULL
         )""",
-        f"""CREATE OR REPLACE FUNCTION {qualified(schema, FUNCTION)}(p_name text)
-        RETURNS integer LANGUAGE plpgsql VOLATILE AS $fn$
+        f"CREATE INDEX IF NOT EXISTS {identifier(TABLE + '_id_idx')} ON {table} (id)",
+        f"""CREATE OR REPLACE FUNCTION {function}(p_name text)
+        RETURNS bigint LANGUAGE plpgsql VOLATILE AS $fn$
         DECLARE
-            v_id integer;
+            v_id bigint := {key_sql('p_name')};
         BEGIN
-            SELECT n.id INTO v_id FROM {table} AS n WHERE n.name = p_name;
-            IF v_id IS NULL THEN
-                -- waits for a concurrent transaction registering the same name; its outcome
-                -- is then visible to the next statement (a fresh snapshot)
-                INSERT INTO {table} AS n (name) VALUES (p_name)
-                ON CONFLICT (name) DO NOTHING RETURNING n.id INTO v_id;
-            END IF;
-            IF v_id IS NULL THEN
-                SELECT n.id INTO v_id FROM {table} AS n WHERE n.name = p_name;
+            IF NOT EXISTS (SELECT 1 FROM {table} AS n WHERE n.id = v_id AND n.name = p_name)
+            THEN
+                IF EXISTS (SELECT 1 FROM {table} AS n WHERE n.id = v_id) THEN
+                    RAISE EXCEPTION 'consumerkit: the name % has the key of another name', p_name
+                        USING ERRCODE = 'unique_violation',
+                              HINT = 'rename the consumer or the handler';
+                END IF;
+                INSERT INTO {table} (id, name) VALUES (v_id, p_name);
             END IF;
             RETURN v_id;
         END $fn$""",
-        f"REVOKE ALL ON FUNCTION {qualified(schema, FUNCTION)}(text) FROM PUBLIC",
+        f"REVOKE ALL ON FUNCTION {function}(text) FROM PUBLIC",
     ]

@@ -35,7 +35,7 @@ from .._identifiers import qualified
 from ..envelope import Envelope
 from ..types import Claim, ClaimRequest, ClaimStatus, DbConnection
 from .ids import is_canonical_uuid
-from .names import TABLE as NAMES
+from .names import key_sql
 from .policy import DedupPolicy
 from .rows import check_dedup_names, claim_function, lock_timeout_setting
 
@@ -63,8 +63,7 @@ class PostgresDedupStore:
             "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)")
         self._lock_timeout = lock_timeout_setting(self.policy.claim_lock_timeout)
         seen = (f"SELECT min(t.seen_at) FROM {qualified(schema, self.policy.table)} AS t "
-                f"WHERE t.namespace_key = (SELECT n.id FROM {qualified(schema, NAMES)} AS n "
-                "WHERE n.name = $1) AND ")
+                f"WHERE t.namespace_key = {key_sql('$1::text')} AND ")
         self._seen_uuid_sql = seen + "t.uuids @> ARRAY[$2::uuid]"
         self._seen_text_sql = seen + 't.texts @> ARRAY[$2::text COLLATE "C"]'
 

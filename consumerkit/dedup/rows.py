@@ -5,8 +5,8 @@ of a PostgreSQL row header, the ``seen_at`` and the name keys are paid once per 
 
 ====================  ==============  =======================================================
 ``seen_at``           timestamptz     the database time of the claim (the partition key)
-``namespace_key``     integer         the consumer name, a key of ``consumerkit_names``
-``handler_key``       integer         the handler's qualified name, a key of the same table
+``namespace_key``     bigint          the consumer name's key (``names.py``)
+``handler_key``       bigint          the handler's qualified name's key
 ``uuids``             uuid[]          the ids that are canonical UUIDs, 16 bytes each
 ``texts``             text[] "C"      every other id, as written
 ``details``           jsonb           only with ``DedupPolicy(diagnostics=True)``: per id,
@@ -34,6 +34,7 @@ from .._identifiers import identifier, qualified
 from .ids import UUID_SQL_PATTERN
 from .names import FUNCTION as NAME_KEY
 from .names import TABLE as NAMES
+from .names import key_sql
 from .partitions import LOCK_SEED, check_partition_names
 from .policy import DedupPolicy
 
@@ -45,7 +46,7 @@ _CLAIM_MANY_BODY = """
 DECLARE
     v_lock_timeout text := current_setting('lock_timeout');
     v_hash bigint;
-    v_ns integer;
+    v_ns bigint := %(ns_key)s;
     v_uuids uuid[];
     v_texts text[] COLLATE "C";
     v_status text[];
@@ -69,7 +70,6 @@ BEGIN
     PERFORM set_config('lock_timeout', v_lock_timeout, true);
     -- every statement from here takes a fresh snapshot (READ COMMITTED, VOLATILE): it sees
     -- every transaction that held one of our locks before us
-    SELECT n.id INTO v_ns FROM %(names)s AS n WHERE n.name = p_namespace;
     v_uuids := ARRAY(SELECT DISTINCT e::uuid FROM unnest(p_event_ids) AS e WHERE e ~ '%(uuid)s');
     v_texts := ARRAY(SELECT DISTINCT e FROM unnest(p_event_ids) AS e WHERE e !~ '%(uuid)s');
     WITH input AS (
@@ -103,13 +103,11 @@ BEGIN
     SELECT array_agg(r.status ORDER BY r.ord), array_agg(r.seen_at ORDER BY r.ord)
       INTO v_status, v_seen FROM ranked AS r;
     IF 'claimed' = ANY (v_status) THEN
-        -- names in sorted order: two batches registering the same new names never deadlock
+        -- the names behind the keys, for the {table}_ids view (a plain insert: no wait)
         PERFORM %(name_key)s(s.name)
-           FROM (SELECT DISTINCT h AS name FROM unnest(p_handlers || p_namespace) AS h
-                  ORDER BY 1) AS s;
-        v_ns := %(name_key)s(p_namespace);
+           FROM (SELECT DISTINCT h AS name FROM unnest(p_handlers || p_namespace) AS h) AS s;
         INSERT INTO %(table)s (seen_at, namespace_key, handler_key, uuids, texts, details)
-        SELECT now(), v_ns, h.id,
+        SELECT now(), v_ns, %(handler_key)s,
                array_agg(c.event_id::uuid ORDER BY c.ord) FILTER (WHERE c.event_id ~ '%(uuid)s'),
                array_agg(c.event_id ORDER BY c.ord) FILTER (WHERE c.event_id !~ '%(uuid)s'),
                jsonb_object_agg(c.event_id, jsonb_build_object(
@@ -120,9 +118,8 @@ BEGIN
                       p_topics, p_partitions, p_offsets, p_event_times)
                WITH ORDINALITY AS c(event_id, status, handler, event_type, id_source, topic,
                                     part, off, event_time, ord)
-          JOIN %(names)s AS h ON h.name = c.handler
          WHERE c.status = 'claimed'
-         GROUP BY h.id;
+         GROUP BY c.handler;
     END IF;
     RETURN QUERY
     SELECT u.ord::integer, u.status, u.seen_at
@@ -175,8 +172,8 @@ def create_table_ddl(schema: str, policy: DedupPolicy) -> str:
     partitioned = " PARTITION BY RANGE (seen_at)" if policy.layout == "partitioned" else ""
     return f"""CREATE TABLE {qualified(schema, policy.table)} (
             seen_at timestamptz NOT NULL DEFAULT now(),
-            namespace_key integer NOT NULL,
-            handler_key integer NOT NULL,
+            namespace_key bigint NOT NULL,
+            handler_key bigint NOT NULL,
             uuids uuid[],
             texts text[] COLLATE "C",
             details jsonb
@@ -204,8 +201,10 @@ def view_ddl(schema: str, policy: DedupPolicy) -> str:
         SELECT n.name AS namespace, e.event_id, t.seen_at, h.name AS handler,
                t.details -> e.event_id AS details
           FROM {qualified(schema, policy.table)} AS t
-          JOIN {names} AS n ON n.id = t.namespace_key
-          JOIN {names} AS h ON h.id = t.handler_key
+         CROSS JOIN LATERAL (SELECT x.name FROM {names} AS x
+                              WHERE x.id = t.namespace_key LIMIT 1) AS n
+         CROSS JOIN LATERAL (SELECT x.name FROM {names} AS x
+                              WHERE x.id = t.handler_key LIMIT 1) AS h
          CROSS JOIN LATERAL (SELECT u::text COLLATE "C" FROM unnest(t.uuids) AS u
                              UNION ALL SELECT x FROM unnest(t.texts) AS x) AS e(event_id)"""
 
@@ -215,7 +214,8 @@ def claim_many_ddl(schema: str, policy: DedupPolicy) -> str:
     function = claim_function(schema, policy.table, "claim_many")
     body = _CLAIM_MANY_BODY % {
         "seed": LOCK_SEED, "table": qualified(schema, policy.table), "uuid": UUID_SQL_PATTERN,
-        "names": qualified(schema, NAMES), "name_key": qualified(schema, NAME_KEY)}
+        "ns_key": key_sql("p_namespace"), "handler_key": key_sql("c.handler"),
+        "name_key": qualified(schema, NAME_KEY)}
     return f"""CREATE OR REPLACE FUNCTION {function}(
             p_namespace text, p_event_ids text[], p_event_times timestamptz[],
             p_retention interval, p_handlers text[], p_event_types text[], p_id_sources text[],

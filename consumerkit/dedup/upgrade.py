@@ -5,7 +5,8 @@ It runs inside ``migrate``'s one transaction, so a failure leaves the table as i
 1. the old table is renamed ``{table}_old`` (and each old partition ``ckold_<oid>``);
 2. the new table is created under the old name, with a partition of the same name and bounds
    for every old one;
-3. every namespace and handler name is registered in ``consumerkit_names``;
+3. every namespace and handler name is registered in ``consumerkit_names`` (a name whose
+   key another name has fails the migration);
 4. the old rows are copied, grouped by (``seen_at``, namespace, handler): the ids one claim
    call stored share their ``seen_at``, so a batch becomes one row again and every id keeps its
    exact ``seen_at``. The diagnostic columns are kept in ``details`` only with
@@ -22,7 +23,8 @@ from __future__ import annotations
 
 from .._identifiers import identifier, qualified
 from .ids import UUID_SQL_PATTERN
-from .names import TABLE as NAMES
+from .names import FUNCTION as NAME_KEY
+from .names import key_sql
 from .policy import DedupPolicy
 from .rows import (
     check_dedup_names,
@@ -63,7 +65,6 @@ def lean_rows_ddl(schema: str, policy: DedupPolicy) -> list[str]:
         EXECUTE format('CREATE TABLE %I.%I PARTITION OF %I.%I %s', {lit}, part.relname,
                        {lit}, '{policy.table}', part.bound);
     END LOOP;"""
-    names = qualified(schema, NAMES)
     details = _DETAILS if policy.diagnostics else "NULL::jsonb"
     single = claim_function(schema, policy.table)
     return [
@@ -74,21 +75,17 @@ DECLARE
 BEGIN
     EXECUTE $create${create_table_ddl(schema, policy)}$create$;{partitions}
 END $lean$""",
-        f"""INSERT INTO {names} (name)
-            SELECT DISTINCT v.name FROM {qualified(schema, old)} AS o,
-                   LATERAL (VALUES (o.namespace), (o.handler)) AS v(name)
-             ORDER BY 1
-            ON CONFLICT (name) DO NOTHING""",
+        f"""SELECT {qualified(schema, NAME_KEY)}(s.name)
+              FROM (SELECT DISTINCT v.name FROM {qualified(schema, old)} AS o,
+                           LATERAL (VALUES (o.namespace), (o.handler)) AS v(name)) AS s""",
         f"""INSERT INTO {qualified(schema, policy.table)}
                 (seen_at, namespace_key, handler_key, uuids, texts, details)
-            SELECT o.seen_at, n.id, h.id,
+            SELECT o.seen_at, {key_sql("o.namespace")}, {key_sql("o.handler")},
                    array_agg(o.event_id::uuid) FILTER (WHERE o.event_id ~ '{UUID_SQL_PATTERN}'),
                    array_agg(o.event_id) FILTER (WHERE o.event_id !~ '{UUID_SQL_PATTERN}'),
                    {details}
               FROM {qualified(schema, old)} AS o
-              JOIN {names} AS n ON n.name = o.namespace
-              JOIN {names} AS h ON h.name = o.handler
-             GROUP BY o.seen_at, n.id, h.id""",
+             GROUP BY o.seen_at, o.namespace, o.handler""",
         f"DROP TABLE {qualified(schema, old)}",
         *(f"DROP FUNCTION IF EXISTS {single}({signature})"
           for signature in OLD_CLAIM_SIGNATURES),
