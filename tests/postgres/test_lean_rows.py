@@ -20,7 +20,7 @@ from consumerkit.dedup.partitions import partition_floor, partition_name
 from consumerkit.dedup.upgrade import lean_rows_ddl
 from consumerkit.envelope import Envelope
 from consumerkit.errors import StartupError
-from consumerkit.schema import CORE_STEPS, DEDUP_STEPS, TABLE_DEDUP_STEPS, migrate
+from consumerkit.schema import CORE_STEPS, DEDUP_STEPS, TABLE_DEDUP_STEPS, Step, migrate
 from consumerkit.types import Claim, ClaimRequest, ClaimStatus
 
 from .conftest import Conn, Connect
@@ -223,7 +223,9 @@ async def test_a_name_whose_key_another_name_has_is_refused(conn: Conn, migrated
 
 
 def test_the_lean_rows_step_is_the_one_maintenance_checks_for() -> None:
-    for layout, steps in (("partitioned", DEDUP_STEPS), ("table", TABLE_DEDUP_STEPS)):
+    layouts: tuple[tuple[Layout, tuple[Step, ...]], ...] = (
+        ("partitioned", DEDUP_STEPS), ("table", TABLE_DEDUP_STEPS))
+    for layout, steps in layouts:
         [step] = [s for s in steps if s.statements is lean_rows_ddl]
         assert step.version == LEAN_ROWS_VERSION[layout]
 
