@@ -11,7 +11,7 @@ import logging
 from consumerkit import Consumer, RetryPolicy
 from consumerkit.dedup.redis import RedisDedupCache
 
-from .ledger import make_handler
+from .ledger import make_batch_handler, make_handler
 
 GROUP = "torture"
 # quick joins and rebalances on the test broker; a SIGSTOPped member is thrown out after 3 s
@@ -27,7 +27,8 @@ GROUP_OPTIONS = {
 def build(args: argparse.Namespace) -> Consumer:
     cache = RedisDedupCache(args.redis, retry_interval=0.5) if args.redis else None
     return Consumer(
-        name=GROUP, topics=[args.topic], handlers=[make_handler(args.schema)],
+        name=GROUP, topics=[args.topic],
+        handlers=[(make_batch_handler if args.batch else make_handler)(args.schema)],
         kafka_bootstrap=args.bootstrap, postgres_dsn=args.dsn, schema=args.schema,
         dedup_cache=cache, migrate=False, concurrency=4, max_in_flight=400,
         # faults must not exhaust the attempts of a sound event; outages spend none
@@ -41,6 +42,7 @@ def main() -> None:
     for name in ("--dsn", "--bootstrap", "--topic", "--schema"):
         parser.add_argument(name, required=True)
     parser.add_argument("--redis", default="")
+    parser.add_argument("--batch", action="store_true", help="a batch handler, ctx.defer")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
