@@ -2,7 +2,8 @@
 
     ids the dedup cache knows -> DUPLICATE, no transaction
     BEGIN (READ COMMITTED); claim the rest (one statement); mark the transaction;
-    the handlers, in per-key order; the closing check; COMMIT -> the cache remembers the ids
+    the handler calls (:func:`plan`: per-key order; a batch handler's events in one call);
+    the deferred writes (``ctx.defer``); the closing check; COMMIT -> the cache remembers
 
 One record is a batch of one: a consumer's per-record attempts, its batches and the webhook
 receiver all apply records here. Retries, outage waits, the fallback one by one and dead
@@ -13,6 +14,9 @@ What a failure is charged to:
 - a handler that raises, or ends the transaction itself, fails its own record
   (:class:`RecordFailed`), except for ``InFailedSQLTransactionError``: an earlier handler
   may have swallowed the error, so no record is blamed;
+- a batch handler's call of several events that raises blames none of them: one by one, the
+  culprit is found;
+- a deferred write that fails is charged to the record that queued it, when one record did;
 - anything after the claim that no single handler raised (``handler_timeout`` running out,
   the closing check, ``COMMIT``) is a :class:`HandlerFailure` that blames no record;
 - a failure before any handler ran (the connection, ``BEGIN``, the claim) is raised as it is.

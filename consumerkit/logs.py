@@ -17,7 +17,7 @@ import orjson
 LogFormat = Literal["text", "json"]
 
 MESSAGE_FIELDS = ("event_id", "event_type", "key", "topic", "partition", "offset", "handler",
-                  "attempt", "consumer")
+                  "attempt", "consumer", "events", "first_event_id", "last_event_id")
 """Record attributes written as JSON fields when present."""
 
 _TEXT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

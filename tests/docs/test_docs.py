@@ -308,7 +308,9 @@ async def test_saga_example_publishes_in_the_handlers_transaction() -> None:
     await saga.take_payment(saga.OrderCreated(order_id="o-1", amount=3), ctx)
     assert tx.statements == ["INSERT INTO payments (order_id, amount) VALUES ($1, $2)"]
     [added] = outbox.added
-    assert added["conn"] is tx  # the same transaction as the payment and the dedup row
+    # the same transaction as the payment and the dedup row (ctx.tx sends deferred writes
+    # before each statement of its connection)
+    assert added["conn"] is ctx.tx
     assert (added["event_type"], added["aggregate_type"], added["aggregate_id"]) == (
         "payment.completed", "payment", "o-1")
     # docs/handlers.md: the event's id is the cause, and the correlation id when it has none
