@@ -63,13 +63,20 @@ async def create(conn: DbConnection, schema: str, aggregates: int) -> None:
             f"SELECT 'agg-' || i, 0 FROM generate_series(0, {aggregates - 1}) i")
 
 
-def make_handler(schema: str) -> Callable[[Step, HandlerContext], Awaitable[None]]:
+def _statements(schema: str) -> tuple[str, str, str, str]:
+    """(this process's name, read the projection, apply an effect, record a violation)."""
     s = identifier(schema)
-    me = os.environ.get("TORTURE_PROCESS", str(os.getpid()))
-    read = f"SELECT last_seq FROM {s}.projection WHERE aggregate = $1 FOR UPDATE"
-    apply = f"""WITH u AS (UPDATE {s}.projection SET last_seq = $3 WHERE aggregate = $2)
-        INSERT INTO {s}.effects (event_id, aggregate, seq, consumer) VALUES ($1, $2, $3, $4)"""
-    wrong = f"INSERT INTO {s}.violations VALUES ($1, $2, $3, $4)"
+    return (
+        os.environ.get("TORTURE_PROCESS", str(os.getpid())),
+        f"SELECT last_seq FROM {s}.projection WHERE aggregate = $1 FOR UPDATE",
+        f"""WITH u AS (UPDATE {s}.projection SET last_seq = $3 WHERE aggregate = $2)
+        INSERT INTO {s}.effects (event_id, aggregate, seq, consumer) VALUES ($1, $2, $3, $4)""",
+        f"INSERT INTO {s}.violations VALUES ($1, $2, $3, $4)",
+    )
+
+
+def make_handler(schema: str) -> Callable[[Step, HandlerContext], Awaitable[None]]:
+    me, read, apply, wrong = _statements(schema)
 
     @handler(EVENT_TYPE)
     async def record_step(event: Step, ctx: HandlerContext) -> None:
@@ -87,12 +94,7 @@ def make_handler(schema: str) -> Callable[[Step, HandlerContext], Awaitable[None
 def make_batch_handler(schema: str) -> Callable[[list[Step], BatchContext], Awaitable[None]]:
     """The same effects from a batch handler: the projection read through ``ctx.tx`` (which
     first sends what was deferred), every write deferred."""
-    s = identifier(schema)
-    me = os.environ.get("TORTURE_PROCESS", str(os.getpid()))
-    read = f"SELECT last_seq FROM {s}.projection WHERE aggregate = $1 FOR UPDATE"
-    apply = f"""WITH u AS (UPDATE {s}.projection SET last_seq = $3 WHERE aggregate = $2)
-        INSERT INTO {s}.effects (event_id, aggregate, seq, consumer) VALUES ($1, $2, $3, $4)"""
-    wrong = f"INSERT INTO {s}.violations VALUES ($1, $2, $3, $4)"
+    me, read, apply, wrong = _statements(schema)
 
     @handler(EVENT_TYPE, batch=True)
     async def record_steps(events: list[Step], ctx: BatchContext) -> None:
