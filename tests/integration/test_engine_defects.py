@@ -8,13 +8,14 @@ import contextlib
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 import asyncpg
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from consumerkit import BatchContext, HandlerContext, RetryPolicy, handler
+from consumerkit import BatchContext, Envelope, HandlerContext, RetryPolicy, handler
 from consumerkit._batch import Batcher
 from consumerkit._decode import Decoder
 from consumerkit._identifiers import identifier
@@ -194,3 +195,16 @@ async def test_a_batch_handler_runs_in_a_span_as_a_per_record_handler_does(
     assert await pipeline.process(rec("tr-2", "a", 1, "note.batched"),
                                   asyncio.Event()) is Outcome.APPLIED
     assert spans == {"one": True, "many": True}
+
+
+async def test_a_context_built_by_hand_sends_its_deferred_writes(setup: Setup) -> None:
+    """Handlers are tested by calling them with a ``HandlerContext`` built on a real
+    transaction (as ``tests/docs/test_examples_live.py`` does): nothing ever sends what such
+    a handler defers, and no error says so."""
+    async def take(event: Line, ctx: HandlerContext) -> None:
+        ctx.defer(setup.insert, "by hand")
+
+    envelope = Envelope("evt-1", "header", "note.taken", "k", "t", 0, 0, datetime.now(UTC))
+    async with setup.pool.acquire() as conn, conn.transaction():
+        await take(Line(key="k", seq=0), HandlerContext(conn, envelope, 1))
+    assert await setup.notes() == ["by hand"]
