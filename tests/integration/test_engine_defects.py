@@ -23,6 +23,7 @@ from consumerkit._pipeline import Outcome, Pipeline
 from consumerkit.deadletter.writer import DeadLetterWriter
 from consumerkit.dedup import PostgresDedupStore
 from consumerkit.envelope import RecordLike, WireFormat
+from consumerkit.errors import DeadLetter
 from consumerkit.observability.tracing import Tracing
 from consumerkit.registry import RouteTable
 from consumerkit.schema import migrate
@@ -44,12 +45,13 @@ class Setup:
         self.reports[(dict(record.headers or ())["id"] or b"").decode()] = outcome
 
     def pipeline(self, handlers: list[Callable[..., object]], schema: str,
-                 tracing: Tracing | None = None) -> Pipeline:
+                 tracing: Tracing | None = None, attempts: int = 1) -> Pipeline:
         name = f"review-{uuid.uuid4().hex[:8]}"
         return Pipeline(
             consumer=name, namespace=name, pool=self.pool, dedup=PostgresDedupStore(schema),
             decoder=Decoder(RouteTable.build(handlers), WireFormat(), 1 << 20),  # type: ignore[arg-type]
-            retry=RetryPolicy(max_attempts=1), dead_letters=DeadLetterWriter([self.sink]),
+            retry=RetryPolicy(max_attempts=attempts, initial_delay=0.01, max_delay=0.02),
+            dead_letters=DeadLetterWriter([self.sink]),
             expired="dead_letter", stats=ConsumerStats(), concurrency=2, handler_timeout=30.0,
             tracing=tracing)
 
@@ -157,6 +159,39 @@ async def test_a_failure_is_charged_to_its_own_record_not_to_an_earlier_recovere
     finally:
         await batcher.close()
     assert setup.reports == {"rt-a": Outcome.APPLIED, "rt-b": Outcome.DEAD_LETTERED}
+    assert await setup.notes() == ["tried a"]
+
+
+async def test_a_dead_letter_signal_is_charged_to_its_own_record(
+    setup: Setup, pg_schema: str,
+) -> None:
+    """As above, with retries: b's handler refuses its event (``DeadLetter``). The signal is
+    charged to a, which is dead-lettered at once, as refused by its handler, without a retry
+    and though its handler never refused anything."""
+
+    @handler("note.tried")
+    async def tried(event: Line, ctx: HandlerContext) -> None:
+        with contextlib.suppress(asyncpg.CheckViolationError):
+            async with ctx.tx.transaction():
+                ctx.defer(setup.insert, "refused")
+                await ctx.tx.fetchval("SELECT 1")
+        await ctx.tx.execute(setup.insert, f"tried {event.key}")
+
+    @handler("note.refusing")
+    async def refusing(event: Line, ctx: HandlerContext) -> None:
+        raise DeadLetter("b is refused")
+
+    pipeline = setup.pipeline([tried, refusing], pg_schema, attempts=3)
+    batcher = Batcher(pipeline, 100)
+    flag = asyncio.Event()
+    try:
+        await asyncio.wait_for(asyncio.gather(
+            batcher.process([rec("dl-a", "a", 0, "note.tried")], flag, setup.report),
+            batcher.process([rec("dl-b", "b", 0, "note.refusing")], flag, setup.report)), 30)
+    finally:
+        await batcher.close()
+    assert [(e.event_id, e.reason) for e in setup.sink.entries] == [
+        ("dl-b", "dead_lettered_by_handler")]
     assert await setup.notes() == ["tried a"]
 
 
