@@ -243,3 +243,30 @@ async def test_a_context_built_by_hand_sends_its_deferred_writes(setup: Setup) -
     async with setup.pool.acquire() as conn, conn.transaction():
         await take(Line(key="k", seq=0), HandlerContext(conn, envelope, 1))
     assert await setup.notes() == ["by hand"]
+
+
+async def test_a_deferred_write_without_arguments_behaves_alike_alone_and_in_a_run(
+    setup: Setup, pg_schema: str,
+) -> None:
+    """Alone, a deferred write without arguments is sent with ``execute`` (the simple
+    protocol, which takes several statements); two in a run go as one ``executemany`` (a
+    prepared statement, which does not). Each record applies alone, but every batch of two
+    or more rolls back and falls back to one by one."""
+    two = (f"INSERT INTO {setup.table} (note) VALUES ('x'); "
+           f"INSERT INTO {setup.table} (note) VALUES ('y')")
+
+    @handler("note.taken")
+    async def take(event: Line, ctx: HandlerContext) -> None:
+        ctx.defer(two)
+
+    pipeline = setup.pipeline([take], pg_schema)
+    batcher = Batcher(pipeline, 100)
+    flag = asyncio.Event()
+    try:
+        await asyncio.wait_for(asyncio.gather(
+            batcher.process([rec("ms-a", "a", 0, "note.taken")], flag, setup.report),
+            batcher.process([rec("ms-b", "b", 0, "note.taken")], flag, setup.report)), 30)
+    finally:
+        await batcher.close()
+    assert setup.reports == {"ms-a": Outcome.APPLIED, "ms-b": Outcome.APPLIED}
+    assert pipeline.stats.batch_fallbacks == 0
