@@ -16,7 +16,8 @@ What a failure is charged to:
   may have swallowed the error, so no record is blamed;
 - a batch handler's call of several events that raises blames none of them: one by one, the
   culprit is found;
-- a deferred write that fails is charged to the record that queued it, when one record did;
+- a deferred write that fails is charged to the record that queued it, when one record did,
+  whichever handler's statement sent it (an error a handler recovered from blames no one);
 - anything after the claim that no single handler raised (``handler_timeout`` running out,
   the closing check, ``COMMIT``) is a :class:`HandlerFailure` that blames no record;
 - a failure before any handler ran (the connection, ``BEGIN``, the claim) is raised as it is.
@@ -153,14 +154,13 @@ class Applier:
             async with asyncio.timeout(self.handler_timeout):
                 for index in range(len(calls)):
                     await self._handle(conn, calls, index, attempt, token, deferred, sole)
-                if deferred.queue:
-                    try:
-                        await deferred.flush()
-                    except Exception as exc:
-                        culprit = _culprit(deferred, calls)
-                        if culprit is None:
-                            raise
-                        raise RecordFailed(culprit, exc) from exc
+                try:
+                    await deferred.flush()
+                except Exception as exc:
+                    culprit = _culprit(deferred, calls, exc)
+                    if culprit is None:
+                        raise
+                    raise RecordFailed(culprit, exc) from exc
             what = (f"event {items[0].envelope.event_id}" if sole
                     else f"a batch of {len(items)} records")
             # a handler that swallowed a database error left the transaction aborted (COMMIT
@@ -174,6 +174,8 @@ class Applier:
             raise
         except Exception as exc:
             raise HandlerFailure(exc) from exc
+        finally:
+            deferred.closed = True  # nothing sends a later defer: it raises instead
 
     async def _handle(self, conn: DbConnection, calls: list[Call], index: int, attempt: int,
                       token: str, deferred: Deferred, sole: bool) -> None:
@@ -208,8 +210,8 @@ class Applier:
             # record is tried again all the same)
             raise HandlerFailure(exc) from exc
         except Exception as exc:
-            if deferred.broke is not None:  # it failed because a deferred write failed
-                own = _culprit(deferred, calls)
+            if deferred.owners(exc) is not None:  # it failed because a deferred write did
+                own = _culprit(deferred, calls, exc)
             if own is None:  # a batch handler's call of several records: found one by one
                 raise HandlerFailure(exc) from exc
             raise RecordFailed(own, exc) from exc
@@ -251,11 +253,12 @@ def plan(items: Sequence[Decoded]) -> list[Call]:
     return calls
 
 
-def _culprit(deferred: Deferred, calls: list[Call]) -> Decoded | None:
-    """The record whose deferred write failed, when it is known (one call, of one record)."""
-    broke = deferred.broke or set()
-    if len(broke) == 1:
-        [records] = [calls[index][1] for index in broke]
+def _culprit(deferred: Deferred, calls: list[Call], exc: BaseException) -> Decoded | None:
+    """The record whose deferred write raised ``exc``, when it is known (one call, of one
+    record)."""
+    owners = deferred.owners(exc) or frozenset()
+    if len(owners) == 1:
+        [records] = [calls[index][1] for index in owners]
         if len(records) == 1:
             return records[0]
     return None
