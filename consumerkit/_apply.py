@@ -185,9 +185,7 @@ class Applier:
         try:
             try:
                 if route.batch:
-                    await route.func([d.event for d in records], BatchContext(
-                        conn, [d.envelope for d in records], attempt, handler=route.name,
-                        outbox=self.outbox, deferred=deferred, owner=index))
+                    await self._call_batch(conn, route, records, attempt, deferred, index)
                 else:
                     await self._call(conn, records[0], attempt, deferred, index)
             finally:
@@ -217,6 +215,18 @@ class Applier:
             raise RecordFailed(own, exc) from exc
         finally:  # out of the try above, which makes any error the handler's
             self.observe.handler_finished(route.name, seconds)
+
+    async def _call_batch(self, conn: DbConnection, route: Route, records: list[Decoded],
+                          attempt: int, deferred: Deferred, index: int) -> None:
+        envelopes = [d.envelope for d in records]
+        ctx = BatchContext(conn, envelopes, attempt, handler=route.name, outbox=self.outbox,
+                           deferred=deferred, owner=index)
+        events = [d.event for d in records]
+        if self.tracing is not None:  # one span for the call, linked to its messages' spans
+            with self.tracing.activate_batch(route.name, envelopes):
+                await route.func(events, ctx)
+        else:
+            await route.func(events, ctx)
 
     async def _call(self, conn: DbConnection, decoded: Decoded, attempt: int,
                     deferred: Deferred, index: int) -> None:
