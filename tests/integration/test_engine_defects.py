@@ -23,7 +23,7 @@ from consumerkit._pipeline import Outcome, Pipeline
 from consumerkit.deadletter.writer import DeadLetterWriter
 from consumerkit.dedup import PostgresDedupStore
 from consumerkit.envelope import RecordLike, WireFormat
-from consumerkit.errors import DeadLetter
+from consumerkit.errors import ConsumerKitError, DeadLetter
 from consumerkit.observability.tracing import Tracing
 from consumerkit.registry import RouteTable
 from consumerkit.schema import migrate
@@ -232,17 +232,37 @@ async def test_a_batch_handler_runs_in_a_span_as_a_per_record_handler_does(
     assert spans == {"one": True, "many": True}
 
 
-async def test_a_context_built_by_hand_sends_its_deferred_writes(setup: Setup) -> None:
+async def test_a_context_built_by_hand_refuses_deferred_writes(setup: Setup) -> None:
     """Handlers are tested by calling them with a ``HandlerContext`` built on a real
-    transaction (as ``tests/docs/test_examples_live.py`` does): nothing ever sends what such
-    a handler defers, and no error says so."""
+    transaction (as ``tests/docs/test_examples_live.py`` does). Nothing sends what such a
+    handler defers (``defer`` is not awaited, and the caller commits on its own connection),
+    so ``defer`` says so instead of dropping the write."""
     async def take(event: Line, ctx: HandlerContext) -> None:
         ctx.defer(setup.insert, "by hand")
 
     envelope = Envelope("evt-1", "header", "note.taken", "k", "t", 0, 0, datetime.now(UTC))
     async with setup.pool.acquire() as conn, conn.transaction():
-        await take(Line(key="k", seq=0), HandlerContext(conn, envelope, 1))
-    assert await setup.notes() == ["by hand"]
+        with pytest.raises(ConsumerKitError, match="built by hand"):
+            await take(Line(key="k", seq=0), HandlerContext(conn, envelope, 1))
+    assert await setup.notes() == []
+
+
+async def test_a_write_deferred_after_the_last_send_raises(setup: Setup, pg_schema: str) -> None:
+    """A context kept past its handler (a task that outlived it) cannot queue a write that
+    nothing would send."""
+    kept: list[HandlerContext] = []
+
+    @handler("note.taken")
+    async def take(event: Line, ctx: HandlerContext) -> None:
+        ctx.defer(setup.insert, "sent")
+        kept.append(ctx)
+
+    pipeline = setup.pipeline([take], pg_schema)
+    assert await pipeline.process(rec("late-1", "a", 0, "note.taken"),
+                                  asyncio.Event()) is Outcome.APPLIED
+    with pytest.raises(ConsumerKitError, match="would be lost"):
+        kept[0].defer(setup.insert, "late")
+    assert await setup.notes() == ["sent"]
 
 
 async def test_a_deferred_write_without_arguments_behaves_alike_alone_and_in_a_run(
