@@ -33,7 +33,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -88,21 +89,27 @@ class Applier:
             return set()
         return await self.cache.known(self.namespace, event_ids)
 
-    async def apply(self, conn: DbConnection, items: Sequence[Decoded], attempt: int = 1,
+    async def apply(self, connect: Connect, items: Sequence[Decoded], attempt: int = 1,
                     ) -> list[Claim]:
-        """Apply ``items`` in one transaction on ``conn``: one claim for all, each fresh
-        record's handler, one COMMIT. Returns each item's claim, in order. Raises if anything
-        fails (see the module's text); nothing of ``items`` is applied then."""
+        """Apply ``items`` in one transaction on a connection from ``connect``: one claim for
+        all, each fresh record's handler, one COMMIT. Returns each item's claim, in order.
+        Raises if anything fails (see the module's text); nothing of ``items`` is applied
+        then. The dedup cache is asked first: records it knows need no connection, so they
+        settle during a database outage too."""
         known = await self.known([d.envelope.event_id for d in items])
         todo = [d for d in items if d.envelope.event_id not in known]
-        claims = iter(await self._transaction(conn, todo, attempt) if todo else ())
+        fresh: list[Claim] = []
+        if todo:
+            async with connect() as conn:
+                fresh = await self._transaction(conn, todo, attempt)
+        claims = iter(fresh)
         return [CACHED if d.envelope.event_id in known else next(claims) for d in items]
 
     async def _transaction(self, conn: DbConnection, items: list[Decoded], attempt: int,
                            ) -> list[Claim]:
         requests = [ClaimRequest(d.envelope, d.route.name) for d in items]
         claimed: list[ClaimRequest] = []
-        committed = False
+        committed = handling = False
         try:
             # pinned: the claim's lock-then-look-up needs a fresh snapshot per statement
             async with conn.transaction(isolation="read_committed"):
@@ -111,12 +118,14 @@ class Applier:
                          if c.status is ClaimStatus.CLAIMED]
                 if fresh:
                     claimed = [r for _, r in fresh]
-                    await self._handle_all(conn, [d for d, _ in fresh], attempt)
+                    token = await mark(conn)
+                    handling = True
+                    await self._handle_all(conn, [d for d, _ in fresh], attempt, token)
             committed = True
         except HandlerFailure:
             raise
         except Exception as exc:
-            if claimed:  # after the handlers ran: COMMIT failed (a deferred constraint, or a
+            if handling:  # after the handlers ran: COMMIT failed (a deferred constraint, or a
                 raise HandlerFailure(exc) from exc  # query a handler left running), or so
             raise
         finally:
@@ -142,11 +151,10 @@ class Applier:
             await self.cache.remember(self.namespace, [r.envelope.event_id for r in claimed])
 
     async def _handle_all(self, conn: DbConnection, items: list[Decoded], attempt: int,
-                          ) -> None:
+                          token: str) -> None:
         """Run the handler calls of the claimed ``items`` under one ``handler_timeout``, send
         the writes they deferred, then check once that the transaction is still the one that
-        made the claims, and not aborted."""
-        token = await mark(conn)
+        made the claims (``token``), and not aborted."""
         sole = len(items) == 1
         deferred = Deferred(conn)
         calls = plan(items)
@@ -240,6 +248,8 @@ class Applier:
 
 
 Call = tuple[Route, list[Decoded]]
+Connect = Callable[[], AbstractAsyncContextManager[DbConnection]]
+"""Where :meth:`Applier.apply` gets its connection (and gives it back), once it needs one."""
 
 
 def plan(items: Sequence[Decoded]) -> list[Call]:
