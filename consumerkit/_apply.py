@@ -16,7 +16,8 @@ What a failure is charged to:
   may have swallowed the error, so no record is blamed;
 - a batch handler's call of several events that raises blames none of them: one by one, the
   culprit is found;
-- a deferred write that fails is charged to the record that queued it, when one record did;
+- a deferred write that fails is charged to the record that queued it, when one record did,
+  whichever handler's statement sent it (an error a handler recovered from blames no one);
 - anything after the claim that no single handler raised (``handler_timeout`` running out,
   the closing check, ``COMMIT``) is a :class:`HandlerFailure` that blames no record;
 - a failure before any handler ran (the connection, ``BEGIN``, the claim) is raised as it is.
@@ -32,7 +33,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -88,21 +90,27 @@ class Applier:
             return set()
         return await self.cache.known(self.namespace, event_ids)
 
-    async def apply(self, conn: DbConnection, items: Sequence[Decoded], attempt: int = 1,
+    async def apply(self, connect: Connect, items: Sequence[Decoded], attempt: int = 1,
                     ) -> list[Claim]:
-        """Apply ``items`` in one transaction on ``conn``: one claim for all, each fresh
-        record's handler, one COMMIT. Returns each item's claim, in order. Raises if anything
-        fails (see the module's text); nothing of ``items`` is applied then."""
+        """Apply ``items`` in one transaction on a connection from ``connect``: one claim for
+        all, each fresh record's handler, one COMMIT. Returns each item's claim, in order.
+        Raises if anything fails (see the module's text); nothing of ``items`` is applied
+        then. The dedup cache is asked first: records it knows need no connection, so they
+        settle during a database outage too."""
         known = await self.known([d.envelope.event_id for d in items])
         todo = [d for d in items if d.envelope.event_id not in known]
-        claims = iter(await self._transaction(conn, todo, attempt) if todo else ())
+        fresh: list[Claim] = []
+        if todo:
+            async with connect() as conn:
+                fresh = await self._transaction(conn, todo, attempt)
+        claims = iter(fresh)
         return [CACHED if d.envelope.event_id in known else next(claims) for d in items]
 
     async def _transaction(self, conn: DbConnection, items: list[Decoded], attempt: int,
                            ) -> list[Claim]:
         requests = [ClaimRequest(d.envelope, d.route.name) for d in items]
         claimed: list[ClaimRequest] = []
-        committed = False
+        committed = handling = False
         outside = _faults.ON and _faults.mutant("claim_outside_tx")
         try:
             if outside:  # broken on purpose (see _faults): the claim commits by itself
@@ -117,7 +125,9 @@ class Applier:
                     claimed = [r for _, r in fresh]
                     if _faults.ON:
                         await _faults_after_claim(self.cache, self.namespace, claimed)
-                    await self._handle_all(conn, [d for d, _ in fresh], attempt)
+                    token = await mark(conn)
+                    handling = True
+                    await self._handle_all(conn, [d for d, _ in fresh], attempt, token)
                     if _faults.ON:
                         _faults.point("before_commit")
             committed = True
@@ -126,7 +136,7 @@ class Applier:
         except HandlerFailure:
             raise
         except Exception as exc:
-            if claimed:  # after the handlers ran: COMMIT failed (a deferred constraint, or a
+            if handling:  # after the handlers ran: COMMIT failed (a deferred constraint, or a
                 raise HandlerFailure(exc) from exc  # query a handler left running), or so
             raise
         finally:
@@ -156,11 +166,10 @@ class Applier:
                 _faults.point("after_cache_write")
 
     async def _handle_all(self, conn: DbConnection, items: list[Decoded], attempt: int,
-                          ) -> None:
+                          token: str) -> None:
         """Run the handler calls of the claimed ``items`` under one ``handler_timeout``, send
         the writes they deferred, then check once that the transaction is still the one that
-        made the claims, and not aborted."""
-        token = await mark(conn)
+        made the claims (``token``), and not aborted."""
         sole = len(items) == 1
         deferred = Deferred(conn)
         calls = plan(items)
@@ -168,14 +177,13 @@ class Applier:
             async with asyncio.timeout(self.handler_timeout):
                 for index in range(len(calls)):
                     await self._handle(conn, calls, index, attempt, token, deferred, sole)
-                if deferred.queue:
-                    try:
-                        await deferred.flush()
-                    except Exception as exc:
-                        culprit = _culprit(deferred, calls)
-                        if culprit is None:
-                            raise
-                        raise RecordFailed(culprit, exc) from exc
+                try:
+                    await deferred.flush()
+                except Exception as exc:
+                    culprit = _culprit(deferred, calls, exc)
+                    if culprit is None:
+                        raise
+                    raise RecordFailed(culprit, exc) from exc
             what = (f"event {items[0].envelope.event_id}" if sole
                     else f"a batch of {len(items)} records")
             # a handler that swallowed a database error left the transaction aborted (COMMIT
@@ -189,6 +197,8 @@ class Applier:
             raise
         except Exception as exc:
             raise HandlerFailure(exc) from exc
+        finally:
+            deferred.closed = True  # nothing sends a later defer: it raises instead
 
     async def _handle(self, conn: DbConnection, calls: list[Call], index: int, attempt: int,
                       token: str, deferred: Deferred, sole: bool) -> None:
@@ -198,9 +208,7 @@ class Applier:
         try:
             try:
                 if route.batch:
-                    await route.func([d.event for d in records], BatchContext(
-                        conn, [d.envelope for d in records], attempt, handler=route.name,
-                        outbox=self.outbox, deferred=deferred, owner=index))
+                    await self._call_batch(conn, route, records, attempt, deferred, index)
                 else:
                     await self._call(conn, records[0], attempt, deferred, index)
             finally:
@@ -223,13 +231,25 @@ class Applier:
             # record is tried again all the same)
             raise HandlerFailure(exc) from exc
         except Exception as exc:
-            if deferred.broke is not None:  # it failed because a deferred write failed
-                own = _culprit(deferred, calls)
+            if deferred.owners(exc) is not None:  # it failed because a deferred write did
+                own = _culprit(deferred, calls, exc)
             if own is None:  # a batch handler's call of several records: found one by one
                 raise HandlerFailure(exc) from exc
             raise RecordFailed(own, exc) from exc
         finally:  # out of the try above, which makes any error the handler's
             self.observe.handler_finished(route.name, seconds)
+
+    async def _call_batch(self, conn: DbConnection, route: Route, records: list[Decoded],
+                          attempt: int, deferred: Deferred, index: int) -> None:
+        envelopes = [d.envelope for d in records]
+        ctx = BatchContext(conn, envelopes, attempt, handler=route.name, outbox=self.outbox,
+                           deferred=deferred, owner=index)
+        events = [d.event for d in records]
+        if self.tracing is not None:  # one span for the call, linked to its messages' spans
+            with self.tracing.activate_batch(route.name, envelopes):
+                await route.func(events, ctx)
+        else:
+            await route.func(events, ctx)
 
     async def _call(self, conn: DbConnection, decoded: Decoded, attempt: int,
                     deferred: Deferred, index: int) -> None:
@@ -251,6 +271,8 @@ async def _faults_after_claim(cache: DedupCache | None, namespace: str,
 
 
 Call = tuple[Route, list[Decoded]]
+Connect = Callable[[], AbstractAsyncContextManager[DbConnection]]
+"""Where :meth:`Applier.apply` gets its connection (and gives it back), once it needs one."""
 
 
 def plan(items: Sequence[Decoded]) -> list[Call]:
@@ -274,11 +296,12 @@ def plan(items: Sequence[Decoded]) -> list[Call]:
     return calls
 
 
-def _culprit(deferred: Deferred, calls: list[Call]) -> Decoded | None:
-    """The record whose deferred write failed, when it is known (one call, of one record)."""
-    broke = deferred.broke or set()
-    if len(broke) == 1:
-        [records] = [calls[index][1] for index in broke]
+def _culprit(deferred: Deferred, calls: list[Call], exc: BaseException) -> Decoded | None:
+    """The record whose deferred write raised ``exc``, when it is known (one call, of one
+    record)."""
+    owners = deferred.owners(exc) or frozenset()
+    if len(owners) == 1:
+        [records] = [calls[index][1] for index in owners]
         if len(records) == 1:
             return records[0]
     return None

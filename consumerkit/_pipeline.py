@@ -17,8 +17,9 @@ returns an outcome other than ``ABANDONED``, and commits offsets after that.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -198,11 +199,17 @@ class Pipeline:
             return None
 
     async def _attempt(self, decoded: Decoded, attempt: int) -> Claim:
+        [claim] = await self.applier.apply(self._attempt_connection, [decoded], attempt)
+        return claim
+
+    @contextlib.asynccontextmanager
+    async def _attempt_connection(self) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
+        """A slot and a connection for one record's attempt (taken only once the dedup cache
+        did not know the record)."""
         async with self.slots:
             conn = await self.pool.acquire()
             try:
-                [claim] = await self.applier.apply(conn, [decoded], attempt)
-                return claim
+                yield conn
             except Exception as exc:
                 if connection_lost(conn):  # whoever raised, the connection died under us
                     failure = isinstance(exc, HandlerFailure)
@@ -215,9 +222,13 @@ class Pipeline:
     async def apply_batch(self, items: Sequence[Decoded]) -> list[Claim]:
         """Apply ``items`` in one transaction (the batcher holds the slot). Raises if anything
         fails; nothing of the batch is applied then."""
+        return await self.applier.apply(self._connection, items)
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
         conn = await self.pool.acquire()
         try:
-            return await self.applier.apply(conn, items)
+            yield conn
         finally:
             await self._release(conn)
 

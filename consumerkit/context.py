@@ -11,7 +11,7 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
-from ._deferred import Deferred, FlushingConnection
+from ._deferred import Deferred, FlushingConnection, Immediate
 from .errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ class HandlerContext:
         log: logging.LoggerAdapter[logging.Logger] | None = None, *, handler: str = "",
         outbox: Outbox | None = None, deferred: Deferred | None = None, owner: int = 0,
     ) -> None:
-        self._deferred = deferred if deferred is not None else Deferred(tx)
+        self._deferred = deferred if deferred is not None else Immediate(tx)
         self._owner = owner
         self.tx: DbConnection = cast("DbConnection", FlushingConnection(tx, self._deferred))
         self.envelope = envelope
@@ -103,7 +103,7 @@ class BatchContext:
         handler: str = "", outbox: Outbox | None = None, deferred: Deferred | None = None,
         owner: int = 0,
     ) -> None:
-        self._deferred = deferred if deferred is not None else Deferred(tx)
+        self._deferred = deferred if deferred is not None else Immediate(tx)
         self._owner = owner
         self.tx: DbConnection = cast("DbConnection", FlushingConnection(tx, self._deferred))
         self.envelopes: tuple[Envelope, ...] = tuple(envelopes)

@@ -48,11 +48,12 @@ class LineAdded(BaseModel):
 
 @handler("line.added")
 async def add_line(event: LineAdded, ctx: HandlerContext) -> None:
-    # queued, not awaited: sent with the other queued writes of the transaction, consecutive
-    # writes of one query as one pipelined executemany
-    ctx.defer("INSERT INTO order_lines (order_id, sku, quantity) VALUES ($1, $2, $3)",
+    # queued, not awaited: sent with the other queued writes of the transaction; one query
+    # per event (both writes in one statement), so a batch's run of them is one pipelined
+    # executemany
+    ctx.defer("WITH line AS (INSERT INTO order_lines (order_id, sku, quantity) "
+              "VALUES ($1, $2, $3)) UPDATE orders SET lines = lines + 1 WHERE order_id = $1",
               event.order_id, event.sku, event.quantity)
-    ctx.defer("UPDATE orders SET lines = lines + 1 WHERE order_id = $1", event.order_id)
 
 
 class LineRemoved(BaseModel):

@@ -11,6 +11,10 @@ destination, partition, offset and message id, a child of the context in the rec
 outcome is known, for a duplicate) and ends with the outcome, set as
 ``consumerkit.outcome`` and ``consumerkit.duplicate``; a message left unfinished (revoked
 partition, shutdown) ends its span with the outcome ``abandoned``.
+
+A batch handler's call gets one span of its own, as the conventions ask for batch
+processing: the root of a new trace, linked to the span of each of its messages, current while
+the call runs (the events it publishes carry it on) and ended with it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ if TYPE_CHECKING:
 
 try:  # once: absent, tracing costs nothing
     from opentelemetry import propagate, trace
+    from opentelemetry.context import Context
     from opentelemetry.trace import SpanKind, Status, StatusCode
 except ImportError:  # pragma: no cover - depends on the installed extras
     propagate = trace = None  # type: ignore[assignment]
@@ -75,6 +80,29 @@ class Tracing(BaseObserver):
         span = self._span(None, envelope)
         with trace.use_span(span, end_on_exit=False, record_exception=False,
                             set_status_on_exception=False):
+            yield
+
+    @contextlib.contextmanager
+    def activate_batch(self, handler: str, envelopes: Sequence[Envelope]) -> Iterator[None]:
+        """Run a batch handler's call in a span of its own (the messaging conventions for
+        batch processing: one span, linked to each message's span), current while it runs so
+        that the events it publishes carry it on; it ends with the call."""
+        links = [trace.Link(self._span(None, env).get_span_context()) for env in envelopes]
+        topics = sorted({env.topic for env in envelopes})
+        attributes: dict[str, Any] = {
+            "messaging.system": "kafka", "messaging.operation": "process",
+            "messaging.operation.type": "process",
+            "messaging.batch.message_count": len(envelopes), "consumerkit.handler": handler,
+        }
+        if len(topics) == 1:
+            attributes["messaging.destination.name"] = topics[0]
+        if self.consumer:
+            attributes["messaging.consumer.group.name"] = self.consumer
+        # a root of its own: its messages come from many traces, each reached by a link
+        span = self.tracer.start_span(f"process {' '.join(topics)}", context=Context(),
+                                      kind=SpanKind.CONSUMER, links=links,
+                                      attributes=attributes)
+        with trace.use_span(span, end_on_exit=True):
             yield
 
     def _span(self, record: RecordLike | None, envelope: Envelope | None) -> Any:

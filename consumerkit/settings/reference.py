@@ -73,7 +73,16 @@ def render() -> str:
         summary = " ".join((model.__doc__ or "").split("\n\n")[0].split()).replace("``", "`")
         lines += [f"## consumerkit {command}", "", f"`{model.__name__}`: {summary}", "",
                   *table(model, own), ""]
+    lines.append(FOOTER)
     return "\n".join(lines).replace("\n\n\n", "\n\n")
+
+
+FOOTER = """## Not a setting: `CONSUMERKIT_TORTURE`
+
+`CONSUMERKIT_TORTURE` switches on the fail-points and broken variants of
+[the torture test](torture.md). It is read once, when consumerkit is imported; never set it
+outside that test. Unset, every fail-point is a single flag check and nothing else changes.
+"""
 
 
 def main(argv: list[str]) -> int:

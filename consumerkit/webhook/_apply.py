@@ -10,9 +10,12 @@ attempt rolled back: apply now) or a committed row (answer "duplicate").
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from .._apply import Applier
 from .._decode import Decoded
@@ -33,15 +36,20 @@ async def apply(pool: asyncpg.Pool, applier: Applier, decoded: Decoded, attempt:
     transaction past the claim lock timeout), :class:`HandlerFailure` (the handler raised, or
     the commit failed after it ran), or the error of acquiring a connection or of the claim.
     """
-    conn = await pool.acquire(timeout=acquire_timeout)
-    try:
-        [claim] = await applier.apply(conn, [decoded], attempt)
-        return claim
-    finally:
+    @contextlib.asynccontextmanager
+    async def connect() -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
+        conn = await pool.acquire(timeout=acquire_timeout)
         try:
-            await pool.release(conn)
-        except Exception as exc:  # the outcome above stands; asyncpg discarded the connection
-            log.warning("discarded a connection that could not be reset: %s", describe(exc))
+            yield conn
+        finally:
+            try:
+                await pool.release(conn)
+            except Exception as exc:  # the outcome stands; asyncpg discarded the connection
+                log.warning("discarded a connection that could not be reset: %s",
+                            describe(exc))
+
+    [claim] = await applier.apply(connect, [decoded], attempt)
+    return claim
 
 
 def report(observer: Observer, record: RecordLike, decoded: Decoded, claim: Claim,

@@ -11,7 +11,7 @@ import logging
 from consumerkit import Consumer, RetryPolicy
 from consumerkit.dedup.redis import RedisDedupCache
 
-from .ledger import make_handler
+from .ledger import make_batch_handler, make_handler
 
 GROUP = "torture"
 # quick joins and rebalances on the test broker; a SIGSTOPped member is thrown out after 3 s
@@ -27,9 +27,11 @@ GROUP_OPTIONS = {
 def build(args: argparse.Namespace) -> Consumer:
     cache = RedisDedupCache(args.redis, retry_interval=0.5) if args.redis else None
     return Consumer(
-        name=GROUP, topics=[args.topic], handlers=[make_handler(args.schema)],
+        name=GROUP, topics=[args.topic],
+        handlers=[(make_batch_handler if args.batch else make_handler)(args.schema)],
         kafka_bootstrap=args.bootstrap, postgres_dsn=args.dsn, schema=args.schema,
         dedup_cache=cache, migrate=False, concurrency=4, max_in_flight=400,
+        max_batch=args.max_batch,
         # faults must not exhaust the attempts of a sound event; outages spend none
         retry=RetryPolicy(max_attempts=6, initial_delay=0.02, max_delay=0.2),
         handler_timeout=10.0, shutdown_timeout=5.0, kafka_consumer_options=GROUP_OPTIONS,
@@ -41,6 +43,8 @@ def main() -> None:
     for name in ("--dsn", "--bootstrap", "--topic", "--schema"):
         parser.add_argument(name, required=True)
     parser.add_argument("--redis", default="")
+    parser.add_argument("--batch", action="store_true", help="a batch handler, ctx.defer")
+    parser.add_argument("--max-batch", type=int, default=500, help="1: a transaction each")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from .procs import Proc, Procs
 
 SESSION_TIMEOUT = 3.0  # the consumers' session_timeout_ms, in seconds
 FAILPOINT_WAIT = 8.0  # how long an armed fail-point may take to be reached
+ARM_AFTER = 3.0  # seconds a process must have run before a fail-point is armed in it
 
 
 @dataclass
@@ -63,7 +65,9 @@ def _failpoint(point: str, role: str = "consumer") -> Fault:
     async def fire(rig: Rig) -> bool:
         procs = rig.consumers() if role == "consumer" else [
             p for p in rig.procs.role(role) if p.running()]
-        proc = rig.pick(procs)
+        # one that has had time to import consumerkit (before that, SIGUSR1 would kill it)
+        settled = [p for p in procs if time.monotonic() - p.started_at > ARM_AFTER]
+        proc = rig.pick(settled or procs)
         proc.arm(point)
         if not await asyncio.to_thread(proc.died_within, FAILPOINT_WAIT):
             proc.arm("")  # not reached in time: disarmed, not counted

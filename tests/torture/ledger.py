@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 from pydantic import BaseModel
 
-from consumerkit import HandlerContext, handler
+from consumerkit import BatchContext, HandlerContext, handler
 from consumerkit._identifiers import identifier
 from consumerkit.types import DbConnection
 
@@ -63,13 +63,20 @@ async def create(conn: DbConnection, schema: str, aggregates: int) -> None:
             f"SELECT 'agg-' || i, 0 FROM generate_series(0, {aggregates - 1}) i")
 
 
-def make_handler(schema: str) -> Callable[[Step, HandlerContext], Awaitable[None]]:
+def _statements(schema: str) -> tuple[str, str, str, str]:
+    """(this process's name, read the projection, apply an effect, record a violation)."""
     s = identifier(schema)
-    me = os.environ.get("TORTURE_PROCESS", str(os.getpid()))
-    read = f"SELECT last_seq FROM {s}.projection WHERE aggregate = $1 FOR UPDATE"
-    apply = f"""WITH u AS (UPDATE {s}.projection SET last_seq = $3 WHERE aggregate = $2)
-        INSERT INTO {s}.effects (event_id, aggregate, seq, consumer) VALUES ($1, $2, $3, $4)"""
-    wrong = f"INSERT INTO {s}.violations VALUES ($1, $2, $3, $4)"
+    return (
+        os.environ.get("TORTURE_PROCESS", str(os.getpid())),
+        f"SELECT last_seq FROM {s}.projection WHERE aggregate = $1 FOR UPDATE",
+        f"""WITH u AS (UPDATE {s}.projection SET last_seq = $3 WHERE aggregate = $2)
+        INSERT INTO {s}.effects (event_id, aggregate, seq, consumer) VALUES ($1, $2, $3, $4)""",
+        f"INSERT INTO {s}.violations VALUES ($1, $2, $3, $4)",
+    )
+
+
+def make_handler(schema: str) -> Callable[[Step, HandlerContext], Awaitable[None]]:
+    me, read, apply, wrong = _statements(schema)
 
     @handler(EVENT_TYPE)
     async def record_step(event: Step, ctx: HandlerContext) -> None:
@@ -82,6 +89,24 @@ def make_handler(schema: str) -> Callable[[Step, HandlerContext], Awaitable[None
         await ctx.tx.execute(apply, ctx.envelope.event_id, event.aggregate, event.seq, me)
 
     return record_step
+
+
+def make_batch_handler(schema: str) -> Callable[[list[Step], BatchContext], Awaitable[None]]:
+    """The same effects from a batch handler: the projection read through ``ctx.tx`` (which
+    first sends what was deferred), every write deferred."""
+    me, read, apply, wrong = _statements(schema)
+
+    @handler(EVENT_TYPE, batch=True)
+    async def record_steps(events: list[Step], ctx: BatchContext) -> None:
+        for event, envelope in zip(events, ctx.envelopes, strict=True):
+            if event.poison:
+                raise PoisonError(f"poison event {envelope.event_id}")
+            last = await ctx.tx.fetchval(read, event.aggregate)
+            if event.seq != last + 1:
+                ctx.defer(wrong, envelope.event_id, event.aggregate, last + 1, event.seq)
+            ctx.defer(apply, envelope.event_id, event.aggregate, event.seq, me)
+
+    return record_steps
 
 
 async def read_history(conn: DbConnection, schema: str) -> History:

@@ -24,6 +24,7 @@ class Proc:
     arm_file: Path
     popen: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    started_at: float = 0.0
     unexpected_exits: list[int] = field(default_factory=list)
 
     @property
@@ -41,6 +42,7 @@ class Proc:
                 self.argv, cwd=ROOT, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True)
         self.starts += 1
+        self.started_at = time.monotonic()
 
     def signal(self, sig: signal.Signals) -> None:
         if self.running():

@@ -65,9 +65,12 @@ def _processes(procs: Procs, dsn: str, bootstrap: str, redis_url: str,
         procs.add(f"relay-{i}", "tests.outbox.relay_worker", "--dsn", dsn, "--bootstrap",
                   bootstrap, "--schema", SCHEMA, "--topic", TOPIC, "--name", f"r{i}")
     for i in range(CONSUMERS + 1):  # the last one is the spare that joins and leaves
+        # the odd ones apply through a batch handler with ctx.defer, the others one by one;
+        # consumer-2 gives every record a transaction of its own (max_batch=1)
+        batch = ["--batch"] if i % 2 else ["--max-batch", "1"] if i == 2 else []
         procs.add(f"consumer-{i}", "tests.torture.consumer_proc", "--dsn", dsn,
                   "--bootstrap", bootstrap, "--topic", TOPIC, "--schema", SCHEMA,
-                  "--redis", redis_url)
+                  "--redis", redis_url, *batch)
     procs.add("producer", "tests.torture.producer_proc", "--dsn", dsn, "--schema", SCHEMA,
               "--events", str(profile.events), "--aggregates", str(profile.aggregates),
               "--rate", str(profile.rate), "--seed", str(seed))

@@ -5,9 +5,12 @@ drain progress read back what happened."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 import asyncpg
+import pytest
 
+from consumerkit.registry import HandlerSource
 from consumerkit.schema import migrate
 from consumerkit.testing import TestConsumer
 
@@ -15,8 +18,11 @@ from . import ledger
 from .check import Produced, check
 
 
+@pytest.mark.parametrize("make", [ledger.make_handler, ledger.make_batch_handler],
+                         ids=["one-by-one", "batch-and-defer"])
 async def test_the_ledger_records_what_a_checker_needs(
     postgres_dsn: str, pg_pool: asyncpg.Pool[asyncpg.Record], pg_schema: str,
+    make: Callable[[str], HandlerSource],
 ) -> None:
     async with pg_pool.acquire() as conn:
         await conn.execute(f'CREATE SCHEMA "{pg_schema}"')
@@ -32,7 +38,7 @@ async def test_the_ledger_records_what_a_checker_needs(
             [*((i, "agg-0", s, False) for s, i in ids.items()), (poison, "poison-x", 0, True)])
         assert (await ledger.progress(conn, pg_schema))[:2] == (4, 0)
 
-    async with TestConsumer([ledger.make_handler(pg_schema)], postgres_dsn=postgres_dsn,
+    async with TestConsumer([make(pg_schema)], postgres_dsn=postgres_dsn,
                             schema=pg_schema, partitions=1) as consumer:
         for seq in (1, 3, 2):  # out of order on purpose: counted, never raised
             consumer.publish(ledger.Step(aggregate="agg-0", seq=seq), key="agg-0",
