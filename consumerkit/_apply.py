@@ -31,9 +31,10 @@ not yet handled were committed with it) and a rollback fails the whole transacti
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -90,18 +91,19 @@ class Applier:
             return set()
         return await self.cache.known(self.namespace, event_ids)
 
-    async def apply(self, connect: Connect, items: Sequence[Decoded], attempt: int = 1,
-                    ) -> list[Claim]:
-        """Apply ``items`` in one transaction on a connection from ``connect``: one claim for
-        all, each fresh record's handler, one COMMIT. Returns each item's claim, in order.
-        Raises if anything fails (see the module's text); nothing of ``items`` is applied
-        then. The dedup cache is asked first: records it knows need no connection, so they
-        settle during a database outage too."""
+    async def apply(self, connect: Connect | DbConnection, items: Sequence[Decoded],
+                    attempt: int = 1) -> list[Claim]:
+        """Apply ``items`` in one transaction on a connection from ``connect`` (or on the
+        connection given): one claim for all, each fresh record's handler, one COMMIT.
+        Returns each item's claim, in order. Raises if anything fails (see the module's
+        text); nothing of ``items`` is applied then. The dedup cache is asked first: records
+        it knows need no connection, so they settle during a database outage too."""
+        source = connect if callable(connect) else _holding(connect)
         known = await self.known([d.envelope.event_id for d in items])
         todo = [d for d in items if d.envelope.event_id not in known]
         fresh: list[Claim] = []
         if todo:
-            async with connect() as conn:
+            async with source() as conn:
                 fresh = await self._transaction(conn, todo, attempt)
         claims = iter(fresh)
         return [CACHED if d.envelope.event_id in known else next(claims) for d in items]
@@ -273,6 +275,15 @@ async def _faults_after_claim(cache: DedupCache | None, namespace: str,
 Call = tuple[Route, list[Decoded]]
 Connect = Callable[[], AbstractAsyncContextManager[DbConnection]]
 """Where :meth:`Applier.apply` gets its connection (and gives it back), once it needs one."""
+
+
+def _holding(conn: DbConnection) -> Connect:
+    """A connection in hand as a :data:`Connect` (its caller gives it back)."""
+    @contextlib.asynccontextmanager
+    async def held() -> AsyncIterator[DbConnection]:
+        yield conn
+
+    return held
 
 
 def plan(items: Sequence[Decoded]) -> list[Call]:

@@ -20,6 +20,7 @@ from consumerkit.envelope import WireFormat
 from consumerkit.registry import RouteTable
 from consumerkit.schema import migrate
 from consumerkit.stats import ConsumerStats
+from consumerkit.types import ClaimStatus
 
 from .test_batch_handlers import Line, ListSink, rec
 
@@ -59,3 +60,28 @@ async def test_a_delivery_the_cache_knows_needs_no_connection(
     finally:
         await pool.close()
         await cache.close()
+
+
+async def test_records_apply_on_a_connection_in_hand(
+    pg_pool: asyncpg.Pool[asyncpg.Record], pg_schema: str,
+) -> None:
+    """A caller that holds a connection already (a replay, say) passes it instead."""
+    async with pg_pool.acquire() as conn:
+        await migrate(conn, pg_schema)
+
+    @handler("note.taken")
+    async def take(event: Line, ctx: HandlerContext) -> None:
+        await ctx.tx.execute("SELECT 1")
+
+    name = f"in-hand-{uuid.uuid4().hex[:8]}"
+    pipeline = Pipeline(
+        consumer=name, namespace=name, pool=pg_pool, dedup=PostgresDedupStore(pg_schema),
+        decoder=Decoder(RouteTable.build([take]), WireFormat(), 1 << 20),
+        retry=RetryPolicy(max_attempts=1), dead_letters=DeadLetterWriter([ListSink()]),
+        expired="dead_letter", stats=ConsumerStats(), concurrency=1, handler_timeout=30.0)
+    decoded = pipeline.decoder.decode(rec("ih-1", "a", 0, "note.taken"))
+    async with pg_pool.acquire() as conn:
+        [first] = await pipeline.applier.apply(conn, [decoded])
+        [again] = await pipeline.applier.apply(conn, [decoded])
+        assert not conn.is_in_transaction()
+    assert (first.status, again.status) == (ClaimStatus.CLAIMED, ClaimStatus.DUPLICATE)
