@@ -10,6 +10,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,7 @@ def _processes(procs: Procs, dsn: str, bootstrap: str, redis_url: str,
               "--rate", str(profile.rate), "--seed", str(seed))
 
 
-async def _wait(condition: Any, timeout: float, what: str) -> None:
+async def _wait(condition: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not await condition():
         if time.monotonic() > deadline:
