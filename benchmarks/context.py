@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
+from consumerkit import _loop
 from consumerkit.testing import services as embedded
 
 from .pgstats import statements_available
@@ -25,7 +26,7 @@ KAFKA_ENV = "CONSUMERKIT_TEST_KAFKA_BOOTSTRAP"
 REDIS_ENV = "CONSUMERKIT_TEST_REDIS_URL"
 LOCAL_REDIS = "redis://127.0.0.1:6379/0"
 LIBRARIES = ("consumerkit", "aiokafka", "asyncpg", "pydantic", "orjson", "redis", "faststream",
-             "matplotlib")
+             "faststream-outbox", "sqlalchemy", "uvloop", "matplotlib")
 PG_SETTINGS = ("synchronous_commit", "fsync", "wal_sync_method", "shared_buffers",
                "max_wal_size", "commit_delay", "wal_level", "max_connections",
                "shared_preload_libraries")
@@ -126,8 +127,9 @@ def _git_revision() -> str:
     return f"{rev}{' + uncommitted changes in consumerkit/' if dirty else ''}"
 
 
-async def collect(svc: Services, uvloop: bool) -> dict[str, str]:
-    """PostgreSQL version and durability settings, broker, library versions, loop, CPUs."""
+async def collect(svc: Services, uvloop: bool = True) -> dict[str, str]:
+    """PostgreSQL version and durability settings, broker, library versions, the loop this
+    runs on (``uvloop``: whether the run asked for uvloop), CPUs."""
     conn = await asyncpg.connect(svc.dsn, timeout=15)
     try:
         version = str(await conn.fetchval("SHOW server_version"))
@@ -149,7 +151,7 @@ async def collect(svc: Services, uvloop: bool) -> dict[str, str]:
         "libraries": libraries,
         "consumerkit revision": _git_revision(),
         "python": f"{platform.python_implementation()} {sys.version.split()[0]}",
-        "event loop": f"uvloop {_version('uvloop')}" if uvloop else "asyncio (uvloop off)",
+        "event loop": _loop.report(uvloop),
         "cpus": f"{cpus} ({usable} usable), {platform.machine()}, {platform.system()} "
                 f"{platform.release()}",
     }

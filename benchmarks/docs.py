@@ -8,6 +8,8 @@ from typing import Any
 from .markdown import render
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
+COMPARED = Path(__file__).resolve().parent / "compared.md"
+"""The peers compared from their code (omni-box cannot run here), after every run's figures."""
 
 INTRO = """\
 # Benchmarks
@@ -15,7 +17,10 @@ INTRO = """\
 consumerkit measured against the other ways of consuming the same topic, in one run, on the
 same PostgreSQL and broker: a raw consumer (the ceiling), the textbook per-message
 transaction, a tuned and a set-based hand-written loop, FastStream with a hand-written dedup,
-and consumerkit with its defaults, with the Redis cache and with its best settings. Every peer
+and consumerkit with its defaults, with the Redis cache, with its best settings, with
+`ctx.defer` and with a batch handler; and consumerkit's outbox relay against
+faststream-outbox's. omni-box, which needs Python 3.12, is compared from its code at the end.
+Every peer
 gets its own consumer group and a fresh schema; every run checks that each distinct event had
 exactly one effect, and a peer that lost or duplicated one is marked WRONG and not ranked.
 
@@ -51,5 +56,6 @@ only to detach the partition, before that.
 def write(document: dict[str, Any], page: Path = PAGE) -> Path:
     context = document["context"]
     machine = f"one machine (CPUs: {context.get('cpus', 'unknown')})"
-    page.write_text(INTRO.format(machine=machine) + render(document))
+    page.write_text(INTRO.format(machine=machine) + render(document) + "\n"
+                    + COMPARED.read_text())
     return page

@@ -78,6 +78,35 @@ def cleanup_section(passes: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def relay_section(relay: dict[str, Any]) -> str:
+    lines = ["### relay: consumerkit's outbox relay against faststream-outbox", "",
+             f"{relay['rows']:,} events over {relay['aggregates']:,} aggregates written "
+             f"beforehand, relayed by one process to a topic of {relay['partitions']} "
+             f"partitions; from the COMMIT of the rows to an empty outbox table; median of "
+             f"{relay['runs']} runs. Each run's topic read back: every event, on its "
+             "aggregate's key, in per-aggregate order (first deliveries); duplicates counted.",
+             "", "| relay | events/s median | min-max | x faststream-outbox | duplicates | "
+             "effects |", "|---|---:|---:|---:|---:|---|"]
+    base = next((p["median_events_per_s"] for p in relay["peers"]
+                 if p["peer"] == "faststream-outbox"), None)
+    for p in relay["peers"]:
+        if p["unavailable"]:
+            lines.append(f"| {p['peer']} | unavailable: {p['unavailable']} | | | | |")
+            continue
+        if not p["exact"]:
+            problems = "; ".join(f"run {s['run']}: {s['detail']}" for s in p["samples"]
+                                 if not s["exact"])
+            lines.append(f"| {p['peer']} | **WRONG, not ranked**: {problems} | | | "
+                         f"{p['duplicates']} | WRONG |")
+            continue
+        median = p["median_events_per_s"]
+        lines.append(f"| {p['peer']} | {_n(median)} | {_n(p['min_events_per_s'])}-"
+                     f"{_n(p['max_events_per_s'])} | "
+                     f"{_x(median / base if base and median else None)} | {p['duplicates']} | "
+                     f"exact |")
+    return "\n".join(lines)
+
+
 def acceptance_section(targets: list[dict[str, Any]]) -> str:
     lines = ["| target | met | measured |", "|---|---|---|"]
     for t in targets:
@@ -94,9 +123,13 @@ def render(document: dict[str, Any]) -> str:
         parts += [cell_section(cell), ""]
     if document.get("cleanup"):
         parts += [cleanup_section(document["cleanup"]), ""]
+    if document.get("relay"):
+        parts += [relay_section(document["relay"]), ""]
     parts += ["### Context", ""]
     parts += [f"- {k}: {v}" for k, v in document["context"].items()]
     parts += ["", "### Peers", ""]
     described = {p["peer"]: p["description"] for c in document["cells"] for p in c["peers"]}
+    for p in (document.get("relay") or {}).get("peers", []):
+        described[f"relay {p['peer']}"] = p["description"]
     parts += [f"- `{name}`: {text}" for name, text in described.items()]
     return "\n".join(parts) + "\n"

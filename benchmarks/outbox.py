@@ -89,10 +89,11 @@ async def _fill(conn: asyncpg.Connection[asyncpg.Record], table: OutboxTable, ro
 
 
 def start_relay(dsn: str, bootstrap: str, table: OutboxTable, topic: str,
-                name: str) -> subprocess.Popen[bytes]:
+                name: str, uvloop: bool = True) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "benchmarks.outbox_relay_worker", "--dsn", dsn, "--bootstrap",
-         bootstrap, "--schema", table.schema, "--topic", topic, "--name", name],
+         bootstrap, "--schema", table.schema, "--topic", topic, "--name", name,
+         *([] if uvloop else ["--no-uvloop"])],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 

@@ -7,10 +7,10 @@ Runs until SIGTERM or SIGINT, then stops after the batch in flight.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 from collections.abc import Sequence
 
+from consumerkit import _loop
 from consumerkit.outbox import KafkaSink, Relay
 
 
@@ -26,9 +26,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name in ("--dsn", "--bootstrap", "--schema", "--topic", "--name"):
         p.add_argument(name, required=True)
     p.add_argument("--batch", type=int, default=500)
+    p.add_argument("--no-uvloop", dest="uvloop", action="store_false")
     logging.basicConfig(level=logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(relay(p.parse_args(argv)))
+    args = p.parse_args(argv)
+    _loop.run(relay(args), use_uvloop=args.uvloop)
 
 
 if __name__ == "__main__":

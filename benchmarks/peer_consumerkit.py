@@ -15,11 +15,11 @@ from typing import Any, ClassVar
 
 import asyncpg
 
-from consumerkit import Consumer, HandlerContext, handler
+from consumerkit import BatchContext, Consumer, HandlerContext, handler
 from consumerkit.dedup import DedupPolicy, maintain
 from consumerkit.schema import migrate
 
-from .effects import Effect, q
+from .effects import DbEffect, Effect, q
 from .peers import FAST_GROUP, Peer, PeerEnv
 from .workload import EVENT_TYPE, Amount
 
@@ -41,7 +41,10 @@ SWEEP: tuple[dict[str, Any], ...] = (
 )
 """Candidates the ``sweep`` cell measures against each other."""
 
-Handler = Callable[[Amount, HandlerContext], Awaitable[None]]
+PREFILL_BATCH = 500
+"""Ids per dedup row in :func:`prefill_dedup`: a full poll batch of the default settings."""
+
+Handler = Callable[..., Awaitable[None]]
 _PARAMETERS = set(inspect.signature(Consumer).parameters)
 
 
@@ -51,6 +54,44 @@ def effect_handler(effect: Effect) -> Handler:
         await effect.apply(ctx.tx, event.key, event.amount)
 
     return apply_amount
+
+
+def deferred_handler(effect: Effect) -> Handler:
+    """The same effect queued with ``ctx.defer`` (not awaited): the framework sends the
+    queued upserts of a transaction together."""
+
+    @handler(EVENT_TYPE)
+    async def apply_amount(event: Amount, ctx: HandlerContext) -> None:
+        if not isinstance(effect, DbEffect):  # no database work to defer
+            await effect.apply(ctx.tx, event.key, event.amount)
+            return
+        if effect.delay:
+            await asyncio.sleep(effect.delay)
+        ctx.defer(effect.sql, event.key, event.amount)
+
+    return apply_amount
+
+
+def batch_handler(effect: Effect) -> Handler:
+    """One call per batch with its fresh events, the effect set-based (one statement), as
+    the hand-written set-based peer applies it."""
+    @handler(EVENT_TYPE, batch=True)
+    async def apply_amounts(events: list[Amount], ctx: BatchContext) -> None:
+        await effect.apply_many(ctx.tx, [(e.key, e.amount) for e in events])
+
+    return apply_amounts
+
+
+def _missing_engine_api(needs: str) -> str | None:
+    """Why the installed consumerkit cannot run a peer that ``needs`` ``defer`` or
+    ``batch``, else None."""
+    if needs == "defer" and not hasattr(HandlerContext, "defer"):
+        return "consumerkit.HandlerContext has no defer() yet"
+    if needs == "batch" and ("batch" not in inspect.signature(handler).parameters
+                             or not hasattr(importlib.import_module("consumerkit"),
+                                            "BatchContext")):
+        return "consumerkit has no batch handlers (@handler(..., batch=True)) yet"
+    return None
 
 
 def redis_cache_type() -> Any:
@@ -65,9 +106,16 @@ class ConsumerkitPeer(Peer):
     options: ClassVar[Mapping[str, Any]] = {}
     uses_redis: ClassVar[bool] = False
     uses_metrics: ClassVar[bool] = False
+    needs: ClassVar[str | None] = None  # "defer" or "batch": an engine API it depends on
+
+    @classmethod
+    def make_handler(cls, effect: Effect) -> Handler:
+        return effect_handler(effect)
 
     @classmethod
     def unavailable(cls, redis_url: str | None) -> str | None:
+        if cls.needs is not None and (reason := _missing_engine_api(cls.needs)):
+            return reason
         missing = sorted(set(cls.options) - _PARAMETERS)
         if missing:
             return f"consumerkit.Consumer has no {', '.join(missing)} argument yet"
@@ -88,7 +136,7 @@ class ConsumerkitPeer(Peer):
         if self.uses_metrics:  # a registry of its own: the Prometheus observer is attached
             options["registry"] = importlib.import_module("prometheus_client").CollectorRegistry()
         self.consumer = Consumer(
-            name=env.group, handlers=[effect_handler(env.effect)], topics=[env.topic],
+            name=env.group, handlers=[self.make_handler(env.effect)], topics=[env.topic],
             kafka_bootstrap=env.bootstrap, postgres_dsn=env.dsn, schema=env.schema,
             handle_signals=False, kafka_consumer_options=FAST_GROUP, **options)
 
@@ -125,18 +173,22 @@ class ConsumerkitPeer(Peer):
 async def prefill_dedup(conn: asyncpg.Connection[asyncpg.Record], schema: str,
                         policy: DedupPolicy, namespace: str, rows: int, start: datetime,
                         span: timedelta) -> None:
-    """``rows`` dedup rows of other events with ``seen_at`` spread evenly over
-    ``(start, start + span)``, after creating the partitions that range needs."""
+    """``rows`` dedup ids of other events with ``seen_at`` spread evenly over
+    ``(start, start + span)``, after creating the partitions that range needs. The ids are
+    stored as a consumer stores them: one row per claim of ``PREFILL_BATCH`` ids."""
     moment = start
     while moment <= start + span:
         await maintain(conn, schema, policy, now=moment)
         moment += policy.partition_interval
     table = f"{q(schema)}.{policy.table}"
+    name_key = f"{q(schema)}.consumerkit_name_key"
     await conn.execute(
-        f"INSERT INTO {table} (namespace, event_id, seen_at, handler, id_source, topic, "
-        '"partition", "offset") SELECT $1, \'old-\' || g, '
-        "$2::timestamptz + $3::interval * ((g - 0.5) / $4::int), 'apply_amount', 'header', "
-        "'old', 0, g FROM generate_series(1, $4::int) AS g", namespace, start, span, rows)
+        f"INSERT INTO {table} (seen_at, namespace_key, handler_key, texts) "
+        "SELECT $2::timestamptz + $3::interval * ((b + 0.5) / ceil($4::numeric / $5)), "
+        f"{name_key}($1), {name_key}('apply_amount'), "
+        "ARRAY(SELECT 'old-' || g FROM generate_series(b * $5 + 1, least((b + 1) * $5, $4)) g) "
+        "FROM generate_series(0, ceil($4::numeric / $5)::int - 1) AS b",
+        namespace, start, span, rows, PREFILL_BATCH)
     await conn.execute(f"ANALYZE {table}")
 
 
@@ -167,3 +219,25 @@ class ConsumerkitMetricsPeer(ConsumerkitPeer):
     description = ("consumerkit defaults with Prometheus metrics kept (a registry given, so the "
                    "metrics observer counts every outcome)")
     uses_metrics = True
+
+
+class ConsumerkitDeferPeer(ConsumerkitPeer):
+    name = "consumerkit-defer"
+    description = ("consumerkit defaults, a per-message handler queuing its upsert with "
+                   "ctx.defer(...) (not awaited)")
+    needs = "defer"
+
+    @classmethod
+    def make_handler(cls, effect: Effect) -> Handler:
+        return deferred_handler(effect)
+
+
+class ConsumerkitBatchPeer(ConsumerkitPeer):
+    name = "consumerkit-batch"
+    description = ("consumerkit defaults, a batch handler (@handler(..., batch=True)) applying "
+                   "its fresh events with one set-based upsert")
+    needs = "batch"
+
+    @classmethod
+    def make_handler(cls, effect: Effect) -> Handler:
+        return batch_handler(effect)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from .cleanup import CleanupSpec
 from .latency import Pace
 from .lineup import MAIN_PEERS, SUITE
+from .outbox_peers import RelaySpec
 from .peer_consumerkit import SWEEP, variant
 from .runner import Settings
 
@@ -36,6 +37,7 @@ class Profile:
     name: str
     cells: tuple[Cell, ...]
     cleanup: CleanupSpec | None = None
+    relay: RelaySpec | None = None  # consumerkit's relay against faststream-outbox
     extra_peers: dict[str, type] = field(default_factory=dict)  # sweep variants by name
 
 
@@ -58,7 +60,8 @@ def quick() -> Profile:
         Cell(REPLAY, "replay burst: the consumer restarts from offset 0 (all duplicates)",
              replace(base, events=4_000, replay=True),
              peers=("consumerkit", "consumerkit-redis")),
-    ), CleanupSpec(rows=500_000, pace=Pace(events=1_800, rate=300.0), at=1.5))
+    ), CleanupSpec(rows=500_000, pace=Pace(events=1_800, rate=300.0), at=1.5),
+        RelaySpec(rows=2_000, runs=1))
 
 
 def full() -> Profile:
@@ -86,7 +89,9 @@ def full() -> Profile:
         Cell("sweep", "consumerkit settings against each other (main workload)", base,
              peers=("textbook", "consumerkit", *sweep)),
     ), CleanupSpec(rows=5_000_000, pace=Pace(events=12_000, rate=300.0), at=5.0, repeats=3),
-        extra_peers=sweep)
+        # faststream-outbox's defaults relay ~200 events/s here: 5,000 rows keep its three
+        # runs near a minute and a half
+        RelaySpec(rows=5_000, runs=3), extra_peers=sweep)
 
 
 PROFILES = {"quick": quick, "full": full}

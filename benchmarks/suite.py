@@ -12,7 +12,6 @@ when any peer's effects were wrong (the negative controls of the smoke test asid
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import json
 import sys
@@ -22,11 +21,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from consumerkit import _loop
+
 from . import acceptance, docs, markdown, plots
 from .cleanup import measure_cleanup
 from .context import Services, collect, services
 from .latency import Pace, measure_latency
 from .lineup import PEERS
+from .outbox_peers import PEERS as RELAY_PEERS
+from .outbox_peers import compare
 from .peers import Peer
 from .profiles import PROFILES, Cell, Profile
 from .report import Summary, peers_json
@@ -68,13 +71,13 @@ async def _latency(svc: Services, peer: type[Peer], pace: Pace, summary: Summary
 async def run_suite(svc: Services, profile: Profile, log: Log, cells: set[str] | None = None,
                     extra: Sequence[type[Peer]] = (),
                     progress: Callable[[dict[str, Any]], None] = lambda _doc: None,
-                    ) -> dict[str, Any]:
+                    uvloop: bool = True) -> dict[str, Any]:
     """Run ``profile`` (its cells named in ``cells``, else all); ``extra`` peers join every
     cell (the smoke test's broken peers). ``progress`` gets the document after each cell."""
     started = time.monotonic()
     document: dict[str, Any] = {
         "profile": profile.name, "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "context": await collect(svc, uvloop=False), "cells": [], "cleanup": None,
+        "context": await collect(svc, uvloop), "cells": [], "cleanup": None, "relay": None,
         "seconds": 0.0}
     catalogue = {**PEERS, **profile.extra_peers}
     for cell in profile.cells:
@@ -89,6 +92,12 @@ async def run_suite(svc: Services, profile: Profile, log: Log, cells: set[str] |
         log("== cleanup: drop partition vs DELETE under load")
         document["cleanup"] = await measure_cleanup(svc.dsn, svc.bootstrap, profile.cleanup,
                                                     log)
+    if profile.relay is not None and (cells is None or "relay" in cells):
+        spec = profile.relay
+        log(f"== relay: consumerkit's relay against faststream-outbox ({spec.rows:,} events)")
+        document["relay"] = await compare(svc.dsn, svc.bootstrap, list(RELAY_PEERS.values()),
+                                          spec.rows, spec.aggregates, spec.runs, log, uvloop,
+                                          spec.deadline)
     document["seconds"] = time.monotonic() - started
     document["acceptance"] = acceptance.judge(document)
     return document
@@ -112,13 +121,15 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--docs", action="store_true",
                    help="write the summary into docs/benchmarks.md")
     p.add_argument("--cells", help="comma-separated subset of the profile's cells "
-                                   "(and 'cleanup')")
+                                   "(and 'cleanup', 'relay')")
     p.add_argument("--postgres", help="DSN (else $CONSUMERKIT_TEST_POSTGRES_DSN, else embedded)")
     p.add_argument("--kafka", help="bootstrap (else $CONSUMERKIT_TEST_KAFKA_BOOTSTRAP, else "
                                    "an embedded Tansu broker)")
     p.add_argument("--redis", help="URL (else $CONSUMERKIT_TEST_REDIS_URL, else "
                                    "redis://127.0.0.1:6379/0 if it answers, else a local "
                                    "redis-server)")
+    p.add_argument("--no-uvloop", dest="uvloop", action="store_false",
+                   help="run on the standard asyncio loop even when uvloop is installed")
     return p.parse_args(argv)
 
 
@@ -134,7 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     profile = PROFILES[args.profile]()
     cells = set(args.cells.split(",")) if args.cells else None
     with services(args.postgres, args.kafka, args.redis, want_redis=True) as svc:
-        document = asyncio.run(run_suite(svc, profile, _log, cells))
+        document = _loop.run(run_suite(svc, profile, _log, cells, uvloop=args.uvloop),
+                             use_uvloop=args.uvloop)
     for path in write(document, args.out):
         _log(f"wrote {path}")
     if args.docs:
@@ -143,6 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     wrong = [p["peer"] for c in document["cells"] for p in c["peers"]
              if not p["exact"] and not p["unavailable"]]
     wrong += [f"cleanup {p['method']}" for p in document["cleanup"] or [] if not p["exact"]]
+    wrong += [f"relay {p['peer']}" for p in (document["relay"] or {}).get("peers", [])
+              if not p["exact"] and not p["unavailable"]]
     return 1 if wrong else 0
 
 

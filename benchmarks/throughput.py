@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+
+from consumerkit import _loop
 
 from .context import collect, services
 from .lineup import PEERS, SUITE
@@ -43,7 +43,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--postgres", help="DSN (else $CONSUMERKIT_TEST_POSTGRES_DSN, else embedded)")
     p.add_argument("--kafka", help="bootstrap (else $CONSUMERKIT_TEST_KAFKA_BOOTSTRAP, else "
                                    "an embedded Tansu broker)")
-    p.add_argument("--uvloop", action="store_true", help="run on uvloop (must be installed)")
+    p.add_argument("--no-uvloop", dest="uvloop", action="store_false",
+                   help="run on the standard asyncio loop even when uvloop is installed")
     p.add_argument("--json", type=Path, help="also write the results and context here")
     args = p.parse_args(argv)
     unknown = set(args.peers.split(",")) - set(PEERS)
@@ -61,11 +62,8 @@ def _log(line: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     peers = [PEERS[name] for name in args.peers.split(",")]
-    loop_factory: Any = None
-    if args.uvloop:
-        loop_factory = importlib.import_module("uvloop").new_event_loop
     with services(args.postgres, args.kafka, want_redis=True) as svc, \
-            asyncio.Runner(loop_factory=loop_factory) as runner:
+            asyncio.Runner(loop_factory=_loop.loop_factory(args.uvloop)) as runner:
         settings = Settings(events=args.events, keys=args.keys, dup_rate=args.dup_rate,
                             runs=args.runs, partitions=args.partitions, deadline=args.deadline,
                             redis_url=svc.redis_url)

@@ -9,6 +9,7 @@ receivers then run under a role that owns nothing and may create nothing in the 
 ``consumerkit_schema_version``        SELECT (layout checks)
 ``consumerkit_retention``             SELECT, INSERT, UPDATE (retention registry)
 ``dead_letters``                      SELECT, INSERT
+``consumerkit_names``                 SELECT, INSERT (namespace and handler keys)
 each dedup table                      SELECT, INSERT, UPDATE, DELETE (claims; the
                                       table layout's cleanup deletes)
 each outbox table                     SELECT, INSERT, DELETE (write; relay deletes)
@@ -16,7 +17,7 @@ its ``_failures`` side table          SELECT, INSERT, UPDATE, DELETE (relay stat
 its ``_keys`` side table              SELECT, INSERT, DELETE (idempotency keys)
 their sequences                       USAGE, SELECT
 consumerkit's functions               EXECUTE (each dedup table's claim functions,
-                                      partition maintenance)
+                                      name keys, partition maintenance)
 ====================================  ===============================================
 
 Partitions need no grant: claims go through the parent, and new partitions are created by
@@ -33,6 +34,8 @@ import re
 from ._identifiers import identifier, qualified
 from .deadletter.table import TABLE as DEAD_LETTERS
 from .dedup.ddl_functions import FUNCTIONS
+from .dedup.names import FUNCTION as NAME_KEY
+from .dedup.names import TABLE as NAMES
 from .dedup.retention import TABLE as RETENTION
 from .errors import ConfigurationError
 from .schema import VERSION_TABLE, applied_versions
@@ -76,8 +79,8 @@ async def runtime_grants(conn: DbConnection, schema: str, role: str) -> list[str
         raise ConfigurationError(f"schema {schema} is not migrated: run consumerkit migrate")
     tables: dict[str, str] = {
         VERSION_TABLE: "SELECT", RETENTION: "SELECT, INSERT, UPDATE",
-        DEAD_LETTERS: "SELECT, INSERT"}
-    functions = list(FUNCTIONS)
+        DEAD_LETTERS: "SELECT, INSERT", NAMES: "SELECT, INSERT"}
+    functions = [*FUNCTIONS, NAME_KEY]
     for component in components:
         kind, _, name = component.partition(":")
         if kind == "dedup":

@@ -10,7 +10,9 @@ migration leaves nothing half-built.
 since a policy may name its own table). An upgrade appends a step to a component's list; a
 step, once recorded, never runs again. Each dedup layout has its own list of steps
 (:data:`DEDUP_STEPS`, :data:`TABLE_DEDUP_STEPS`); the catalog says which layout a table has,
-and a policy asking for the other one is refused before anything runs.
+and a policy asking for the other one is refused before anything runs. A new dedup table runs
+every step too: it is created in the first layout (one row per id) and converted to lean rows
+by the last step, so every migration exercises the conversion an existing table goes through.
 """
 
 from __future__ import annotations
@@ -25,17 +27,14 @@ from ._identifiers import identifier, qualified
 from .deadletter.table import dead_letter_ddl
 from .dedup.ddl_functions import ddl_functions_ddl, record_interval
 from .dedup.layout import check_layout
+from .dedup.legacy import claim_ddl, claim_many_ddl, dedup_ddl, table_dedup_ddl
+from .dedup.names import names_ddl
 from .dedup.partitions import LOCK_SEED, maintain
 from .dedup.policy import DedupPolicy
-from .dedup.postgres import (
-    DEFAULT_POLICY,
-    check_dedup_names,
-    claim_ddl,
-    claim_many_ddl,
-    dedup_ddl,
-)
+from .dedup.postgres import DEFAULT_POLICY
 from .dedup.retention import register, retention_ddl
-from .dedup.table import table_dedup_ddl
+from .dedup.rows import check_dedup_names
+from .dedup.upgrade import lean_rows_ddl
 from .errors import StartupError
 from .types import DbConnection
 
@@ -60,14 +59,18 @@ CORE_STEPS = (
          lambda schema, _policy: ddl_functions_ddl(schema)),
     Step(4, "partition bounds checked against the recorded partition interval",
          lambda schema, _policy: ddl_functions_ddl(schema)),
+    Step(5, "names of namespaces and handlers as small keys",
+         lambda schema, _policy: names_ddl(schema)),
 )
 DEDUP_STEPS = (
     Step(1, "partitioned dedup table and claim function", dedup_ddl),
     Step(2, "claim function with a bounded lock wait", claim_ddl),
     Step(3, "bulk claim function", claim_many_ddl),
+    Step(4, "lean rows: ids packed per claim, UUIDs in 16 bytes, names as keys", lean_rows_ddl),
 )
 TABLE_DEDUP_STEPS = (
     Step(1, "plain dedup table with a unique key and its bulk claim function", table_dedup_ddl),
+    Step(2, "lean rows: ids packed per claim, UUIDs in 16 bytes, names as keys", lean_rows_ddl),
 )
 
 

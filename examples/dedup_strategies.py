@@ -18,7 +18,7 @@ from examples import billing
 # The default: a table partitioned by day; expired days are dropped whole.
 partitioned = DedupPolicy(retention=timedelta(days=7))
 
-# One plain table with a unique key on (namespace, event_id); expired rows are deleted in
+# One plain table, no partitions; expired rows (each the ids of one claim) are deleted in
 # batches of 10,000, each in a short transaction of its own.
 table = DedupPolicy(retention=timedelta(days=7), layout="table", table="processed_ids")
 

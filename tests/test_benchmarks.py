@@ -12,13 +12,17 @@ from typing import Any
 
 import pytest
 
-from benchmarks import markdown, suite
+from benchmarks import acceptance, markdown, suite
 from benchmarks.cleanup import CleanupSpec
 from benchmarks.context import Services
 from benchmarks.latency import Pace
 from benchmarks.lineup import PEERS
+from benchmarks.outbox_peers import PEERS as RELAY_PEERS
+from benchmarks.outbox_peers import RelaySpec
+from benchmarks.peer_consumerkit import ConsumerkitBatchPeer, ConsumerkitDeferPeer
 from benchmarks.peers import TextbookBatchCommitPeer
 from benchmarks.profiles import MAIN, Cell, Profile
+from benchmarks.relay_check import PARTITIONS, check
 from benchmarks.runner import Settings
 
 
@@ -44,7 +48,7 @@ SMOKE = Profile("smoke", (
          peers=tuple(PEERS), latency=Pace(events=50, rate=100.0, warmup=0.0, deadline=30),
          latency_peers=("raw", "consumerkit", NoDedupPeer.name)),
 ), CleanupSpec(rows=2_000, pace=Pace(events=100, rate=100.0, warmup=0.0, deadline=30),
-               at=0.3, batch=500))
+               at=0.3, batch=500), RelaySpec(rows=200, runs=1, deadline=60))
 
 
 @pytest.mark.slow
@@ -59,6 +63,9 @@ async def test_suite_reports_every_peer_and_flags_broken_ones(
     (cell,) = document["cells"]
     peers: dict[str, dict[str, Any]] = {p["peer"]: p for p in cell["peers"]}
     assert list(peers) == [*PEERS, NoDedupPeer.name, LossyPeer.name]
+    for engine_peer in (ConsumerkitDeferPeer, ConsumerkitBatchPeer):  # run once the API is there
+        reason = engine_peer.unavailable(redis_url)
+        assert peers[engine_peer.name]["unavailable"] == reason
     for name, peer in peers.items():
         if peer["unavailable"] or name.startswith("broken"):
             continue
@@ -86,12 +93,93 @@ async def test_suite_reports_every_peer_and_flags_broken_ones(
     assert [p["method"] for p in passes] == ["drop", "delete"]
     assert all(p["exact"] and p["left"] == 0 for p in passes), passes
     assert passes[1]["rows"] == 2_000
-    targets, figures = document["acceptance"][:4], document["acceptance"][4:]
+    relay = {p["peer"]: p for p in document["relay"]["peers"]}
+    assert list(relay) == list(RELAY_PEERS)
+    for name, peer in relay.items():
+        if not peer["unavailable"]:
+            assert peer["exact"], f"relay {name}: {peer['samples']}"
+            assert peer["median_events_per_s"] > 0
+    assert relay["consumerkit"]["exact"]
+
+    judged = document["acceptance"]
+    targets = [t for t in judged if t["met"] != "figure"]
+    assert len(targets) == 9
     assert all(t["met"] in (True, False, None) for t in targets)
-    assert [f["met"] for f in figures] == ["figure"]
+    assert len(judged) - len(targets) == 3
+    relay_target = next(t for t in targets if t["target"].startswith("relay >= 2x"))
+    assert relay_target["measured"] is not None or relay["faststream-outbox"]["unavailable"]
 
     text = markdown.render(document)
     assert "WRONG, not ranked" in text
     assert "### cleanup" in text
+    assert "### relay" in text
     written = suite.write(document, tmp_path)
     assert {p.suffix for p in written} == {".json", ".md", ".png"}
+
+
+def _topic(events: list[tuple[str, int]]) -> list[list[tuple[bytes | None, bytes]]]:
+    """(key, n) records, each key on one partition, in the given order."""
+    partitions: list[list[tuple[bytes | None, bytes]]] = [[] for _ in range(PARTITIONS)]
+    for key, n in events:
+        partitions[int(key.split("-")[1]) % PARTITIONS].append(
+            (key.encode(), f'{{"n": {n}}}'.encode()))
+    return partitions
+
+
+def test_the_relay_check_finds_loss_reordering_and_wrong_keys_and_counts_duplicates() -> None:
+    good = [(f"a-{n % 3}", n) for n in range(9)]
+    verdict = check(_topic(good), rows=9, aggregates=3)
+    assert verdict.exact, verdict.detail
+    assert (verdict.delivered, verdict.duplicates) == (9, 0)
+
+    resent = check(_topic([*good, ("a-1", 4)]), rows=9, aggregates=3)
+    assert resent.exact, resent.detail
+    assert resent.duplicates == 1
+
+    lost = check(_topic(good[:-1]), rows=9, aggregates=3)
+    assert not lost.exact
+    assert lost.lost == 1, lost.detail
+
+    swapped = [good[3], good[0], *good[1:3], *good[4:]]  # a-0: 3 before 0
+    reordered = check(_topic(swapped), rows=9, aggregates=3)
+    assert not reordered.exact
+    assert reordered.out_of_order == 1, reordered.detail
+
+    misrouted = check(_topic([("a-2", 0), *good[1:]]), rows=9, aggregates=3)
+    assert not misrouted.exact
+    assert misrouted.misrouted == 1, misrouted.detail
+
+
+def _peer(name: str, rate: float, dedup: float = 1e8) -> dict[str, Any]:
+    return {"peer": name, "exact": True, "median_msg_per_s": rate,
+            "metrics": {"dedup_bytes_per_million": dedup}}
+
+
+def test_the_new_targets_judge_the_run_s_own_figures() -> None:
+    main = {"name": MAIN, "peers": [
+        _peer("textbook", 700, dedup=6.1e7), _peer("set-based", 40_000),
+        _peer("consumerkit", 9_000, dedup=6.0e7), _peer("consumerkit-defer", 22_000),
+        _peer("consumerkit-batch", 35_000)]}
+    relay = {"peers": [
+        {"peer": "consumerkit", "exact": True, "keeps_order": True,
+         "median_events_per_s": 12_000.0},
+        {"peer": "faststream-outbox", "exact": True, "keeps_order": True,
+         "median_events_per_s": 200.0},
+        {"peer": "faststream-outbox-8-workers", "exact": True, "keeps_order": False,
+         "median_events_per_s": 8_000.0}]}
+    judged = {t["target"].split(" (")[0]: t for t in acceptance.judge(
+        {"cells": [main], "cleanup": None, "relay": relay})}
+    assert judged["consumerkit-defer"]["met"] is True  # 31.4x textbook
+    assert judged["consumerkit-batch"]["met"] is False  # 0.875x
+    assert judged["consumerkit"]["met"] is False  # 0.225x of set-based, needs 0.24x
+    assert judged["consumerkit dedup MB per M msgs <= 1.0x textbook's"]["met"] is True
+    relay_target = judged["relay >= 2x faststream-outbox"]
+    assert relay_target["met"] is True
+    assert relay_target["measured"] == 60.0  # against one worker, not eight
+    figure = next(t for t in acceptance.judge({"cells": [main], "cleanup": None,
+                                               "relay": relay})
+                  if t["target"].startswith("relay / fastest"))
+    assert figure["measured"] == 1.5
+
+    unmeasured = acceptance.judge({"cells": [], "cleanup": None, "relay": None})
+    assert all(t["met"] in (None, "figure") for t in unmeasured)

@@ -8,7 +8,6 @@ into one line, :mod:`.options` makes flags of the settings models.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import inspect
 import logging
 import os
@@ -19,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from .. import _loop
 from ..logs import configure_logging
 from ..settings import SETTINGS, ConsumerSettings
 from . import admin, check, config, migrate, relay, run
@@ -119,6 +119,18 @@ def _settings_secrets(args: argparse.Namespace) -> list[str]:
         return []
 
 
+def _uvloop_wanted(args: argparse.Namespace) -> bool:
+    """The ``uvloop`` setting of ``run`` and ``relay`` (the long-running commands); the others
+    keep the standard loop. Settings that do not load: the command reports that itself."""
+    model = SETTINGS.get(args.command)
+    if model is None:
+        return False
+    try:
+        return load_settings(args, model).uvloop
+    except Exception:  # reported by the command, in one line
+        return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; its exit status."""
     args = _parser().parse_args(argv)
@@ -129,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = args.handler(args)
         if inspect.iscoroutine(result):
-            result = asyncio.run(result)
+            result = _loop.run(result, use_uvloop=_uvloop_wanted(args))
         return int(result)
     except KeyboardInterrupt:
         return 130

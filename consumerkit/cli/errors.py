@@ -34,6 +34,14 @@ def _host(dsn: str) -> str:
     return "the host"
 
 
+def _port_out_of_range(dsn: str) -> bool:
+    try:
+        port = urlsplit(dsn).port
+    except ValueError as exc:
+        return "out of range" in str(exc)
+    return port is not None and not 0 <= port <= 65535
+
+
 def database_error(exc: BaseException, dsn: str) -> CommandError | None:
     """One line for what went wrong connecting to ``dsn`` (None: not a connection error)."""
     where = f"PostgreSQL at {redact_dsn(dsn)}"
@@ -61,6 +69,9 @@ async def database(dsn: str | None) -> AsyncIterator[asyncpg.Connection[Any]]:
     is a :class:`CommandError`."""
     if not dsn:
         raise CommandError("no database: pass --postgres or set CONSUMERKIT_POSTGRES_DSN")
+    if _port_out_of_range(dsn):  # uvloop would call it a refused connection
+        raise CommandError(f"malformed PostgreSQL DSN {redact_dsn(dsn)}: connect(): port must "
+                           "be 0-65535 (expected postgresql://user:password@host:5432/database)")
     try:
         conn = await asyncpg.connect(dsn, timeout=15)
     except Exception as exc:

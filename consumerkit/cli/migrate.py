@@ -32,6 +32,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     policy_args(parser)
     parser.add_argument("--layout", choices=["partitioned", "table"], default="partitioned",
                         help="the dedup table's layout (when it is created)")
+    parser.add_argument("--diagnostics", action="store_true",
+                        help="keep the dedup rows' diagnostic columns when converting an "
+                        "existing table to lean rows (DedupPolicy(diagnostics=True))")
     parser.add_argument("--outbox-table", dest="outbox_tables", action="append",
                         metavar="TABLE", help="an outbox table (repeat for several; "
                         "default: outbox)")
@@ -52,7 +55,7 @@ def describe(component: str, before: int | None, after: int | None) -> str:
 
 async def migrate_command(args: argparse.Namespace) -> int:
     policy = DedupPolicy(retention=args.retention, partition_interval=args.interval,
-                         table=args.table, layout=args.layout)
+                         table=args.table, layout=args.layout, diagnostics=args.diagnostics)
     outboxes = [OutboxTable(args.schema, t) for t in args.outbox_tables or ["outbox"]]
     async with database(dsn(args)) as conn:
         before = await applied_versions(conn, args.schema)

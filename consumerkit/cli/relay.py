@@ -13,6 +13,7 @@ import asyncio
 import logging
 import signal
 
+from .. import _loop
 from ..logs import configure_logging
 from ..outbox.kafka import KafkaSink
 from ..outbox.relay import Relay
@@ -77,5 +78,6 @@ async def relay_command(args: argparse.Namespace) -> int:
             log.warning("%s: stopping now", sig.name)
             task.cancel()
 
+    log.info("event loop: %s", _loop.report(settings.uvloop))
     await run_until_signalled(relay.run(), on_signal)
     return 0

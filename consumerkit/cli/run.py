@@ -14,6 +14,7 @@ import asyncio
 import logging
 import signal
 
+from .. import _loop
 from ..consumer import Consumer
 from ..logs import configure_logging
 from ..settings import ConsumerSettings, flag
@@ -81,6 +82,7 @@ async def run_command(args: argparse.Namespace) -> int:
     consumer = await load_consumer(args.target)
     apply_settings(consumer, settings, sources(args, ConsumerSettings))
     await check_database(consumer.postgres_dsn)
+    log.info("event loop: %s", _loop.report(settings.uvloop))
     consumer.handle_signals = True  # the process is ours: drain on the first, force on the next
 
     def on_signal(sig: signal.Signals, task: asyncio.Task[None]) -> None:

@@ -4,8 +4,8 @@ Each batch is its own short transaction: it deletes at most ``batch_size`` rows 
 ``seen_at`` is before the horizon, found through the ``seen_at`` index and deleted by their
 physical address (a TID scan). Short transactions keep row locks, WAL bursts and the
 replication lag they cause small, and let vacuum reclaim space between batches. Claims are not
-blocked: a DELETE takes only ``ROW EXCLUSIVE`` on the table. A claim that meets a row being
-deleted waits for that batch to end, then inserts the id afresh (the row was expired anyway).
+blocked: a DELETE takes only ``ROW EXCLUSIVE`` on the table, and a claim reads rows without
+locking them (an id whose row is being deleted was expired anyway).
 
 ``lock_timeout`` bounds every batch: a batch that cannot get its locks in time rolls back and
 the rest of the work is left to the next run. Maintainers of one table take turns batch by
@@ -31,7 +31,7 @@ BATCH_SIZE = 10_000
 
 @dataclass(frozen=True, slots=True)
 class Cleanup:
-    """What :func:`delete_expired` did: rows deleted, and whether it reached the horizon
+    """What :func:`delete_expired` did: event ids deleted, and whether it reached the horizon
     (``False`` when a batch gave up on a lock; the next run continues)."""
 
     deleted: int
@@ -65,15 +65,18 @@ async def delete_expired(
     conn: DbConnection, schema: str, table: str, horizon: datetime, *, lock_seed: int,
     lock_timeout: timedelta = timedelta(seconds=2), batch_size: int = BATCH_SIZE,
 ) -> Cleanup:
-    """Delete the rows of ``schema.table`` with ``seen_at < horizon``, ``batch_size`` rows per
-    transaction. Run it outside a transaction, or every batch becomes one savepoint of the
-    caller's transaction and nothing is released before it ends."""
+    """Delete the rows of ``schema.table`` with ``seen_at < horizon``, ``batch_size`` rows
+    (each holding the ids of one claim) per transaction; returns the ids deleted. Run it
+    outside a transaction, or every batch becomes one savepoint of the caller's transaction
+    and nothing is released before it ends."""
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     name = qualified(schema, table)
     delete = (
-        f"DELETE FROM {name} WHERE ctid = ANY (ARRAY("
-        f"SELECT ctid FROM {name} WHERE seen_at < $1 ORDER BY seen_at LIMIT $2))")
+        f"WITH gone AS (DELETE FROM {name} WHERE ctid = ANY (ARRAY("
+        f"SELECT ctid FROM {name} WHERE seen_at < $1 ORDER BY seen_at LIMIT $2)) "
+        "RETURNING coalesce(cardinality(uuids), 0) + coalesce(cardinality(texts), 0) AS ids) "
+        "SELECT count(*) AS rows, coalesce(sum(ids), 0)::bigint AS ids FROM gone")
     timeout = f"{max(1, lock_timeout // timedelta(milliseconds=1))}ms"
     deleted = 0
     while True:
@@ -83,10 +86,10 @@ async def delete_expired(
                     "SELECT pg_advisory_xact_lock(hashtextextended($1, $2)),"
                     " set_config('lock_timeout', $3, true)",
                     f"consumerkit.maintain\x1f{schema}.{table}", lock_seed, timeout)
-                status = await conn.execute(delete, horizon, batch_size)
+                gone = await conn.fetchrow(delete, horizon, batch_size)
         except asyncpg.LockNotAvailableError:
             return Cleanup(deleted, finished=False)
-        count = int(status.rsplit(" ", 1)[-1])
-        deleted += count
-        if count < batch_size:
+        assert gone is not None  # an aggregate always answers one row
+        deleted += gone["ids"]
+        if gone["rows"] < batch_size:
             return Cleanup(deleted, finished=True)

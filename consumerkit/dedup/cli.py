@@ -81,21 +81,26 @@ def _maintained(layout: str, report: MaintenanceReport) -> str:
     if layout == "table":
         rest = ("; a batch hit the lock timeout, the rest is left to the next run"
                 if report.deferred else "")
-        return f"deleted {report.deleted} expired rows{rest}"
+        return f"deleted {report.deleted} expired event ids{rest}"
     return (f"created {report.created or 'none'}; dropped {report.dropped or 'none'}; "
             f"deferred {report.deferred or 'none'}")
 
 
 def _listing(parts: list[PartitionInfo], *, exact: bool, layout: str) -> str:
+    # a row holds the ids of one claim call: --exact also counts the ids themselves
     rows_title = "rows" if exact else "~rows"
-    lines = [f"{'partition':<40} {'from':<26} {'to':<26} {rows_title:>10} {'bytes':>12}"]
+    ids_title = f" {'ids':>10}" if exact else ""
+    lines = [f"{'partition':<40} {'from':<26} {'to':<26} {rows_title:>10}{ids_title} "
+             f"{'bytes':>12}"]
     for p in parts:
         rows = "?" if p.approx_rows is None else str(p.approx_rows)
+        ids = f" {p.ids or 0:>10}" if exact else ""
         lower = "-" if p.lower is None else str(p.lower)
         upper = "-" if p.upper is None else str(p.upper)
-        lines.append(f"{p.name:<40} {lower:<26} {upper:<26} {rows:>10} {p.size_bytes:>12}")
+        lines.append(f"{p.name:<40} {lower:<26} {upper:<26} {rows:>10}{ids} {p.size_bytes:>12}")
     total_rows = sum(p.approx_rows or 0 for p in parts)
+    total_ids = f", {sum(p.ids or 0 for p in parts)} ids" if exact else ""
     total_bytes = sum(p.size_bytes for p in parts)
     what = "one table (table layout)" if layout == "table" else f"{len(parts)} partitions"
-    lines.append(f"{what}, {total_rows} rows, {total_bytes / 1_048_576:.1f} MiB")
+    lines.append(f"{what}, {total_rows} rows{total_ids}, {total_bytes / 1_048_576:.1f} MiB")
     return "\n".join(lines)

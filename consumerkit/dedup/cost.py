@@ -20,20 +20,20 @@ import asyncpg
 
 from .._identifiers import qualified
 from ..types import DbConnection
+from .names import FUNCTION as NAME_KEY
 from .partitions import maintain, partition_floor, partition_name
 from .policy import DedupPolicy
-from .postgres import claim_function
+from .rows import claim_function
 
 _FILL = """
-INSERT INTO {table} (namespace, event_id, seen_at, handler, event_type, id_source, topic,
-                     "partition", "offset", event_time)
-SELECT 'billing', md5('evt' || g)::uuid::text,
-       $1::timestamptz + (g % 86400) * interval '1 second', 'examples.billing.charge',
-       'order.created', 'header', 'orders', g % 16, g,
-       $1::timestamptz + (g % 86400) * interval '1 second'
-  FROM generate_series(1, $2) AS g
+INSERT INTO {table} (seen_at, namespace_key, handler_key, uuids)
+SELECT $1::timestamptz + b * (interval '1 day' / ceil($2::numeric / 500)),
+       {name_key}('billing'), {name_key}('examples.billing.charge'),
+       ARRAY(SELECT md5('evt' || g)::uuid
+               FROM generate_series(b * 500 + 1, least((b + 1) * 500, $2)) AS g)
+  FROM generate_series(0, ceil($2::numeric / 500)::int - 1) AS b
 """
-# rows like a consumer's: a UUID event id, a qualified handler name, an event time (~120 B)
+# ids stored as a consumer stores them: UUIDs, one row per claim of a full batch of 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +83,8 @@ async def measure_cleanup(
             f"ALTER TABLE {parent} ATTACH PARTITION {part} FOR VALUES "
             f"FROM ('{day.isoformat()}') TO ('{(day + timedelta(days=1)).isoformat()}')")
         for policy in (partitioned, table):
-            await conn.execute(_FILL.format(table=qualified(schema, policy.table)), day, rows)
+            await conn.execute(_FILL.format(table=qualified(schema, policy.table),
+                                            name_key=qualified(schema, NAME_KEY)), day, rows)
             await conn.execute(f"ANALYZE {qualified(schema, policy.table)}")
         await _checkpoint(conn)
         started = time.perf_counter()
@@ -97,10 +98,11 @@ async def measure_cleanup(
         vacuum_seconds = time.perf_counter() - started
     finally:
         for policy in (partitioned, table):
-            await conn.execute(f"DROP TABLE IF EXISTS {qualified(schema, policy.table)}")
+            # CASCADE: the table's {table}_ids view goes with it
+            await conn.execute(
+                f"DROP TABLE IF EXISTS {qualified(schema, policy.table)} CASCADE")
             claim_many = claim_function(schema, policy.table, "claim_many")
             await conn.execute(f"DROP FUNCTION IF EXISTS {claim_many}")
-        await conn.execute(f"DROP FUNCTION IF EXISTS {claim_function(schema, partitioned.table)}")
     return CleanupCost(rows, drop_seconds, delete_seconds, vacuum_seconds, dropped.dropped,
                        deleted.deleted)
 

@@ -60,6 +60,10 @@ ORDER BY lower NULLS FIRST, c.relname
 # The bounds are cast back from the text pg_get_expr prints, in the same session, so the
 # session's TimeZone and DateStyle round-trip exactly; no Python-side date parsing.
 
+_COUNT_SQL = """SELECT count(*) AS rows, coalesce(sum(
+    coalesce(cardinality(uuids), 0) + coalesce(cardinality(texts), 0)), 0)::bigint AS ids
+    FROM {}"""
+
 _TABLE_SQL = """
 SELECT c.relname AS name, NULL::timestamptz AS lower, NULL::timestamptz AS upper,
        c.reltuples::bigint AS approx_rows, pg_total_relation_size(c.oid) AS size_bytes
@@ -74,7 +78,8 @@ class PartitionInfo:
 
     ``lower``/``upper`` are ``None`` for an unbounded side (``MINVALUE``/``MAXVALUE``) or a
     default partition. ``approx_rows`` is the planner's estimate (``None`` before the first
-    ``ANALYZE``), cheap enough for telemetry on large tables.
+    ``ANALYZE``), cheap enough for telemetry on large tables. A row holds the ids of one claim
+    call; ``ids`` counts the event ids themselves, only when listed with ``exact``.
     """
 
     name: str
@@ -82,6 +87,7 @@ class PartitionInfo:
     upper: datetime | None
     approx_rows: int | None
     size_bytes: int
+    ids: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +159,8 @@ async def list_partitions(
 ) -> list[PartitionInfo]:
     """The partitions of ``schema.table`` in bound order, read from ``pg_catalog``; for a
     table of the ``"table"`` layout, the table itself as one unbounded entry. Row counts are
-    the planner's estimates, or ``count(*)`` per partition with ``exact`` (a full scan)."""
+    the planner's estimates, or counted per partition with ``exact`` (a full scan), which also
+    counts the event ids the rows hold (``ids``)."""
     identifier(schema, "schema name")
     identifier(table, "dedup table name")
     if await existing_layout(conn, schema, table) == "table":
@@ -169,8 +176,10 @@ async def list_partitions(
         for row in rows
     ]
     if exact:
-        parts = [dataclasses.replace(p, approx_rows=await conn.fetchval(
-            f"SELECT count(*) FROM {qualified(schema, p.name)}")) for p in parts]
+        counted = [await conn.fetchrow(_COUNT_SQL.format(qualified(schema, p.name)))
+                   for p in parts]
+        parts = [dataclasses.replace(p, approx_rows=c["rows"], ids=c["ids"])
+                 for p, c in zip(parts, counted, strict=True) if c is not None]
     return parts
 
 

@@ -53,6 +53,11 @@ class DedupPolicy:
     up after a rebalance; a holder that never finishes (a zombie consumer stopped mid
     transaction) would otherwise block the new owner forever. Past the timeout the claim
     raises ``asyncpg.LockNotAvailableError`` (SQLSTATE 55P03) and the attempt is retried.
+
+    ``diagnostics``: also store, per claimed id, its event type, id source, topic, partition,
+    offset and event time (a ``details`` column, read through the ``{table}_ids`` view). Off by
+    default: a dedup row then holds only what deduplication needs, and the same facts are in
+    the logs, the traces and the dead letters. On, it roughly doubles the bytes per id.
     """
 
     retention: timedelta = timedelta(days=7)
@@ -63,6 +68,7 @@ class DedupPolicy:
     clock_skew: timedelta = timedelta(hours=1)
     claim_lock_timeout: timedelta = timedelta(seconds=30)
     layout: Layout = "partitioned"
+    diagnostics: bool = False
 
     def __post_init__(self) -> None:
         identifier(self.table, "dedup table name")

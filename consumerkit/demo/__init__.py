@@ -28,6 +28,7 @@ from pathlib import Path
 
 import asyncpg
 
+from .. import _loop
 from .._identifiers import redact_dsn
 from ..errors import ConsumerKitError, MissingExtraError, StartupError
 from ..outbox import migrate_outbox
@@ -176,4 +177,5 @@ def main(orders: int, kafka: str | None, postgres: str | None,
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for library in QUIET:  # their failures are reported once, in one line
         logging.getLogger(library).setLevel(logging.CRITICAL)
-    return asyncio.run(_main(orders, kafka, postgres, json_path))
+    return _loop.run(_main(orders, kafka, postgres, json_path),
+                     use_uvloop=_loop.wanted_from_environment())

@@ -33,7 +33,7 @@ COUNTS = """SELECT
         WHERE paid_count > 1 OR paid_amount <> total) AS wrong_payments,
     (SELECT count(*) FROM {s}.violations) AS violations,
     (SELECT count(*) FROM {s}.dead_letters) AS dead_letters,
-    (SELECT count(*) FROM {s}.processed_events) AS applied,
+    (SELECT count(*) FROM {s}.processed_events_ids) AS applied,
     (SELECT coalesce(sum(delivered), 0) FROM {s}.workers) AS deliveries,
     (SELECT coalesce(sum(duplicates), 0) FROM {s}.workers) AS duplicates
 """

@@ -21,6 +21,7 @@ import sys
 
 import asyncpg
 
+from .. import _loop
 from ..consumer import Consumer
 from ..outbox import KafkaSink, Relay
 from . import shop
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyError as exc:
         print(f"{args.role}: set {exc.args[0]}", file=sys.stderr)
         return 2
-    asyncio.run(work(args.role, args.run, kafka, dsn))
+    _loop.run(work(args.role, args.run, kafka, dsn), use_uvloop=_loop.wanted_from_environment())
     return 0
 
 

@@ -60,6 +60,9 @@ class CommonSettings(BaseSettings):
         None, description="Kafka TLS: the client certificate (mutual TLS)")
     ssl_keyfile: str | None = Field(None, description="Kafka TLS: the client key")
     ssl_password: SecretStr | None = Field(None, description="Kafka TLS: the client key's password")
+    uvloop: bool = Field(
+        True, description="run on uvloop when it is installed (the `fast` extra); false: the "
+        "standard asyncio loop")
 
     @field_validator("db_schema")
     @classmethod

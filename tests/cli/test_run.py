@@ -72,7 +72,7 @@ async def test_run_consumes_drains_on_sigterm_and_loses_nothing(
     assert any("stopped" in m for m in messages)
     assert PASSWORD not in done.output
 
-    dedup = f'SELECT count(*) FROM "{pg_schema}".processed_events'
+    dedup = f'SELECT count(*) FROM "{pg_schema}".processed_events_ids'
     # what was in flight at the signal finished and committed with its dedup row
     assert await pg_pool.fetchval(charges) == await pg_pool.fetchval(dedup) >= 5
 
@@ -169,5 +169,5 @@ async def test_a_second_signal_abandons_in_flight_work_without_losing_it(
     # abandoned transactions rolled back: no effect without its dedup row, so a later run
     # applies them
     charges = await pg_pool.fetchval(f'SELECT count(*) FROM "{pg_schema}".charges')
-    claims = await pg_pool.fetchval(f'SELECT count(*) FROM "{pg_schema}".processed_events')
+    claims = await pg_pool.fetchval(f'SELECT count(*) FROM "{pg_schema}".processed_events_ids')
     assert charges == claims == 0

@@ -37,19 +37,21 @@ async def test_the_table_layout_from_the_command_line(
     assert "exists with the 'table' layout" in out
 
     now: datetime = await pg_pool.fetchval("SELECT now()")
-    await pg_pool.execute(
-        f'INSERT INTO "{pg_schema}".processed_events (namespace, event_id, seen_at, handler,'
-        ' id_source, topic, "partition", "offset") SELECT \'billing\', \'e-\' || g,'
-        " $1::timestamptz - g * interval '1 day', 'charge', 'header', 'orders', 0, g"
-        " FROM generate_series(0, 11) AS g", now)
+    key = f'"{pg_schema}".consumerkit_name_key'
+    await pg_pool.execute(  # one row per day, each with two ids (as a claim of two stores)
+        f'INSERT INTO "{pg_schema}".processed_events (seen_at, namespace_key, handler_key,'
+        f" texts) SELECT $1::timestamptz - g * interval '1 day', {key}('billing'),"
+        f" {key}('charge'), ARRAY['e-' || g, 'f-' || g] FROM generate_series(0, 11) AS g", now)
     code, out = await cli(capsys, "dedup", "partitions", *db, "--exact")
     assert code == 0
     assert "processed_events" in out
-    assert "one table (table layout), 12 rows" in out
+    assert "one table (table layout), 12 rows, 24 ids" in out
     code, out = await cli(capsys, "dedup", "maintain", *db)
     assert code == 0
-    assert "deleted 4 expired rows" in out  # 8 days and older: past 7 days + 1 hour of skew
-    assert await pg_pool.fetchval(f'SELECT count(*) FROM "{pg_schema}".processed_events') == 8
+    # 8 days and older: past 7 days + 1 hour of skew
+    assert "deleted 8 expired event ids" in out
+    assert await pg_pool.fetchval(
+        f'SELECT count(*) FROM "{pg_schema}".processed_events_ids') == 16
 
 
 async def test_partitions_with_exact_counts_and_totals(
@@ -58,16 +60,17 @@ async def test_partitions_with_exact_counts_and_totals(
 ) -> None:
     db = ["--postgres", postgres_dsn, "--schema", pg_schema]
     assert (await cli(capsys, "migrate", *db))[0] == 0
+    key = f'"{pg_schema}".consumerkit_name_key'
     await pg_pool.execute(
-        f'INSERT INTO "{pg_schema}".processed_events (namespace, event_id, handler, id_source,'
-        ' topic, "partition", "offset") SELECT \'billing\', \'e-\' || g, \'charge\', \'header\','
-        " 'orders', 0, g FROM generate_series(1, 3) AS g")
+        f'INSERT INTO "{pg_schema}".processed_events (namespace_key, handler_key, uuids, texts)'
+        f" SELECT {key}('billing'), {key}('charge'), ARRAY[gen_random_uuid()], ARRAY['e-' || g]"
+        " FROM generate_series(1, 3) AS g")
     code, out = await cli(capsys, "dedup", "partitions", *db, "--exact")
     assert code == 0
     lines = out.splitlines()
-    assert lines[0].split()[:4] == ["partition", "from", "to", "rows"]
+    assert lines[0].split() == ["partition", "from", "to", "rows", "ids", "bytes"]
     assert sum(line.startswith("processed_events_p") for line in lines) >= 4
-    assert "partitions, 3 rows" in lines[-1]
+    assert "partitions, 3 rows, 6 ids" in lines[-1]
     code, out = await cli(capsys, "dedup", "partitions", *db)
     assert "~rows" in out.splitlines()[0]
 

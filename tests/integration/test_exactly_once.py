@@ -103,7 +103,7 @@ async def test_sigkill_mid_stream_loses_nothing_and_applies_nothing_twice(
         _kill(first)
     verify(await rows(pg_pool, pg_schema), events)
     dedup_rows = await pg_pool.fetchval(
-        f'SELECT count(*) FROM "{pg_schema}".processed_events WHERE namespace = $1',
+        f'SELECT count(*) FROM "{pg_schema}".processed_events_ids WHERE namespace = $1',
         group("crashy", topic))
     assert dedup_rows == len(events)
 

@@ -15,6 +15,7 @@ from consumerkit.envelope import Envelope
 from consumerkit.types import Claim, ClaimRequest, ClaimStatus
 
 from .conftest import Conn, Connect
+from .dedup_rows import count_ids
 
 NAMESPACE = "billing"
 CLAIMED, DUPLICATE = ClaimStatus.CLAIMED, ClaimStatus.DUPLICATE
@@ -75,9 +76,7 @@ async def test_a_batch_blocked_on_its_last_lock_sees_the_commit_that_released_it
     assert verdicts[last].status is DUPLICATE
     assert verdicts[last].original_seen_at == await store.seen(observer, NAMESPACE, last)
     assert all(verdicts[e].status is CLAIMED for e in others)
-    rows = await observer.fetchval(
-        f'SELECT count(*) FROM "{migrated}".processed_events WHERE namespace = $1', NAMESPACE)
-    assert rows == len(ids)
+    assert await count_ids(observer, migrated, namespace=NAMESPACE) == len(ids)
 
 
 async def test_a_batch_whose_first_holder_rolls_back_claims_everything(

@@ -12,6 +12,7 @@ from consumerkit.envelope import Envelope
 from consumerkit.types import ClaimStatus
 
 from .conftest import Conn, Connect
+from .dedup_rows import store_ids
 
 POLICY = DedupPolicy()
 DAY = timedelta(days=1)
@@ -138,10 +139,7 @@ async def test_a_leftover_whose_name_a_new_range_takes_is_never_adopted(
     fresh partition made; it is never attached back with its rows and its marker."""
     first = (await list_partitions(conn, migrated, POLICY.table))[0]
     assert first.lower is not None
-    await conn.execute(
-        f'INSERT INTO "{migrated}".{POLICY.table} (namespace, event_id, seen_at, handler, '
-        "id_source, topic, \"partition\", \"offset\") "
-        "VALUES ('billing', 'stale', $1, 'charge', 'header', 'orders', 0, 1)", first.lower)
+    await store_ids(conn, migrated, "billing", ["stale"], first.lower, table=POLICY.table)
     async with conn.transaction():
         assert await detach(conn, migrated, POLICY.table, first.name)
     report = await maintain(conn, migrated, POLICY)

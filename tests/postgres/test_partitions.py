@@ -70,9 +70,8 @@ async def test_expired_partitions_are_dropped_and_retained_ones_stay(
     now = await _db_now(conn)
     original = _expected(now)
     table = f'"{migrated}".processed_events'
-    await conn.execute(
-        f"INSERT INTO {table} (namespace, event_id, handler, id_source, topic, \"partition\","
-        " \"offset\") VALUES ('ns', 'old-event', 'h', 'header', 't', 0, 0)")
+    await conn.execute(f"INSERT INTO {table} (namespace_key, handler_key, texts)"
+                       " VALUES (1, 1, ARRAY['old-event'])")
     current_oid = await conn.fetchval("SELECT $1::regclass::oid", f"{migrated}.{original[1]}")
 
     # Six days on, the oldest partition (upper bound = today's midnight) is still in the window.
@@ -208,9 +207,8 @@ async def test_naive_time_is_refused(conn: Conn, migrated: str) -> None:
 async def test_rows_outside_every_partition_are_refused(conn: Conn, migrated: str) -> None:
     with pytest.raises(asyncpg.CheckViolationError, match="no partition"):
         await conn.execute(
-            f'INSERT INTO "{migrated}".processed_events (namespace, event_id, seen_at, handler,'
-            ' id_source, topic, "partition", "offset")'
-            " VALUES ('ns', 'e', now() + interval '30 days', 'h', 'header', 't', 0, 0)")
+            f'INSERT INTO "{migrated}".processed_events (seen_at, namespace_key, handler_key,'
+            " texts) VALUES (now() + interval '30 days', 1, 1, ARRAY['e'])")
 
 
 async def test_the_longest_registered_retention_protects_shared_tables(

@@ -21,6 +21,7 @@ from consumerkit.grants import runtime_grants
 from consumerkit.schema import migrate
 
 from .conftest import Conn
+from .dedup_rows import count_ids, store_ids
 
 HOUR = timedelta(hours=1)
 POLICY = DedupPolicy(partition_interval=HOUR, retention=HOUR, clock_skew=timedelta(0))
@@ -82,18 +83,16 @@ async def test_a_runtime_role_cleans_a_table_layout(
                          layout="table",
                          table="plain_events")
     await migrate(conn, schema, policy)
-    await conn.execute(
-        f'INSERT INTO "{schema}".plain_events (namespace, event_id, seen_at, handler, '
-        'id_source, topic, "partition", "offset") '
-        "SELECT 'rt', 'e' || g, now() - interval '3 hours', 'h', 'header', 't', 0, g "
-        "FROM generate_series(1, 50) g")
+    old: datetime = await conn.fetchval("SELECT now() - interval '3 hours'")
+    await store_ids(conn, schema, "rt", [f"e{g}" for g in range(25)], old, table="plain_events")
+    await store_ids(conn, schema, "rt", [f"f{g}" for g in range(25)], old, table="plain_events")
     role_conn = await as_runtime(server_dsn, conn, schema, runtime)
     try:
         report = await maintain(role_conn, schema, policy, namespace="rt")
     finally:
         await role_conn.close()
     assert report.deleted == 50
-    assert await conn.fetchval(f'SELECT count(*) FROM "{schema}".plain_events') == 0
+    assert await count_ids(conn, schema, "plain_events") == 0
 
 
 @pytest.mark.parametrize(("table", "name"), [

@@ -19,6 +19,7 @@ from consumerkit.schema import TABLE_DEDUP_STEPS, applied_versions, migrate
 from consumerkit.types import ClaimRequest, ClaimStatus
 
 from .conftest import Conn, Connect
+from .dedup_rows import count_ids
 
 DAY = timedelta(days=1)
 TABLE = DedupPolicy(layout="table")
@@ -30,15 +31,16 @@ def _envelope(event_id: str, event_time: datetime) -> Envelope:
 
 
 async def _fill(conn: Conn, schema: str, rows: int, seen_at: datetime, prefix: str) -> None:
+    """``rows`` rows of one id each, as single claims store them."""
+    key = f'"{schema}".consumerkit_name_key'
     await conn.execute(
-        f'INSERT INTO "{schema}".processed_events (namespace, event_id, seen_at, handler,'
-        ' id_source, topic, "partition", "offset")'
-        " SELECT 'billing', $3 || g, $1, 'charge', 'header', 'orders', 0, g"
+        f'INSERT INTO "{schema}".processed_events (seen_at, namespace_key, handler_key, texts)'
+        f" SELECT $1, {key}('billing'), {key}('charge'), ARRAY[$3 || g]"
         " FROM generate_series(1, $2) AS g", seen_at, rows, prefix)
 
 
 async def _count(conn: Conn, schema: str) -> int:
-    return int(await conn.fetchval(f'SELECT count(*) FROM "{schema}".processed_events'))
+    return await count_ids(conn, schema)
 
 
 async def test_migration_creates_the_table_layout_once(conn: Conn, schema: str) -> None:
@@ -47,11 +49,13 @@ async def test_migration_creates_the_table_layout_once(conn: Conn, schema: str) 
     assert await existing_layout(conn, schema, "processed_events") == "table"
     versions = await applied_versions(conn, schema)
     assert versions["dedup:processed_events"] == TABLE_DEDUP_STEPS[-1].version
-    key = await conn.fetchval(
-        "SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c"
-        " JOIN pg_namespace n ON n.oid = c.connamespace"
-        " WHERE n.nspname = $1 AND c.conname = 'processed_events_key'", schema)
-    assert key == "PRIMARY KEY (namespace, event_id)"
+    indexes = await conn.fetch(
+        "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = $1"
+        " AND tablename = 'processed_events' ORDER BY 1", schema)
+    assert [(i["indexname"], i["indexdef"].split(" USING ")[1]) for i in indexes] == [
+        ("processed_events_seen_idx", "btree (seen_at)"),
+        ("processed_events_texts_idx", "gin (texts) WITH (fastupdate=off)"),
+        ("processed_events_uuids_idx", "gin (uuids) WITH (fastupdate=off)")]
     registered = await conn.fetchval(
         f'SELECT retention FROM "{schema}".consumerkit_retention WHERE namespace = $1',
         "billing")
@@ -131,7 +135,7 @@ async def test_listing_shows_the_table_with_rows_and_size(conn: Conn, schema: st
     assert (estimate.name, estimate.lower, estimate.upper) == ("processed_events", None, None)
     assert estimate.size_bytes > 0
     [exact] = await list_partitions(conn, schema, "processed_events", exact=True)
-    assert exact.approx_rows == 1000
+    assert (exact.approx_rows, exact.ids) == (1000, 1000)
     await conn.execute(f'ANALYZE "{schema}".processed_events')
     [analyzed] = await list_partitions(conn, schema, "processed_events")
     assert analyzed.approx_rows == 1000
@@ -143,6 +147,7 @@ async def test_exact_counts_per_partition(conn: Conn, migrated: str) -> None:
     parts = await list_partitions(conn, migrated, "processed_events", exact=True)
     assert sorted(p.approx_rows or 0 for p in parts)[-1] == 7
     assert sum(p.approx_rows or 0 for p in parts) == 7
+    assert sum(p.ids or 0 for p in parts) == 7
 
 
 async def test_both_layouts_answer_every_batch_alike(connect: Connect, schema: str) -> None:

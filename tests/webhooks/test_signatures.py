@@ -55,7 +55,7 @@ def signed(content: bytes, *secrets: str, key: str | None = None,
 async def rows_anywhere(pool: Pool, schema: str, key: str) -> tuple[int, int, int]:
     """(dedup rows, dead letters, effects) of event ``key``."""
     dedup = await pool.fetchval(
-        f'SELECT count(*) FROM "{schema}".processed_events WHERE event_id = $1', key)
+        f'SELECT count(*) FROM "{schema}".processed_events_ids WHERE event_id = $1', key)
     letters = await pool.fetchval(f'SELECT count(*) FROM "{schema}".dead_letters')
     return dedup, letters, await effects_of(pool, schema, key)
 
@@ -207,7 +207,7 @@ async def test_a_refused_request_replayed_with_another_event_type_runs_no_handle
     assert replay.json()["status"] == "duplicate"
     assert await rows_anywhere(pg_pool, pg_schema, key) == (1, 0, 0)  # no effect, ever
     handler = await pg_pool.fetchval(
-        f'SELECT handler FROM "{pg_schema}".processed_events WHERE event_id = $1', key)
+        f'SELECT handler FROM "{pg_schema}".processed_events_ids WHERE event_id = $1', key)
     assert handler == f"(refused:{first.json()['error']})"  # what an operator looks for
 
 
