@@ -49,6 +49,7 @@ DECLARE
     v_uuids uuid[];
     v_texts text[] COLLATE "C";
     v_is_uuid boolean[];
+    v_horizon timestamptz;
     v_status text[];
     v_seen timestamptz[];
 BEGIN
@@ -71,6 +72,11 @@ BEGIN
     -- every transaction that held one of our locks before us. Each id is matched against the
     -- UUID pattern once (the match is dearer than the rest of an id's way through here)
     v_is_uuid := ARRAY(SELECT e ~ '%(uuid)s' FROM unnest(p_event_ids) AS e);
+    -- a row's seen_at is the now() of a transaction that committed before we got its lock:
+    -- earlier than this clock reading. The day's margin outlasts any step back of the clock;
+    -- the bound leaves out the partitions made ahead (each probe of one costs as much as a
+    -- probe of a full one)
+    v_horizon := clock_timestamp() + interval '1 day';
     SELECT coalesce(array_agg(DISTINCT s.e::uuid) FILTER (WHERE s.u), '{}'),
            coalesce(array_agg(DISTINCT s.e) FILTER (WHERE NOT s.u), '{}')
       INTO v_uuids, v_texts FROM unnest(p_event_ids, v_is_uuid) AS s(e, u);
@@ -80,12 +86,14 @@ BEGIN
     ), seen AS (
         SELECT x.id::text COLLATE "C" AS event_id, min(t.seen_at) AS seen_at
           FROM %(table)s AS t CROSS JOIN LATERAL unnest(t.uuids) AS x(id)
-         WHERE t.namespace_key = v_ns AND t.uuids && v_uuids AND x.id = ANY (v_uuids)
+         WHERE t.namespace_key = v_ns AND t.seen_at <= v_horizon AND t.uuids && v_uuids
+           AND x.id = ANY (v_uuids)
          GROUP BY x.id
         UNION ALL
         SELECT x.id, min(t.seen_at)
           FROM %(table)s AS t CROSS JOIN LATERAL unnest(t.texts) AS x(id)
-         WHERE t.namespace_key = v_ns AND t.texts && v_texts AND x.id = ANY (v_texts)
+         WHERE t.namespace_key = v_ns AND t.seen_at <= v_horizon AND t.texts && v_texts
+           AND x.id = ANY (v_texts)
          GROUP BY x.id
     ), judged AS (
         SELECT i.*, s.seen_at,
