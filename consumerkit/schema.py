@@ -34,6 +34,7 @@ from .dedup.policy import DedupPolicy
 from .dedup.postgres import DEFAULT_POLICY
 from .dedup.retention import register, retention_ddl
 from .dedup.rows import check_dedup_names
+from .dedup.rows import claim_many_ddl as lean_claim_many_ddl
 from .dedup.upgrade import lean_rows_ddl
 from .errors import StartupError
 from .parking.tables import migrate_parking
@@ -53,6 +54,10 @@ class Step:
     statements: Callable[[str, DedupPolicy], list[str]]
 
 
+def _lean_claim(schema: str, policy: DedupPolicy) -> list[str]:
+    return [lean_claim_many_ddl(schema, policy)]
+
+
 CORE_STEPS = (
     Step(1, "dead-letter table", lambda schema, _policy: dead_letter_ddl(schema)),
     Step(2, "dedup retention registry", lambda schema, _policy: retention_ddl(schema)),
@@ -68,10 +73,12 @@ DEDUP_STEPS = (
     Step(2, "claim function with a bounded lock wait", claim_ddl),
     Step(3, "bulk claim function", claim_many_ddl),
     Step(4, "lean rows: ids packed per claim, UUIDs in 16 bytes, names as keys", lean_rows_ddl),
+    Step(5, "bulk claim taking its locks in one statement", _lean_claim),
 )
 TABLE_DEDUP_STEPS = (
     Step(1, "plain dedup table with a unique key and its bulk claim function", table_dedup_ddl),
     Step(2, "lean rows: ids packed per claim, UUIDs in 16 bytes, names as keys", lean_rows_ddl),
+    Step(3, "bulk claim taking its locks in one statement", _lean_claim),
 )
 
 

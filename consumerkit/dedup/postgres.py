@@ -109,7 +109,7 @@ class PostgresDedupStore:
             [e.partition for e in envs] if diagnostics else None,
             [e.offset for e in envs] if diagnostics else None, self._lock_timeout)
         assert len(rows) == len(requests)  # one row per request, in request order
-        return [Claim(ClaimStatus(row["status"]), row["original_seen_at"]) for row in rows]
+        return [_claim(row["status"], row["original_seen_at"]) for row in rows]
 
     async def ended(
         self, tx: DbConnection, namespace: str, claimed: Sequence[ClaimRequest], committed: bool,
@@ -122,3 +122,17 @@ class PostgresDedupStore:
         sql = self._seen_uuid_sql if is_canonical_uuid(event_id) else self._seen_text_sql
         value: datetime | None = await conn.fetchval(sql, namespace, event_id)
         return value
+
+
+_STATUSES = {status.value: status for status in ClaimStatus}
+_PLAIN = {status.value: Claim(status) for status in ClaimStatus}
+
+
+def _claim(status: str, seen_at: datetime | None) -> Claim:
+    """A row of the claim as a :class:`Claim`; one shared (immutable) claim per status when
+    no time comes with it. A dict, not ``ClaimStatus(status)``: an enum lookup by value costs
+    more than the rest of a record's claim in Python."""
+    if seen_at is None:
+        return _PLAIN[status]
+    return Claim(_STATUSES[status], seen_at)
+

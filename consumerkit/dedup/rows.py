@@ -41,10 +41,11 @@ from .policy import DedupPolicy
 _CLAIM_MANY_BODY = """
 DECLARE
     v_lock_timeout text := current_setting('lock_timeout');
-    v_hash bigint;
     v_ns bigint := %(ns_key)s;
     v_uuids uuid[];
     v_texts text[] COLLATE "C";
+    v_is_uuid boolean[];
+    v_horizon timestamptz;
     v_status text[];
     v_seen timestamptz[];
 BEGIN
@@ -57,29 +58,38 @@ BEGIN
     -- one lock per distinct id, always taken in the same (sorted) order: two batches that
     -- share ids wait for each other instead of deadlocking
     PERFORM set_config('lock_timeout', p_lock_timeout, true);
-    FOR v_hash IN
-        SELECT DISTINCT hashtextextended(p_namespace || chr(31) || e, %(seed)d)
-          FROM unnest(p_event_ids) AS e ORDER BY 1
-    LOOP
-        PERFORM pg_advisory_xact_lock(v_hash);
-    END LOOP;
+    -- one statement, not a loop of them (a tenth of the claim's time): a function scan of
+    -- the sorted array calls the lock function element by element, in the array's order
+    PERFORM pg_advisory_xact_lock(h)
+       FROM unnest(ARRAY(SELECT DISTINCT hashtextextended(p_namespace || chr(31) || e, %(seed)d)
+                           FROM unnest(p_event_ids) AS e ORDER BY 1)) AS h;
     PERFORM set_config('lock_timeout', v_lock_timeout, true);
     -- every statement from here takes a fresh snapshot (READ COMMITTED, VOLATILE): it sees
-    -- every transaction that held one of our locks before us
-    v_uuids := ARRAY(SELECT DISTINCT e::uuid FROM unnest(p_event_ids) AS e WHERE e ~ '%(uuid)s');
-    v_texts := ARRAY(SELECT DISTINCT e FROM unnest(p_event_ids) AS e WHERE e !~ '%(uuid)s');
+    -- every transaction that held one of our locks before us. Each id is matched against the
+    -- UUID pattern once (the match is dearer than the rest of an id's way through here)
+    v_is_uuid := ARRAY(SELECT e ~ '%(uuid)s' FROM unnest(p_event_ids) AS e);
+    -- a row's seen_at is the now() of a transaction that committed before we got its lock:
+    -- earlier than this clock reading. The day's margin outlasts any step back of the clock;
+    -- the bound leaves out the partitions made ahead (each probe of one costs as much as a
+    -- probe of a full one)
+    v_horizon := clock_timestamp() + interval '1 day';
+    SELECT coalesce(array_agg(DISTINCT s.e::uuid) FILTER (WHERE s.u), '{}'),
+           coalesce(array_agg(DISTINCT s.e) FILTER (WHERE NOT s.u), '{}')
+      INTO v_uuids, v_texts FROM unnest(p_event_ids, v_is_uuid) AS s(e, u);
     WITH input AS (
         SELECT u.ord, u.event_id::text COLLATE "C" AS event_id, u.event_time
           FROM unnest(p_event_ids, p_event_times) WITH ORDINALITY AS u(event_id, event_time, ord)
     ), seen AS (
         SELECT x.id::text COLLATE "C" AS event_id, min(t.seen_at) AS seen_at
           FROM %(table)s AS t CROSS JOIN LATERAL unnest(t.uuids) AS x(id)
-         WHERE t.namespace_key = v_ns AND t.uuids && v_uuids AND x.id = ANY (v_uuids)
+         WHERE t.namespace_key = v_ns AND t.seen_at <= v_horizon AND t.uuids && v_uuids
+           AND x.id = ANY (v_uuids)
          GROUP BY x.id
         UNION ALL
         SELECT x.id, min(t.seen_at)
           FROM %(table)s AS t CROSS JOIN LATERAL unnest(t.texts) AS x(id)
-         WHERE t.namespace_key = v_ns AND t.texts && v_texts AND x.id = ANY (v_texts)
+         WHERE t.namespace_key = v_ns AND t.seen_at <= v_horizon AND t.texts && v_texts
+           AND x.id = ANY (v_texts)
          GROUP BY x.id
     ), judged AS (
         SELECT i.*, s.seen_at,
@@ -104,16 +114,16 @@ BEGIN
            FROM (SELECT DISTINCT h AS name FROM unnest(p_handlers || p_namespace) AS h) AS s;
         INSERT INTO %(table)s (seen_at, namespace_key, handler_key, uuids, texts, details)
         SELECT now(), v_ns, %(handler_key)s,
-               array_agg(c.event_id::uuid ORDER BY c.ord) FILTER (WHERE c.event_id ~ '%(uuid)s'),
-               array_agg(c.event_id ORDER BY c.ord) FILTER (WHERE c.event_id !~ '%(uuid)s'),
+               array_agg(c.event_id::uuid ORDER BY c.ord) FILTER (WHERE c.is_uuid),
+               array_agg(c.event_id ORDER BY c.ord) FILTER (WHERE NOT c.is_uuid),
                jsonb_object_agg(c.event_id, jsonb_build_object(
                    'event_type', c.event_type, 'id_source', c.id_source, 'topic', c.topic,
                    'partition', c.part, 'offset', c.off, 'event_time', c.event_time))
                    FILTER (WHERE p_topics IS NOT NULL)
           FROM unnest(p_event_ids, v_status, p_handlers, p_event_types, p_id_sources,
-                      p_topics, p_partitions, p_offsets, p_event_times)
+                      p_topics, p_partitions, p_offsets, p_event_times, v_is_uuid)
                WITH ORDINALITY AS c(event_id, status, handler, event_type, id_source, topic,
-                                    part, off, event_time, ord)
+                                    part, off, event_time, is_uuid, ord)
          WHERE c.status = 'claimed'
          GROUP BY c.handler;
     END IF;
