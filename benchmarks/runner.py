@@ -1,6 +1,6 @@
 """One measurement: a peer on its own group and fresh schema reads the whole published topic;
 the run checks its effects and reads the counters around it. ``benchmark`` measures every
-peer ``runs`` times, interleaved (the order rotates each round).
+peer ``runs`` times, interleaved (in rotated orders, every other round backwards).
 
 The measured window runs from the moment the first message reached the peer (stamped by the
 hand-written and FastStream peers; for consumerkit, its ``stats.delivered`` sampled every
@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import asyncpg
 from aiokafka import AIOKafkaConsumer
@@ -79,8 +80,7 @@ async def benchmark(dsn: str, bootstrap: str, settings: Settings, peers: Sequenc
         target = Target(dsn, bootstrap, topic, workload, settings)
         summaries = {p.name: Summary(p.name, p.description) for p in peers}
         for run in range(1, settings.runs + 1):
-            shift = (run - 1) % len(peers)
-            for peer in [*peers[shift:], *peers[:shift]]:
+            for peer in run_order(peers, run):
                 sample = await measure(peer, target, run)
                 summaries[peer.name].samples.append(sample)
                 log(f"run {run} {peer.name}: {sample.rate:,.0f} msg/s over "
@@ -89,6 +89,20 @@ async def benchmark(dsn: str, bootstrap: str, settings: Settings, peers: Sequenc
         return [summaries[p.name] for p in peers]
     finally:
         await delete_topic(bootstrap, topic)
+
+
+P = TypeVar("P")
+
+
+def run_order(peers: Sequence[P], run: int) -> list[P]:
+    """The order of the peers in round ``run`` (from 1): each even round runs the round
+    before it backwards, and each odd round is rotated by one from the odd round before it, so
+    that no peer always runs right after another (the database's after-effects of a heavy
+    writer, such as autovacuum and checkpoints, would otherwise always fall on the same
+    neighbour)."""
+    shift = (run - 1) // 2 % len(peers)
+    rotated = [*peers[shift:], *peers[:shift]]
+    return rotated if run % 2 else rotated[::-1]
 
 
 @contextlib.asynccontextmanager

@@ -183,3 +183,16 @@ def test_the_new_targets_judge_the_run_s_own_figures() -> None:
 
     unmeasured = acceptance.judge({"cells": [], "cleanup": None, "relay": None})
     assert all(t["met"] in (None, "figure") for t in unmeasured)
+
+
+def test_no_peer_always_runs_right_after_another() -> None:
+    from benchmarks.runner import run_order
+
+    peers = ["a", "b", "c", "d"]
+    assert run_order(peers, 1) == ["a", "b", "c", "d"]
+    assert run_order(peers, 2) == ["d", "c", "b", "a"]
+    assert run_order(peers, 3) == ["b", "c", "d", "a"]
+    for first, second in (("a", "b"), ("b", "c"), ("c", "d")):
+        before = [run_order(peers, run).index(first) < run_order(peers, run).index(second)
+                  for run in (1, 2)]
+        assert before == [True, False]
