@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from consumerkit import _loop
+from consumerkit import _heap, _loop
 from consumerkit.testing import services as embedded
 
 from .pgstats import statements_available
@@ -127,9 +127,18 @@ def _git_revision() -> str:
     return f"{rev}{' + uncommitted changes in consumerkit/' if dirty else ''}"
 
 
-async def collect(svc: Services, uvloop: bool = True) -> dict[str, str]:
+def tune_gc(wanted: bool) -> str:
+    """Tune the collector as ``consumerkit run`` does once started (:mod:`consumerkit._heap`),
+    for this process, so for every peer measured in it alike; say what was done."""
+    if wanted:
+        _heap.tune_gc()
+        return f"tuned as by `consumerkit run`, for every peer ({_heap.describe()})"
+    return f"CPython's defaults ({_heap.describe()})"
+
+
+async def collect(svc: Services, uvloop: bool = True, gc_state: str = "") -> dict[str, str]:
     """PostgreSQL version and durability settings, broker, library versions, the loop this
-    runs on (``uvloop``: whether the run asked for uvloop), CPUs."""
+    runs on (``uvloop``: whether the run asked for uvloop), the collector, CPUs."""
     conn = await asyncpg.connect(svc.dsn, timeout=15)
     try:
         version = str(await conn.fetchval("SHOW server_version"))
@@ -152,6 +161,7 @@ async def collect(svc: Services, uvloop: bool = True) -> dict[str, str]:
         "consumerkit revision": _git_revision(),
         "python": f"{platform.python_implementation()} {sys.version.split()[0]}",
         "event loop": _loop.report(uvloop),
+        "garbage collector": gc_state or f"CPython's defaults ({_heap.describe()})",
         "cpus": f"{cpus} ({usable} usable), {platform.machine()}, {platform.system()} "
                 f"{platform.release()}",
     }

@@ -25,7 +25,7 @@ from consumerkit import _loop
 
 from . import acceptance, docs, markdown, plots
 from .cleanup import measure_cleanup
-from .context import Services, collect, services
+from .context import Services, collect, services, tune_gc
 from .latency import Pace, measure_latency
 from .lineup import PEERS
 from .outbox_peers import PEERS as RELAY_PEERS
@@ -71,14 +71,14 @@ async def _latency(svc: Services, peer: type[Peer], pace: Pace, summary: Summary
 async def run_suite(svc: Services, profile: Profile, log: Log, cells: set[str] | None = None,
                     extra: Sequence[type[Peer]] = (),
                     progress: Callable[[dict[str, Any]], None] = lambda _doc: None,
-                    uvloop: bool = True) -> dict[str, Any]:
+                    uvloop: bool = True, gc_tuning: bool = True) -> dict[str, Any]:
     """Run ``profile`` (its cells named in ``cells``, else all); ``extra`` peers join every
     cell (the smoke test's broken peers). ``progress`` gets the document after each cell."""
     started = time.monotonic()
     document: dict[str, Any] = {
         "profile": profile.name, "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "context": await collect(svc, uvloop), "cells": [], "cleanup": None, "relay": None,
-        "seconds": 0.0}
+        "context": await collect(svc, uvloop, tune_gc(gc_tuning)), "cells": [],
+        "cleanup": None, "relay": None, "seconds": 0.0}
     catalogue = {**PEERS, **profile.extra_peers}
     for cell in profile.cells:
         if cells is not None and cell.name not in cells:
@@ -130,6 +130,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                                    "redis-server)")
     p.add_argument("--no-uvloop", dest="uvloop", action="store_false",
                    help="run on the standard asyncio loop even when uvloop is installed")
+    p.add_argument("--no-gc-tuning", dest="gc_tuning", action="store_false",
+                   help="keep CPython's collector settings (else tuned as `consumerkit run` "
+                        "tunes them, for every peer)")
     return p.parse_args(argv)
 
 
@@ -145,7 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     profile = PROFILES[args.profile]()
     cells = set(args.cells.split(",")) if args.cells else None
     with services(args.postgres, args.kafka, args.redis, want_redis=True) as svc:
-        document = _loop.run(run_suite(svc, profile, _log, cells, uvloop=args.uvloop),
+        document = _loop.run(run_suite(svc, profile, _log, cells, uvloop=args.uvloop,
+                                       gc_tuning=args.gc_tuning),
                              use_uvloop=args.uvloop)
     for path in write(document, args.out):
         _log(f"wrote {path}")

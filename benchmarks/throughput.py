@@ -18,7 +18,7 @@ from pathlib import Path
 
 from consumerkit import _loop
 
-from .context import collect, services
+from .context import collect, services, tune_gc
 from .lineup import PEERS, SUITE
 from .report import Summary, context_lines, table, to_json, write_json
 from .runner import Settings, benchmark
@@ -45,6 +45,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                                    "an embedded Tansu broker)")
     p.add_argument("--no-uvloop", dest="uvloop", action="store_false",
                    help="run on the standard asyncio loop even when uvloop is installed")
+    p.add_argument("--no-gc-tuning", dest="gc_tuning", action="store_false",
+                   help="keep CPython's collector settings (else tuned as `consumerkit run` "
+                        "tunes them, for every peer)")
     p.add_argument("--json", type=Path, help="also write the results and context here")
     args = p.parse_args(argv)
     unknown = set(args.peers.split(",")) - set(PEERS)
@@ -72,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if reason:
                 _log(f"{peer.name}: unavailable: {reason}")
                 peers.remove(peer)
-        context = runner.run(collect(svc, args.uvloop))
+        context = runner.run(collect(svc, args.uvloop, tune_gc(args.gc_tuning)))
         _log("\n".join(f"{k}: {v}" for k, v in context.items()))
         summaries: list[Summary] = runner.run(
             benchmark(svc.dsn, svc.bootstrap, settings, peers, _log))

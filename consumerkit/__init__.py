@@ -2,6 +2,7 @@
 
 from typing import TYPE_CHECKING
 
+from ._heap import tune_gc
 from .consumer import Consumer
 from .context import BatchContext, HandlerContext
 from .deadletter import DeadLetterEntry, DeadLetterTable, DeadLetterTopic
@@ -40,6 +41,7 @@ __all__ = [
     "HandlerContext",
     "HandlerRegistry",
     "handler",
+    "tune_gc",
     # wire format and events
     "Envelope",
     "Record",

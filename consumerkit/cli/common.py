@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 import re
 import signal
@@ -13,8 +14,9 @@ from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from typing import Any
 
-from .. import _signals
+from .. import _heap, _signals
 
+log = logging.getLogger("consumerkit.cli")
 _DURATION = re.compile(r"(\d+)([dhm])")
 _UNITS = {"d": "days", "h": "hours", "m": "minutes"}
 
@@ -93,13 +95,23 @@ def policy_args(parser: argparse.ArgumentParser) -> None:
 async def run_until_signalled(
     run: Coroutine[Any, Any, None],
     on_signal: Callable[[signal.Signals, asyncio.Task[None]], None],
+    started: asyncio.Event | None = None,
 ) -> None:
     """Run ``run`` as a task, calling ``on_signal(sig, task)`` on SIGTERM/SIGINT meanwhile;
-    a task cancelled by it (a forced stop) ends quietly, any other error is raised."""
+    a task cancelled by it (a forced stop) ends quietly, any other error is raised. Once
+    ``started`` is set, the collector is tuned for the long run (:mod:`consumerkit._heap`)."""
     task = asyncio.create_task(run)
     remove = _signals.install(lambda sig: on_signal(sig, task))
+    tune = asyncio.create_task(_settle_heap(started)) if started is not None else None
     try:
         with contextlib.suppress(asyncio.CancelledError):
             await task
     finally:
         remove()
+        if tune is not None:
+            tune.cancel()
+
+
+async def _settle_heap(started: asyncio.Event) -> None:
+    await started.wait()
+    log.info("garbage collector: %s", _heap.tune_gc())

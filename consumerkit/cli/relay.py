@@ -79,5 +79,6 @@ async def relay_command(args: argparse.Namespace) -> int:
             task.cancel()
 
     log.info("event loop: %s", _loop.report(settings.uvloop))
-    await run_until_signalled(relay.run(), on_signal)
+    await run_until_signalled(relay.run(), on_signal,
+                              relay.started if settings.gc_tuning else None)
     return 0

@@ -90,5 +90,6 @@ async def run_command(args: argparse.Namespace) -> int:
             log.info("%s during start-up: stopping", sig.name)
             task.cancel()
 
-    await run_until_signalled(consumer.run(), on_signal)
+    await run_until_signalled(consumer.run(), on_signal,
+                              consumer.started if settings.gc_tuning else None)
     return 0

@@ -57,6 +57,8 @@ async def test_relay_publishes_pending_rows_and_stops_on_sigterm(
     assert "Traceback" not in done.err
     assert "SIGTERM received" in done.err
     assert f"stopped after publishing {EVENTS} events" in done.err
+    assert "garbage collector: " in done.err
+    assert "start-up objects frozen" in done.err
     assert PASSWORD not in done.output
 
 

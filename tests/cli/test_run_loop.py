@@ -1,5 +1,6 @@
 """``consumerkit run`` runs on uvloop when it is installed and not turned off, and says which
-loop it runs on (the log line reads the running loop, so it names the loop in use)."""
+loop it runs on (the log line reads the running loop, so it names the loop in use). Once
+started it tunes the garbage collector, unless told not to, and says so."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def expected(flag: str | None) -> str:
     return "event loop: asyncio (uvloop not installed)"
 
 
-@pytest.mark.parametrize("flag", [None, "--no-uvloop"])
+@pytest.mark.parametrize("flag", [None, "--no-uvloop", "--no-gc-tuning"])
 async def test_run_reports_the_loop_it_runs_on(
     flag: str | None, app_dir: Path, postgres_dsn: str, kafka_bootstrap: str,
     make_topic: MakeTopic, pg_schema: str, pg_pool: asyncpg.Pool,
@@ -50,3 +51,10 @@ async def test_run_reports_the_loop_it_runs_on(
     messages = [json.loads(line)["message"] for line in done.err.splitlines()]
     loops = [m for m in messages if m.startswith("event loop: ")]
     assert loops == [expected(flag)], messages
+    tuned = [m for m in messages if m.startswith("garbage collector: ")]
+    if flag == "--no-gc-tuning":
+        assert tuned == [], messages
+    else:
+        assert len(tuned) == 1, messages
+        assert "start-up objects frozen" in tuned[0], messages
+        assert "every 50,000 allocations" in tuned[0], messages
