@@ -69,7 +69,8 @@ def full() -> Profile:
     small = replace(base, events=4_000)
     sweep = {v.name: v for v in (variant(options) for options in SWEEP)}
     return Profile("full", (
-        Cell(MAIN, "1,000 keys uniform, one upsert, 10 % duplicates", base,
+        # five rounds: the targets judged on each round's ratio (metrics on/off) get five
+        Cell(MAIN, "1,000 keys uniform, one upsert, 10 % duplicates", replace(base, runs=5),
              peers=MAIN_PEERS, latency=Pace(events=1_000, rate=200.0), latency_peers=SUITE),
         Cell("dup0", "1,000 keys uniform, one upsert, no duplicates", replace(base, dup_rate=0.0)),
         Cell(REDIS, "1,000 keys uniform, one upsert, 50 % duplicates", replace(base, dup_rate=0.5)),

@@ -185,6 +185,40 @@ def test_the_new_targets_judge_the_run_s_own_figures() -> None:
     assert all(t["met"] in (None, "figure") for t in unmeasured)
 
 
+def _rounds(name: str, *rates: float) -> dict[str, Any]:
+    return {"peer": name, "exact": True, "median_msg_per_s": sorted(rates)[len(rates) // 2],
+            "metrics": {}, "samples": [{"run": n, "rate": r} for n, r in enumerate(rates, 1)]}
+
+
+def test_metrics_on_is_judged_on_each_round_s_ratio() -> None:
+    # the machine slowed down in round 2: the medians taken apart read 0.90x, each round
+    # reads 0.98x or better
+    main = {"name": MAIN, "peers": [
+        _rounds("consumerkit", 10_000, 6_000, 9_000),
+        _rounds("consumerkit-metrics", 9_800, 5_950, 8_900),
+        _rounds("consumerkit-best", 9_500, 6_100, 9_100)]}
+    target = next(t for t in acceptance.judge({"cells": [main], "cleanup": None,
+                                               "relay": None})
+                  if t["target"].startswith("consumerkit-metrics"))
+    assert target["met"] is True
+    assert round(target["measured"], 3) == 0.989  # rounds 0.980, 0.992, 0.989
+    assert "the same settings twice (consumerkit-best / consumerkit)" in target["detail"]
+
+    slower = {**main, "peers": [*main["peers"][:1], _rounds("consumerkit-metrics",
+                                                            9_000, 5_800, 8_500)]}
+    target = next(t for t in acceptance.judge({"cells": [slower], "cleanup": None,
+                                               "relay": None})
+                  if t["target"].startswith("consumerkit-metrics"))
+    assert target["met"] is False  # rounds 0.900, 0.967, 0.944
+    assert round(target["measured"], 3) == 0.944
+
+    wrong = {**main, "peers": [main["peers"][0], {**main["peers"][1], "exact": False}]}
+    target = next(t for t in acceptance.judge({"cells": [wrong], "cleanup": None,
+                                               "relay": None})
+                  if t["target"].startswith("consumerkit-metrics"))
+    assert target["met"] is None
+
+
 def test_no_peer_always_runs_right_after_another() -> None:
     from benchmarks.runner import run_order
 
