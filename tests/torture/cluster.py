@@ -63,10 +63,13 @@ class OwnPostgres:
         self.start()
         self.restarts += 1
 
-    def stop(self) -> None:
+    def stop(self, keep: bool = False) -> None:
+        """Stop; ``keep`` leaves the data directory for a look afterwards
+        (``postgres -D DIR -k DIR`` serves it again)."""
         with contextlib.suppress(subprocess.SubprocessError, OSError):
             self.crash()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def pause_process(pid: int, seconds: float) -> None:

@@ -54,3 +54,49 @@ def markdown(report: dict[str, Any]) -> str:
         lines += ["", "| parked reason | entries |", "|---|---|"]
         lines += [f"| {reason} | {n} |" for reason, n in sorted(report["parked"].items())]
     return "\n".join(lines) + "\n"
+
+
+_TOTALS = ("events_committed", "deliveries_total", "deliveries_distinct", "effects",
+           "duplicate_effects", "lost", "phantom", "order_violations", "relay_duplicates",
+           "republished_copies", "faults_total")
+
+
+def combined(reports: list[dict[str, Any]]) -> str:
+    """Several runs (seeds) of one profile as one table, a row per seed and their total,
+    then the faults by kind over all of them."""
+    head = ["seed", "verdict", *(_short(k) for k in _TOTALS), "kinds", "drain (s)",
+            "p50 / p99 (ms)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    kinds: dict[str, int] = {}
+    for r in reports:
+        for kind, n in r["faults_by_kind"].items():
+            kinds[kind] = kinds.get(kind, 0) + n
+        lines.append("| " + " | ".join([
+            str(r["seed"]), "PASS" if r["verdict"] else "**FAIL**",
+            *(f"{r[k]:,}" for k in _TOTALS), str(r["fault_kinds"]),
+            str(r["time_to_drain_s"]),
+            f"{r['latency_ms']['p50']} / {r['latency_ms']['p99']}"]) + " |")
+    verdict = all(r["verdict"] for r in reports)
+    lines.append("| " + " | ".join([
+        "**all**", "**PASS**" if verdict else "**FAIL**",
+        *(f"**{sum(r[k] for r in reports):,}**" for k in _TOTALS), f"**{len(kinds)}**",
+        "", ""]) + " |")
+    lines += ["", "| fault | injected (all seeds) |", "|---|---|"]
+    lines += [f"| {kind} | {n} |" for kind, n in sorted(kinds.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _short(key: str) -> str:
+    return {"events_committed": "events", "deliveries_total": "deliveries",
+            "deliveries_distinct": "distinct", "effects": "effects",
+            "duplicate_effects": "dup. effects", "lost": "lost", "phantom": "phantom",
+            "order_violations": "order viol.", "relay_duplicates": "relay dup.",
+            "republished_copies": "republished", "faults_total": "faults"}[key]
+
+
+if __name__ == "__main__":  # python -m tests.torture.report a.json b.json ...
+    import json
+    import sys
+    from pathlib import Path
+
+    print(combined([json.loads(Path(p).read_text()) for p in sys.argv[1:]]), end="")

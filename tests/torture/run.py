@@ -267,8 +267,9 @@ async def torture(profile: Profile, seed: int, mutant: str,
         if redis is not None:
             redis.stop()
         broker.stop()
-        postgres.stop()
+        postgres.stop(keep=keep)
         if keep:
-            log.warning("process logs kept in %s", workdir)
+            log.warning("process logs kept in %s, the database in %s", workdir,
+                        postgres.pgdata)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
