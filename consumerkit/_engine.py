@@ -23,6 +23,9 @@ from .transport.source import Partition, Source
 log = logging.getLogger("consumerkit.consumer")
 
 
+Fetched = tuple[dict[Partition, list[RecordLike]], dict[Partition, PartitionState | None]]
+"""Records fetched, and the state of each partition when they came."""
+
 COMMIT_TIMEOUT = 10.0  # an unreachable broker must not hang a revocation or a shutdown
 COMMIT_RETRY_DELAY = 1.0
 
@@ -104,7 +107,7 @@ class Engine:
         self.source = source
         committer = asyncio.create_task(self._commit_loop(), name="consumerkit-commit")
         stop = asyncio.ensure_future(self.stopping.wait())
-        fetch: asyncio.Future[dict[Partition, list[RecordLike]]] | None = None
+        fetch: asyncio.Future[Fetched] | None = None
         try:
             while not self.stopping.is_set():
                 if self.executor.errors:
@@ -114,14 +117,14 @@ class Engine:
                     continue
                 source.pause(room <= 0)
                 fetch = asyncio.ensure_future(
-                    source.fetch(self.poll_timeout_ms, max(1, min(room, self.batch_size))))
+                    self._fetch(source, max(1, min(room, self.batch_size))))
                 await asyncio.wait({fetch, stop}, return_when=asyncio.FIRST_COMPLETED)
                 if not fetch.done():  # stopping: do not wait for a rebalance or a fetch
                     break
-                fetched = fetch.result()
+                fetched, owners = fetch.result()
                 known = await self._known(fetched)
                 for part, records in fetched.items():
-                    self._dispatch(part, records, known.get(part, ()))
+                    self._dispatch(part, records, owners[part], known.get(part, ()))
         finally:
             for task in (fetch, stop, committer):
                 if task is not None:
@@ -162,12 +165,24 @@ class Engine:
                 offsets.setdefault(part, set()).add(offset)
         return offsets
 
+    async def _fetch(self, source: Source, max_records: int) -> Fetched:
+        """Fetch, and note which ownership of each partition the records belong to, in the
+        same step (no await between): a rebalance can come before they are dispatched (the
+        cache lookup awaits), and they must not reach the next ownership's lanes."""
+        fetched = await source.fetch(self.poll_timeout_ms, max_records)
+        return fetched, {part: self.states.get(part) for part in fetched}
+
     def _dispatch(
-        self, part: Partition, records: Sequence[RecordLike], known: Collection[int] = (),
+        self, part: Partition, records: Sequence[RecordLike], owner: PartitionState | None,
+        known: Collection[int] = (),
     ) -> None:
         state = self.states.get(part)
-        if state is None or state.abandon.is_set() or self.stopping.is_set():
-            return  # fetched before a revocation or a stop: read again from the commit
+        if (state is None or state is not owner or state.abandon.is_set()
+                or self.stopping.is_set()):
+            # fetched before a revocation or a stop: read again from the commit. Given to a
+            # later ownership they would start its watermark past the records still
+            # uncommitted before them, and run ahead of them (lost and reordered)
+            return
         if records:
             state.fetched = records[-1].offset + 1
         for record in records:

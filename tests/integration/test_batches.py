@@ -33,6 +33,7 @@ from consumerkit.registry import RouteTable
 from consumerkit.schema import migrate
 from consumerkit.stats import ConsumerStats
 from consumerkit.transport.kafka import Partition
+from consumerkit.transport.memory import MemoryBroker
 from consumerkit.types import Claim, DedupCache
 
 from .conftest import LedgerTopic
@@ -296,8 +297,8 @@ async def test_a_lane_killed_while_its_batch_commits_leaves_its_offsets_and_find
     other_part: Partition = (TOPIC, 1)
     other = engine.states[other_part] = PartitionState(other_part)
     kept = [rec("o-1", "b", partition=1)]
-    engine._dispatch(part, revoked)
-    engine._dispatch(other_part, kept)
+    engine._dispatch(part, revoked, engine.states[part])
+    engine._dispatch(other_part, kept, engine.states[other_part])
     await asyncio.wait_for(committed.wait(), 10)
     monkeypatch.setattr(pipeline, "apply_batch", original)
 
@@ -317,7 +318,7 @@ async def test_a_lane_killed_while_its_batch_commits_leaves_its_offsets_and_find
     # the new owner reads the revoked records again: all duplicates, nothing applied twice
     fresh = PartitionState(part)
     engine.states[part] = fresh
-    engine._dispatch(part, revoked)
+    engine._dispatch(part, revoked, engine.states[part])
     await asyncio.wait_for(engine.executor.join(), 10)
     assert stats.duplicates == 4
     assert fresh.offsets.committable() == revoked[-1].offset + 1
@@ -390,9 +391,9 @@ async def test_a_shutdown_with_a_handler_hung_in_a_batch_ends_and_accounts_for_e
     part: Partition = (TOPIC, 0)
     state = engine.states[part] = PartitionState(part)
     records = [rec("s-1", "a"), rec("s-2", "b"), rec("s-3", "c")]
-    engine._dispatch(part, records[:1])
+    engine._dispatch(part, records[:1], engine.states[part])
     await asyncio.wait_for(engine.executor.join(), 10)  # s-1 applied on its own
-    engine._dispatch(part, records[1:])
+    engine._dispatch(part, records[1:], engine.states[part])
     await asyncio.wait_for(inside.wait(), 10)
     await asyncio.wait_for(engine.drain(0.2, asyncio.Event()), 10)
     assert await bench.ledger() == ["s-1"]
@@ -583,8 +584,8 @@ async def test_revoking_a_partition_whose_handler_hangs_in_a_batch_rolls_the_bat
     owned = engine.states[owned_part] = PartitionState(owned_part)
     revoked = [rec("h-0", "a"), rec("h-1", "a"), rec("h-2", "a")]
     kept = [rec("k-1", "b", partition=1)]
-    engine._dispatch(owned_part, kept)
-    engine._dispatch(revoked_part, revoked)
+    engine._dispatch(owned_part, kept, engine.states[owned_part])
+    engine._dispatch(revoked_part, revoked, engine.states[revoked_part])
     await asyncio.wait_for(inside.wait(), 10)
 
     await asyncio.wait_for(engine.on_revoked([revoked_part]), 10)
@@ -595,7 +596,7 @@ async def test_revoking_a_partition_whose_handler_hangs_in_a_batch_rolls_the_bat
     # the new owner (here the same engine, assigned the partition again) applies the revoked
     # records without waiting for the hung transaction
     await engine.on_assigned([revoked_part])
-    engine._dispatch(revoked_part, revoked)
+    engine._dispatch(revoked_part, revoked, engine.states[revoked_part])
     await asyncio.wait_for(engine.executor.join(), 10)
     assert sorted(await bench.ledger()) == ["h-0", "h-1", "h-2", "k-1"]
     assert bench.invariant() == (7, 7)
@@ -722,3 +723,44 @@ async def test_a_handler_that_commits_and_begins_again_keeps_every_effect(
     assert bench.sink.entries == []
     assert sorted(o for _, o in bench.reports) == [Outcome.APPLIED] * 3
     assert "committed the transaction of" in caplog.text
+
+
+async def test_records_fetched_before_a_rebalance_never_reach_the_next_ownership(
+    bench_factory: Factory,
+) -> None:
+    """Regression (found by the long torture run: 10 lost, 4 out of order). Records come back
+    from a fetch, and before they are dispatched (the dedup cache lookup awaits) a rebalance
+    revokes their partition and assigns it here again. Handed to the new ownership, they
+    started its watermark at their own offset, past the records still uncommitted before
+    them: those were committed over (lost if the consumer then died) and applied after
+    their successors. They belong to the ownership that fetched them, and are dropped; the
+    new one reads again from the committed offset."""
+    bench = await bench_factory()
+    engine = _engine(bench.pipeline)
+    engine.batcher = bench.batcher
+    broker = MemoryBroker()
+    broker.create_topic(TOPIC)
+    for n in range(3):
+        broker.append(TOPIC, Step(key="a", seq=n).model_dump_json().encode(), key=b"a",
+                      headers=[("id", f"f-{n}".encode()), ("event_type", b"step.recorded")])
+    source = broker.source(topics=[TOPIC], group_id="stale", rebalance=engine)
+    await source.start()
+    part: Partition = (TOPIC, 0)
+    fetched, owners = await engine._fetch(source, 10)
+    assert [r.offset for r in fetched[part]] == [0, 1, 2]
+    assert owners[part] is engine.states[part]
+
+    await engine.on_revoked([part])  # the rebalance, while the records wait
+    await engine.on_assigned([part])
+    engine._dispatch(part, fetched[part], owners[part])
+    assert engine.in_flight == 0
+    assert engine.states[part].offsets.committable() is None
+    await asyncio.wait_for(engine.executor.join(), 10)
+    assert await bench.ledger() == []
+
+    # the ownership that fetched them applies them
+    engine._dispatch(part, fetched[part], engine.states[part])
+    await asyncio.wait_for(engine.executor.join(), 10)
+    assert await bench.ledger() == ["f-0", "f-1", "f-2"]
+    assert engine.states[part].offsets.committable() == 3
+    await source.stop()
