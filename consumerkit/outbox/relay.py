@@ -41,7 +41,11 @@ from .table import OutboxTable
 log = logging.getLogger("consumerkit.outbox")
 
 DEFAULT_RETRY = RetryPolicy(max_attempts=10, initial_delay=1.0, max_delay=60.0)
-_DB_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
+# InternalClientError: asyncpg's word for a connection left mid-operation by a backend that
+# died under it ("cannot switch to state 12; another operation is in progress"). It is an
+# outage like the others: drop the connection, pause, connect again.
+_DB_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError,
+              asyncpg.InternalClientError)
 
 
 class Relay:

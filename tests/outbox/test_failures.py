@@ -1,7 +1,8 @@
 """Failing rows: back-off and attempts in the side table, FAILED after the maximum or at once
 for a permanent refusal, the aggregate blocked behind it, retry and skip (API and CLI); and a
 broker outage on a dedicated broker (its process stopped with SIGSTOP, then continued): the
-relay pauses, recovers, loses nothing."""
+relay pauses, recovers, loses nothing; so it does when its connection is left broken
+mid-operation."""
 
 from __future__ import annotations
 
@@ -202,3 +203,37 @@ async def test_a_broker_outage_pauses_the_relay_and_loses_nothing(
         if stopped:
             os.kill(broker.pid, signal.SIGCONT)
         await asyncio.to_thread(broker.stop)
+
+
+async def test_a_connection_left_mid_operation_pauses_the_relay_and_loses_nothing(
+    pg_pool: asyncpg.Pool[asyncpg.Record], postgres_dsn: str, kafka_bootstrap: str,
+    make_topic: MakeTopic, outbox: Outbox, outbox_table: OutboxTable,
+) -> None:
+    """Regression (the long torture run: a relay exited four times). When a backend dies
+    under an operation, asyncpg may report the connection's next statement as an
+    InternalClientError ("another operation is in progress"). The relay took it for a bug
+    and exited; it is an outage: pause, reconnect, publish everything."""
+    topic = await make_topic(partitions=1)
+    sink = KafkaSink(kafka_bootstrap, route=topic, kafka_options={"enable_idempotence": False})
+    relay = Relay(postgres_dsn, sink, schema=outbox_table.schema, handle_signals=False,
+                  retry=RetryPolicy(max_attempts=3, initial_delay=0.05, max_delay=0.1))
+    claim = relay._store.claim
+    broken: list[int] = []
+
+    async def left_mid_operation(*args: object, **kwargs: object) -> list[OutboxEvent]:
+        if len(broken) < 2:  # twice in a row, as after a backend died mid-query
+            broken.append(1)
+            raise asyncpg.InternalClientError(
+                "cannot switch to state 12; another operation (2) is in progress")
+        return await claim(*args, **kwargs)  # type: ignore[arg-type]
+
+    relay._store.claim = left_mid_operation  # type: ignore[method-assign]
+    written = [await _add(outbox, pg_pool, f"agg-{n % 2}", n) for n in range(6)]
+    async with RelayRunning(relay):
+        async def drained() -> bool:
+            return await pending(pg_pool, outbox_table) == 0
+
+        await wait_until(drained, 60, "the outbox drained after the broken connection")
+        assert relay.pauses == 2
+    records = await read_all(kafka_bootstrap, [topic], lambda found: len(found) >= 6)
+    assert [UUID(r.headers["id"].decode()) for r in records] == written
