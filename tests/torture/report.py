@@ -16,6 +16,8 @@ _ROWS = [
     ("**lost**", "lost"),
     ("**phantom**", "phantom"),
     ("**order violations**", "order_violations"),
+    ("records the broker hid from a streaming reader (witness)", "broker_hidden"),
+    ("events not applied because the broker hid them", "lost_hidden_by_broker"),
     ("order violations seen by the projection", "projection_violations"),
     ("unexpected dead letters (sound events)", "unexpected_dead_letters"),
     ("faults injected / kinds", None),
@@ -38,7 +40,7 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     for label, key in _ROWS:
         if key is not None:
-            value = report[key]
+            value = report.get(key, 0)
         elif label.startswith("deliveries"):
             value = f"{report['deliveries_total']} / {report['deliveries_distinct']}"
         elif label.startswith("faults"):
@@ -57,8 +59,8 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 _TOTALS = ("events_committed", "deliveries_total", "deliveries_distinct", "effects",
-           "duplicate_effects", "lost", "phantom", "order_violations", "relay_duplicates",
-           "republished_copies", "faults_total")
+           "duplicate_effects", "lost", "phantom", "order_violations", "broker_hidden",
+           "relay_duplicates", "republished_copies", "faults_total")
 
 
 def combined(reports: list[dict[str, Any]]) -> str:
@@ -73,13 +75,14 @@ def combined(reports: list[dict[str, Any]]) -> str:
             kinds[kind] = kinds.get(kind, 0) + n
         lines.append("| " + " | ".join([
             str(r["seed"]), "PASS" if r["verdict"] else "**FAIL**",
-            *(f"{r[k]:,}" for k in _TOTALS), str(r["fault_kinds"]),
+            *(f"{r.get(k, 0):,}" for k in _TOTALS), str(r["fault_kinds"]),
             str(r["time_to_drain_s"]),
             f"{r['latency_ms']['p50']} / {r['latency_ms']['p99']}"]) + " |")
     verdict = all(r["verdict"] for r in reports)
     lines.append("| " + " | ".join([
         "**all**", "**PASS**" if verdict else "**FAIL**",
-        *(f"**{sum(r[k] for r in reports):,}**" for k in _TOTALS), f"**{len(kinds)}**",
+        *(f"**{sum(r.get(k, 0) for r in reports):,}**" for k in _TOTALS),
+        f"**{len(kinds)}**",
         "", ""]) + " |")
     lines += ["", "| fault | injected (all seeds) |", "|---|---|"]
     lines += [f"| {kind} | {n} |" for kind, n in sorted(kinds.items())]
@@ -90,7 +93,8 @@ def _short(key: str) -> str:
     return {"events_committed": "events", "deliveries_total": "deliveries",
             "deliveries_distinct": "distinct", "effects": "effects",
             "duplicate_effects": "dup. effects", "lost": "lost", "phantom": "phantom",
-            "order_violations": "order viol.", "relay_duplicates": "relay dup.",
+            "order_violations": "order viol.", "broker_hidden": "hidden by broker",
+            "relay_duplicates": "relay dup.",
             "republished_copies": "republished", "faults_total": "faults"}[key]
 
 

@@ -27,6 +27,7 @@ from .cluster import OwnPostgres, OwnRedis, start_tansu
 from .faults import KINDS, REDIS_KINDS, Rig, schedule
 from .procs import Procs
 from .profiles import Profile
+from .witness import Witness
 
 SCHEMA = "torture"
 TOPIC = "torture.steps"
@@ -147,25 +148,30 @@ async def _drain(dsn: str, profile: Profile) -> tuple[float, bool]:
         await asyncio.sleep(0.5)
 
 
-async def _read_topic(bootstrap: str, wanted: int) -> list[str]:
-    """The event id of every record on the topic: reads until it has ``wanted`` distinct ids
-    and two polls find nothing more (eight if it has fewer), or 60 s pass."""
+async def _read_topic(bootstrap: str, wanted: int) -> list[tuple[int, int, str]]:
+    """(partition, offset, event id) of every record on the topic: reads until it has
+    ``wanted`` distinct ids and two polls find nothing more (eight if it has fewer), or 60 s
+    pass."""
     reader = AIOKafkaConsumer(TOPIC, bootstrap_servers=bootstrap, group_id=None,
                               auto_offset_reset="earliest", enable_auto_commit=False)
     await reader.start()
-    ids: list[str] = []
+    read: list[tuple[int, int, str]] = []
+    ids: set[str] = set()
     try:
         deadline = time.monotonic() + 60
         quiet = 0
         while quiet < 8 and time.monotonic() < deadline:
             batch = await reader.getmany(timeout_ms=500, max_records=5000)
             for records in batch.values():
-                ids.extend(dict(r.headers).get("id", b"").decode() for r in records)
+                for r in records:
+                    event_id = dict(r.headers).get("id", b"").decode()
+                    read.append((r.partition, r.offset, event_id))
+                    ids.add(event_id)
             # complete: two empty polls; short of it (a lost event): eight, then give up
-            quiet = quiet + (4 if len(set(ids)) >= wanted else 1) if not batch else 0
+            quiet = quiet + (4 if len(ids) >= wanted else 1) if not batch else 0
     finally:
         await reader.stop()
-    return ids
+    return read
 
 
 async def torture(profile: Profile, seed: int, mutant: str,
@@ -187,6 +193,8 @@ async def torture(profile: Profile, seed: int, mutant: str,
                   spare=procs.by_name[f"consumer-{CONSUMERS}"])
         for proc in procs.role("relay") + procs.role("consumer")[:CONSUMERS]:
             proc.start()
+        witness = Witness(broker.bootstrap, TOPIC, profile.partitions)
+        witness.start()
         producer = procs.by_name["producer"]
         producer.start()
         started = time.monotonic()
@@ -223,8 +231,14 @@ async def torture(profile: Profile, seed: int, mutant: str,
         finally:
             await conn.close()
         mark = time.monotonic()
-        history.published = await _read_topic(broker.bootstrap, len(history.committed))
+        read = await _read_topic(broker.bootstrap, len(history.committed))
+        history.published = [event_id for _, _, event_id in read]
         phases["final_read_s"] = time.monotonic() - mark
+        await witness.stop()
+        hidden = witness.hidden(read)
+        at = {(p, o) for p, o, _ in hidden}
+        shown = {event_id for p, o, event_id in read if (p, o) not in at}
+        history.broker_hidden = {event_id for _, _, event_id in hidden} - shown
         history.republished = rig.republished
         history.raw_poison = rig.raw_poison
         findings = check(history)
@@ -243,6 +257,9 @@ async def torture(profile: Profile, seed: int, mutant: str,
             "effects": findings.effects,
             "duplicate_effects": findings.duplicate_effects,
             "lost": findings.lost,
+            "broker_hidden": len(hidden),
+            "broker_hidden_examples": [list(h) for h in hidden[:5]],
+            "lost_hidden_by_broker": findings.lost_hidden,
             "phantom": findings.phantom,
             "order_violations": findings.order_violations,
             "projection_violations": findings.projection_violations,
