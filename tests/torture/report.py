@@ -16,6 +16,7 @@ _ROWS = [
     ("**lost**", "lost"),
     ("**phantom**", "phantom"),
     ("**order violations**", "order_violations"),
+    ("records read by the witness while streaming", "witness_read"),
     ("records the broker hid from a streaming reader (witness)", "broker_hidden"),
     ("events not applied because the broker hid them", "lost_hidden_by_broker"),
     ("order violations seen by the projection", "projection_violations"),

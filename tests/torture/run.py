@@ -257,6 +257,7 @@ async def torture(profile: Profile, seed: int, mutant: str,
             "effects": findings.effects,
             "duplicate_effects": findings.duplicate_effects,
             "lost": findings.lost,
+            "witness_read": len(witness.seen),  # records the witness saw while streaming
             "broker_hidden": len(hidden),
             "broker_hidden_examples": [list(h) for h in hidden[:5]],
             "lost_hidden_by_broker": findings.lost_hidden,
