@@ -90,8 +90,8 @@ def _paired(target: str, needed: float, cell: dict[str, Any] | None, top: str, b
     measured = statistics.median(ratios)
     detail = (f"median of {len(runs)} rounds {measured:.3f}x (needs {needed:g}x); per round "
               + ", ".join(f"{x:.3f}" for x in ratios)
-              + f"; medians {statistics.median(highs.values()):,.0f} / "
-              f"{statistics.median(lows.values()):,.0f} msg/s")
+              + f"; medians of these rounds {statistics.median(highs[r] for r in runs):,.0f} / "
+              f"{statistics.median(lows[r] for r in runs):,.0f} msg/s")
     twins = _rounds(cell, control) if control else {}
     same = [twins[r] / lows[r] for r in runs if r in twins]
     if same:

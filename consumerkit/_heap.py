@@ -11,7 +11,7 @@ permanent generation (``gc.freeze``: never walked again) and raises the young ge
 threshold. Cycles are still collected, less often; objects freed by reference counting (nearly
 all of them) are not affected. ``consumerkit run`` and ``consumerkit relay`` call it unless
 ``CONSUMERKIT_GC_TUNING=false``; a program that embeds a consumer in its own process decides
-for itself (see docs/operations.md).
+for itself (see docs/operations/index.md).
 """
 
 from __future__ import annotations

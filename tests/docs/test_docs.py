@@ -68,7 +68,7 @@ EXPECTED_PAGES = {
     "webhooks.md", "benchmarks.md", "configuration.md", "security.md",
     "demo.md", "observability.md", "operations/index.md", "testing.md",
     "operations/metrics.md", "operations/alerts.md", "operations/runbooks.md", "parking.md",
-    "torture.md",
+    "torture.md", "torture-long.md",
 }
 KAFKA = "127.0.0.1:9092"
 DSN = "postgresql://app@db.invalid/app"

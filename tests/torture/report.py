@@ -18,7 +18,7 @@ _ROWS = [
     ("**order violations**", "order_violations"),
     ("records read by the witness while streaming", "witness_read"),
     ("records the broker hid from a streaming reader (witness)", "broker_hidden"),
-    ("events not applied because the broker hid them", "lost_hidden_by_broker"),
+    ("of the lost, events the broker also kept from the witness", "lost_hidden_by_broker"),
     ("order violations seen by the projection", "projection_violations"),
     ("unexpected dead letters (sound events)", "unexpected_dead_letters"),
     ("faults injected / kinds", None),
