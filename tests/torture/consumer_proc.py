@@ -48,6 +48,10 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # rebalances, as the consumer and the group coordinator see them: the first thing to know
+    # about an event a consumer skipped (docs/torture-long.md, finding 4)
+    for name in ("consumerkit.consumer", "aiokafka.consumer.group_coordinator"):
+        logging.getLogger(name).setLevel(logging.INFO)
     asyncio.run(build(args).run())
 
 
