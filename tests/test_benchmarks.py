@@ -193,7 +193,7 @@ def _rounds(name: str, *rates: float) -> dict[str, Any]:
 def test_metrics_on_is_judged_on_each_round_s_ratio() -> None:
     # the machine slowed down in round 2: the medians taken apart read 0.90x, each round
     # reads 0.98x or better
-    main = {"name": MAIN, "peers": [
+    main: dict[str, Any] = {"name": MAIN, "peers": [
         _rounds("consumerkit", 10_000, 6_000, 9_000),
         _rounds("consumerkit-metrics", 9_800, 5_950, 8_900),
         _rounds("consumerkit-best", 9_500, 6_100, 9_100)]}

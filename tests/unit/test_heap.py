@@ -19,9 +19,9 @@ def restored() -> Iterator[None]:
     gc.set_threshold(*thresholds)
 
 
-def test_settle_freezes_start_up_and_raises_the_young_threshold(restored: None) -> None:
+def test_tune_gc_freezes_start_up_and_raises_the_young_threshold(restored: None) -> None:
     gc.set_threshold(700, 10, 10)
-    alive = [object() for _ in range(10)], {"a": []}  # something start-up would keep
+    alive: list[object] = [object() for _ in range(10)]  # something start-up would keep
     said = _heap.tune_gc()
     assert gc.get_freeze_count() > 0
     assert gc.get_threshold() == (_heap.YOUNG_THRESHOLD, 10, 10)
@@ -31,13 +31,13 @@ def test_settle_freezes_start_up_and_raises_the_young_threshold(restored: None) 
     assert alive
 
 
-def test_settle_keeps_a_higher_threshold(restored: None) -> None:
+def test_tune_gc_keeps_a_higher_threshold(restored: None) -> None:
     gc.set_threshold(_heap.YOUNG_THRESHOLD * 4, 20, 30)
     _heap.tune_gc()
     assert gc.get_threshold() == (_heap.YOUNG_THRESHOLD * 4, 20, 30)
 
 
-def test_cycles_are_still_collected_after_settling(restored: None) -> None:
+def test_cycles_are_still_collected_after_tuning(restored: None) -> None:
     _heap.tune_gc()
 
     class Node:
