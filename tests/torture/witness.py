@@ -51,8 +51,10 @@ class Witness:
         while True:  # a broker pause can break the reader: it starts again where it was
             # earliest: an answer "out of range" must never move the witness forward, or
             # every record it jumped over would look hidden
+            # read_committed, as the consumers read (consumerkit/transport/kafka.py)
             reader = AIOKafkaConsumer(bootstrap_servers=self.bootstrap, group_id=None,
-                                      enable_auto_commit=False, auto_offset_reset="earliest")
+                                      enable_auto_commit=False, auto_offset_reset="earliest",
+                                      isolation_level="read_committed")
             try:
                 await reader.start()
                 parts = [TopicPartition(self.topic, p) for p in range(self.partitions)]
