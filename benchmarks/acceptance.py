@@ -49,11 +49,15 @@ from typing import Any
 from .profiles import MAIN, REDIS, REPLAY
 
 
+def _exact(cell: dict[str, Any] | None, peer: str) -> dict[str, Any] | None:
+    """``peer``'s results in ``cell``, if it ran and every run was exact."""
+    return next((p for p in (cell or {}).get("peers", [])
+                 if p["peer"] == peer and p["exact"]), None)
+
+
 def _median(cell: dict[str, Any] | None, peer: str) -> float | None:
-    for p in (cell or {}).get("peers", []):
-        if p["peer"] == peer and p["exact"]:
-            return float(p["median_msg_per_s"])
-    return None
+    found = _exact(cell, peer)
+    return None if found is None else float(found["median_msg_per_s"])
 
 
 def _cell(document: dict[str, Any], name: str) -> dict[str, Any] | None:
@@ -71,10 +75,9 @@ def _ratio(target: str, needed: float, top: float | None, bottom: float | None,
 
 
 def _rounds(cell: dict[str, Any] | None, peer: str) -> dict[int, float]:
-    for p in (cell or {}).get("peers", []):
-        if p["peer"] == peer and p["exact"]:
-            return {int(x["run"]): float(x["rate"]) for x in p.get("samples", [])}
-    return {}
+    found = _exact(cell, peer)
+    return {} if found is None else {int(x["run"]): float(x["rate"])
+                                     for x in found.get("samples", [])}
 
 
 def _paired(target: str, needed: float, cell: dict[str, Any] | None, top: str, bottom: str,

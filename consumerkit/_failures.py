@@ -49,7 +49,9 @@ _OUTAGES = (
 )
 
 
-_BROKEN_CONNECTION = (OSError, asyncpg.InterfaceError, asyncpg.exceptions._base.InternalClientError)
+# a connection that broke under us, as asyncpg reports it (the consumer and the relay alike);
+# InternalClientError: a connection left mid-operation by a backend that died under it
+BROKEN_CONNECTION = (OSError, asyncpg.InterfaceError, asyncpg.InternalClientError)
 
 
 def judge(raised: Exception) -> tuple[BaseException, bool]:
@@ -62,7 +64,7 @@ def judge(raised: Exception) -> tuple[BaseException, bool]:
     # the connection broke: asyncpg reports a backend terminated while idle in the pool as an
     # InternalClientError on the next statement. (Errors after the handler ran arrive wrapped
     # in HandlerFailure, see Pipeline._transaction.)
-    return raised, isinstance(raised, (*_OUTAGES, *_BROKEN_CONNECTION))
+    return raised, isinstance(raised, (*_OUTAGES, *BROKEN_CONNECTION))
 
 
 def describe(exc: BaseException) -> str:

@@ -28,9 +28,10 @@ def tune_gc(young: int = YOUNG_THRESHOLD) -> str:
     gc.collect()
     gc.freeze()
     first, middle, old = gc.get_threshold()
-    gc.set_threshold(max(first, young), middle, old)
+    first = max(first, young)
+    gc.set_threshold(first, middle, old)
     return (f"{gc.get_freeze_count():,} start-up objects frozen, young generation collected "
-            f"every {max(first, young):,} allocations")
+            f"every {first:,} allocations")
 
 
 def describe() -> str:

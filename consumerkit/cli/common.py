@@ -102,7 +102,7 @@ async def run_until_signalled(
     ``started`` is set, the collector is tuned for the long run (:mod:`consumerkit._heap`)."""
     task = asyncio.create_task(run)
     remove = _signals.install(lambda sig: on_signal(sig, task))
-    tune = asyncio.create_task(_settle_heap(started)) if started is not None else None
+    tune = asyncio.create_task(_tune_gc_once(started)) if started is not None else None
     try:
         with contextlib.suppress(asyncio.CancelledError):
             await task
@@ -112,6 +112,6 @@ async def run_until_signalled(
             tune.cancel()
 
 
-async def _settle_heap(started: asyncio.Event) -> None:
+async def _tune_gc_once(started: asyncio.Event) -> None:
     await started.wait()
     log.info("garbage collector: %s", _heap.tune_gc())

@@ -24,6 +24,7 @@ import asyncpg
 from prometheus_client import CollectorRegistry
 
 from .. import _faults, _signals
+from .._failures import BROKEN_CONNECTION
 from .._identifiers import redact_dsn
 from .._observing import Probe, serve_metrics
 from ..errors import ConfigurationError
@@ -41,11 +42,8 @@ from .table import OutboxTable
 log = logging.getLogger("consumerkit.outbox")
 
 DEFAULT_RETRY = RetryPolicy(max_attempts=10, initial_delay=1.0, max_delay=60.0)
-# InternalClientError: asyncpg's word for a connection left mid-operation by a backend that
-# died under it ("cannot switch to state 12; another operation is in progress"). It is an
-# outage like the others: drop the connection, pause, connect again.
-_DB_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError,
-              asyncpg.InternalClientError)
+# an outage: drop the connection, pause, connect again
+_DB_ERRORS = (TimeoutError, asyncpg.PostgresError, *BROKEN_CONNECTION)
 
 
 class Relay:
