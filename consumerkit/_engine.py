@@ -21,6 +21,9 @@ from .stats import ConsumerStats
 from .transport.source import Partition, Source
 
 log = logging.getLogger("consumerkit.consumer")
+# each ownership's first offset, jumps between fetches, dropped fetches and commits, at DEBUG:
+# what it takes to tell which commit went past a record that was never applied
+trace = logging.getLogger("consumerkit.consumer.offsets")
 
 
 Fetched = tuple[dict[Partition, list[RecordLike]], dict[Partition, PartitionState | None]]
@@ -182,8 +185,13 @@ class Engine:
             # fetched before a revocation or a stop: read again from the commit. Given to a
             # later ownership they would start its watermark past the records still
             # uncommitted before them, and run ahead of them (lost and reordered)
+            if records and trace.isEnabledFor(logging.DEBUG):
+                trace.debug("%s/%d: dropped offsets %d-%d, fetched for an ownership that "
+                            "ended", *part, records[0].offset, records[-1].offset)
             return
         if records:
+            if trace.isEnabledFor(logging.DEBUG):
+                _trace_fetch(part, state.fetched, records)
             state.fetched = records[-1].offset + 1
         for record in records:
             state.submitted(record.offset)
@@ -279,6 +287,9 @@ class Engine:
             for part, off in offsets.items():
                 if (state := self.states.get(part)) is not None:
                     state.offsets.committed = off
+            if trace.isEnabledFor(logging.DEBUG):
+                trace.debug("committed %s", " ".join(
+                    f"{topic}/{number}:{off}" for (topic, number), off in sorted(offsets.items())))
             self.stats.commits += 1
             return True
 
@@ -299,6 +310,19 @@ class Engine:
         if self.batcher is not None:
             await self.batcher.close()
         await self.commit(list(self.states.values()))
+
+
+def _trace_fetch(part: Partition, fetched: int, records: Sequence[RecordLike]) -> None:
+    """Log where a fetch starts an ownership, or leaves offsets out (transaction markers do,
+    on a topic written in transactions)."""
+    first, last = records[0].offset, records[-1].offset
+    if not fetched:
+        trace.debug("%s/%d: first offset of this ownership %d", *part, first)
+    elif first != fetched:
+        trace.debug("%s/%d: offsets jump from %d to %d", *part, fetched, first)
+    if last - first + 1 != len(records):
+        trace.debug("%s/%d: %d records fetched between offsets %d and %d", *part,
+                    len(records), first, last)
 
 
 async def _drained(states: list[PartitionState], timeout: float) -> bool:

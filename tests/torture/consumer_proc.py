@@ -52,6 +52,9 @@ def main() -> None:
     # about an event a consumer skipped (docs/torture-long.md, finding 4)
     for name in ("consumerkit.consumer", "aiokafka.consumer.group_coordinator"):
         logging.getLogger(name).setLevel(logging.INFO)
+    # and where each ownership starts, what it drops and what it commits: which commit went
+    # past a record never applied
+    logging.getLogger("consumerkit.consumer.offsets").setLevel(logging.DEBUG)
     asyncio.run(build(args).run())
 
 
