@@ -51,6 +51,7 @@ class Findings:
     unexpected_dead_letters: int
     parked: dict[str, int]
     examples: dict[str, list[str]]
+    lost_ids: list[str]  # all of them: where each was on the topic tells whose commit passed it
 
     @property
     def verdict(self) -> bool:
@@ -92,6 +93,7 @@ def check(h: History) -> Findings:
             ("lost", lost), ("lost_hidden", hidden), ("phantom", phantom),
             ("duplicate", duplicates), ("order", order),
             ("unexpected_dead_letter", unexpected)) if ids},
+        lost_ids=lost,
     )
 
 

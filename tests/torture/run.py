@@ -174,6 +174,14 @@ async def _read_topic(bootstrap: str, wanted: int) -> list[tuple[int, int, str]]
     return read
 
 
+def _positions(read: list[tuple[int, int, str]], event_ids: list[str]) -> list[str]:
+    """``TOPIC/PARTITION:OFFSET`` of each of ``event_ids`` on the topic (its first copy)."""
+    first: dict[str, tuple[int, int]] = {}
+    for partition, offset, event_id in read:
+        first.setdefault(event_id, (partition, offset))
+    return [f"{TOPIC}/{first[e][0]}:{first[e][1]}" for e in event_ids if e in first]
+
+
 async def torture(profile: Profile, seed: int, mutant: str,
                   keep: bool = False) -> dict[str, Any]:
     rng = random.Random(seed)
@@ -278,6 +286,8 @@ async def torture(profile: Profile, seed: int, mutant: str,
             "phases_s": {k: round(v, 2) for k, v in phases.items()},
             "unexpected_exits": exits,
             "examples": findings.examples,
+            # where the lost events are on the topic, for `python -m tests.torture.trace`
+            "lost_positions": _positions(read, findings.lost_ids)[:50],
             "verdict": findings.verdict,
         }
     finally:

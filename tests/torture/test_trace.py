@@ -1,0 +1,62 @@
+"""The trace of a lost record: the first commit past it, and its consumer's story, told from
+log lines written by the engine's own offset trace."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from consumerkit._engine import _trace_fetch
+from consumerkit.envelope import Record
+
+from .trace import explain, parse_position, read_logs
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def _records(*offsets: int) -> list[Record]:
+    return [Record("t", 1, offset, b"k", b"{}") for offset in offsets]
+
+
+def _log(path: Path, stamped: list[tuple[str, str, str]]) -> None:
+    path.write_text("".join(f"2026-11-24 06:{at},000 DEBUG {name}: {text}\n"
+                            for at, name, text in stamped))
+
+
+def test_the_engine_traces_an_ownership_start_a_jump_and_a_gap(
+        caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, "consumerkit.consumer.offsets"):
+        _trace_fetch(("t", 1), 0, _records(40, 41))
+        _trace_fetch(("t", 1), 42, _records(45, 46))
+        _trace_fetch(("t", 1), 47, _records(47, 49))
+    assert caplog.messages == [
+        "t/1: first offset of this ownership 40",
+        "t/1: offsets jump from 42 to 45",
+        "t/1: 2 records fetched between offsets 47 and 49",
+    ]
+
+
+def test_the_first_commit_past_a_lost_record_and_its_consumer_s_story(tmp_path: Path) -> None:
+    offsets = "consumerkit.consumer.offsets"
+    _log(tmp_path / "consumer-0.log", [
+        ("00:01", "consumerkit.consumer", "assigned [('t', 1)]"),
+        ("00:02", offsets, "t/1: first offset of this ownership 40"),
+        ("00:03", offsets, "committed t/0:7 t/1:42"),
+        ("00:05", offsets, "t/1: offsets jump from 42 to 45"),
+        ("00:06", offsets, "committed t/1:46"),
+    ])
+    _log(tmp_path / "consumer-1.log", [
+        ("00:04", offsets, "committed t/1:43"),  # another partition's commits: not these
+        ("00:07", offsets, "committed t/1:50"),
+    ])
+    lines = read_logs(tmp_path)
+    assert [line.at[-9:] for line in lines][:3] == ["00:01,000", "00:02,000", "00:03,000"]
+    story = explain(lines, *parse_position("t/1:44"))
+    assert story[0].startswith("t/1:44: first committed past by consumer-0 at ")
+    assert story[0].endswith("(46)")
+    assert [line.split(" consumer-0 ")[1] for line in story[1:]] == [
+        "assigned [('t', 1)]", "t/1: first offset of this ownership 40", "committed t/0:7 t/1:42",
+        "t/1: offsets jump from 42 to 45", "committed t/1:46"]
+    assert explain(lines, "t", 1, 50) == ["t/1:50: no commit went past it"]

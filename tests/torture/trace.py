@@ -1,0 +1,96 @@
+"""Which commit went past a lost record, and what its consumer saw of that partition.
+
+    python -m tests.torture.trace WORKDIR TOPIC/PARTITION:OFFSET [...]
+
+``WORKDIR`` holds the process logs of a run kept with ``--keep-logs``; the positions are those
+of lost events (the report's ``lost_positions``). The consumers log, at DEBUG on
+``consumerkit.consumer.offsets``, where each ownership of a partition starts, offsets a fetch
+jumped over, fetches dropped and every commit. For each position this prints the first commit
+past it, by any consumer, and that consumer's story of the partition up to that commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+_LINE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (\w+) ([\w.]+): (.*)$")
+_COMMIT = re.compile(r"([^\s/]+)/(\d+):(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    at: str  # sortable: the logs' asctime
+    process: str
+    logger: str
+    text: str
+
+
+def read_logs(workdir: Path) -> list[Line]:
+    """Every consumer log line of ``workdir``, in time order."""
+    lines: list[Line] = []
+    for path in sorted(workdir.glob("consumer-*.log")):
+        for raw in path.read_text(errors="replace").splitlines():
+            if (m := _LINE.match(raw)) is not None:
+                lines.append(Line(m[1], path.stem, m[3], m[4]))
+    lines.sort(key=lambda line: line.at)
+    return lines
+
+
+def commits(line: Line) -> dict[tuple[str, int], int]:
+    """The offsets a ``committed ...`` line names, else nothing."""
+    if line.logger != "consumerkit.consumer.offsets" or not line.text.startswith("committed "):
+        return {}
+    return {(m[1], int(m[2])): int(m[3]) for m in _COMMIT.finditer(line.text)}
+
+
+def about(line: Line, topic: str, partition: int) -> bool:
+    """Whether ``line`` speaks of the partition (its ownership, fetches, commits)."""
+    if (topic, partition) in commits(line):
+        return True
+    if line.logger == "consumerkit.consumer.offsets":
+        return line.text.startswith(f"{topic}/{partition}:")
+    return line.logger == "consumerkit.consumer" and (
+        f"('{topic}', {partition})" in line.text)
+
+
+def explain(lines: Sequence[Line], topic: str, partition: int, offset: int) -> list[str]:
+    """The first commit past ``offset``, and what its process said of the partition before."""
+    for i, line in enumerate(lines):
+        committed = commits(line).get((topic, partition))
+        if committed is not None and committed > offset:
+            story = [other for other in lines[:i] if other.process == line.process
+                     and about(other, topic, partition)]
+            # back to the start of this ownership, and one before it
+            starts = [j for j, other in enumerate(story) if "first offset" in other.text]
+            story = story[starts[-2] if len(starts) > 1 else 0:] if starts else story[-40:]
+            return [f"{topic}/{partition}:{offset}: first committed past by {line.process} "
+                    f"at {line.at} ({committed})",
+                    *(f"  {s.at} {s.process} {s.text}" for s in story[-60:]),
+                    f"  {line.at} {line.process} {line.text}"]
+    return [f"{topic}/{partition}:{offset}: no commit went past it"]
+
+
+def parse_position(text: str) -> tuple[str, int, int]:
+    topic, _, rest = text.rpartition("/")
+    partition, _, offset = rest.partition(":")
+    return topic, int(partition), int(offset)
+
+
+def main(argv: Iterable[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m tests.torture.trace",
+                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("workdir", type=Path)
+    parser.add_argument("positions", nargs="+", type=parse_position,
+                        help="TOPIC/PARTITION:OFFSET of a lost event")
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    lines = read_logs(args.workdir)
+    for topic, partition, offset in args.positions:
+        print("\n".join(explain(lines, topic, partition, offset)))
+
+
+if __name__ == "__main__":
+    main()
