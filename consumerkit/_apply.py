@@ -45,6 +45,7 @@ from . import _faults
 from ._decode import Decoded
 from ._deferred import Deferred
 from ._failures import ClaimBlocked, HandlerEndedTransaction, HandlerFailure, TransactionReplaced
+from ._frozen import maker
 from ._xact import Mark, check, mark, verify
 from .context import BatchContext, HandlerContext
 from .observability.observer import Observer
@@ -56,6 +57,8 @@ if TYPE_CHECKING:
     from .outbox.writer import Outbox
 
 log = logging.getLogger("consumerkit.pipeline")
+
+_request = maker(ClaimRequest)
 
 CACHED = Claim(ClaimStatus.DUPLICATE, cached=True)
 """The claim of a record the dedup cache knows was applied: no transaction was needed."""
@@ -110,7 +113,7 @@ class Applier:
 
     async def _transaction(self, conn: DbConnection, items: list[Decoded], attempt: int,
                            ) -> list[Claim]:
-        requests = [ClaimRequest(d.envelope, d.route.name) for d in items]
+        requests = [_request(d.envelope, d.route.name) for d in items]
         claimed: list[ClaimRequest] = []
         committed = handling = False
         outside = _faults.ON and _faults.mutant("claim_outside_tx")

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import orjson
 from pydantic import BaseModel, ValidationError
 
+from ._frozen import maker
 from .envelope import Envelope, IdSource, RecordLike, WireFormat
 from .errors import DecodeError
 from .registry import Route, RouteTable
@@ -19,6 +20,10 @@ class Decoded:
     envelope: Envelope
     route: Route
     event: BaseModel
+
+
+_envelope = maker(Envelope)
+_decoded = maker(Decoded)
 
 
 def header_map(record: RecordLike) -> dict[str, bytes]:
@@ -43,6 +48,8 @@ class Decoder:
         self.routes = routes
         self.wire = wire
         self.max_bytes = max_bytes
+        self._last_timestamp: int | None = None
+        self._last_time: datetime | None = None
 
     def decode(self, record: RecordLike) -> Decoded:
         value = record.value
@@ -73,23 +80,27 @@ class Decoder:
             raise DecodeError(reason, _short(exc)) from exc
         except Exception as exc:  # a model validator raising e.g. TypeError or KeyError
             raise DecodeError("invalid_payload", f"{type(exc).__name__}: {exc}"[:500]) from exc
-        envelope = Envelope(
-            event_id=event_id,
-            id_source=id_source,
-            event_type=event_type,
-            key=_key(record.key),
-            topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            timestamp=record_time(record.timestamp),
-            occurred_at=_timestamp(header_text(headers, wire.occurred_at_header)),
-            aggregate_type=header_text(headers, wire.aggregate_type_header),
-            correlation_id=header_text(headers, wire.correlation_id_header),
-            causation_id=header_text(headers, wire.causation_id_header),
-            traceparent=header_text(headers, wire.traceparent_header),
-            headers=headers,
+        timestamp = record.timestamp
+        if timestamp != self._last_timestamp:  # a batch's records often share their time
+            self._last_time = record_time(timestamp)
+            self._last_timestamp = timestamp
+        envelope = _envelope(  # Envelope's fields, in order
+            event_id,
+            id_source,
+            event_type,
+            _key(record.key),
+            record.topic,
+            record.partition,
+            record.offset,
+            self._last_time,
+            _timestamp(header_text(headers, wire.occurred_at_header)),
+            header_text(headers, wire.aggregate_type_header),
+            header_text(headers, wire.correlation_id_header),
+            header_text(headers, wire.causation_id_header),
+            header_text(headers, wire.traceparent_header),
+            headers,
         )
-        return Decoded(envelope, route, event)
+        return _decoded(envelope, route, event)
 
     def event_id(self, record: RecordLike) -> str | None:
         """The record's event id as :meth:`decode` would find it, or ``None`` when it has
