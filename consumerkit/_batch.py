@@ -112,7 +112,10 @@ class Batcher:
                 report(record, await pipeline.process_decoded(record, decoded, abandon, failed))
             return
         for (record, decoded), claim in zip(good, claims, strict=True):
-            report(record, await pipeline.settle(claim, record, decoded, 1, abandon))
+            outcome = pipeline.settled(claim, record, decoded)
+            if outcome is None:  # expired, to the dead letters
+                outcome = await pipeline.settle(claim, record, decoded, 1, abandon)
+            report(record, outcome)
 
     async def _apply(
         self, items: list[Decoded], abandon: asyncio.Event,

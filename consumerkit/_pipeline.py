@@ -241,10 +241,11 @@ class Pipeline:
         except Exception as exc:
             log.warning("discarded a connection that could not be reset: %s", describe(exc))
 
-    async def settle(
-        self, claim: Claim, record: RecordLike, decoded: Decoded, attempt: int,
-        abandon: asyncio.Event,
-    ) -> Outcome:
+    def settled(self, claim: Claim, record: RecordLike, decoded: Decoded) -> Outcome | None:
+        """The outcome of a claim that needs no waiting (applied, duplicate, skipped), told
+        to the observers; ``None`` for an expired record that goes to the dead letters
+        (:meth:`settle`). Synchronous: a batch settles its records without a coroutine
+        each."""
         if claim.status is ClaimStatus.CLAIMED:
             self.observe.applied(record, decoded.envelope, decoded.route.name)
             return Outcome.APPLIED
@@ -257,6 +258,14 @@ class Pipeline:
         if self.expired == "skip":
             self.observe.expired_skipped(record, decoded.envelope, decoded.route.name)
             return Outcome.EXPIRED_SKIPPED
+        return None
+
+    async def settle(
+        self, claim: Claim, record: RecordLike, decoded: Decoded, attempt: int,
+        abandon: asyncio.Event,
+    ) -> Outcome:
+        if (outcome := self.settled(claim, record, decoded)) is not None:
+            return outcome
         when = decoded.envelope.event_time
         detail = (f"event time {when.isoformat() if when else '?'} is older than the dedup "
                   "retention; the original may have been forgotten")

@@ -74,8 +74,7 @@ class FakePipeline:
                         decoded: Decoded | None = None) -> Outcome | None:
         return None  # no key is parked here
 
-    async def settle(self, claim: Claim, record: RecordLike, decoded: Decoded, attempt: int,
-                     abandon: asyncio.Event) -> Outcome:
+    def settled(self, claim: Claim, record: RecordLike, decoded: Decoded) -> Outcome | None:
         self.stats.applied += 1
         return Outcome.APPLIED
 
