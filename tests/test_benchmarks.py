@@ -230,3 +230,29 @@ def test_no_peer_always_runs_right_after_another() -> None:
         before = [run_order(peers, run).index(first) < run_order(peers, run).index(second)
                   for run in (1, 2)]
         assert before == [True, False]
+
+
+def test_a_revision_against_another_is_judged_on_each_round_s_ratio() -> None:
+    from benchmarks.versus import rates, table, verdicts
+
+    document = {"peers": [
+        {"peer": "consumerkit", "median_msg_per_s": 900.0},
+        {"peer": "textbook", "median_msg_per_s": 100.0},
+        {"peer": "set-based", "median_msg_per_s": None}]}  # not exact: no rate
+    assert rates(document) == {"consumerkit": 900.0, "textbook": 100.0}
+    rounds: list[dict[str, Any]] = [
+        {"first": "base", "base": {"consumerkit": 1000.0, "textbook": 100.0},
+         "head": {"consumerkit": 1100.0, "textbook": 100.0}},
+        {"first": "head", "base": {"consumerkit": 500.0, "textbook": 50.0},  # a slow round
+         "head": {"consumerkit": 450.0, "textbook": 60.0}},
+        {"first": "base", "base": {"consumerkit": 1000.0, "textbook": 100.0},
+         "head": {"consumerkit": 1050.0}}]  # head's textbook missing: no multiple
+    found = verdicts(rounds, ["consumerkit", "textbook"])
+    assert found["consumerkit"]["per_round"] == [1.1, 0.9, 1.05]
+    assert found["consumerkit"]["ratio"] == pytest.approx(1.05)
+    assert found["consumerkit"]["textbook_multiple_ratio"] == pytest.approx(
+        (1.1 + 0.75) / 2)
+    assert found["textbook"]["rounds"] == 2
+    text = table(rounds, found, "abc123")
+    assert "| 2 | head | 500 / 450 | 50 / 60 |" in text
+    assert "- consumerkit: this tree / abc123 = **1.050x**" in text
