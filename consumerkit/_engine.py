@@ -273,6 +273,9 @@ class Engine:
                        if (off := s.offsets.committable()) is not None}
             if not offsets:
                 return True
+            if trace.isEnabledFor(logging.DEBUG):
+                # a process killed before the answer may have committed all the same
+                trace.debug("committing %s", _offsets_text(offsets))
             try:
                 # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow our own cancel
                 async with asyncio.timeout(COMMIT_TIMEOUT):
@@ -288,8 +291,7 @@ class Engine:
                 if (state := self.states.get(part)) is not None:
                     state.offsets.committed = off
             if trace.isEnabledFor(logging.DEBUG):
-                trace.debug("committed %s", " ".join(
-                    f"{topic}/{number}:{off}" for (topic, number), off in sorted(offsets.items())))
+                trace.debug("committed %s", _offsets_text(offsets))
             self.stats.commits += 1
             return True
 
@@ -310,6 +312,10 @@ class Engine:
         if self.batcher is not None:
             await self.batcher.close()
         await self.commit(list(self.states.values()))
+
+
+def _offsets_text(offsets: dict[Partition, int]) -> str:
+    return " ".join(f"{topic}/{number}:{off}" for (topic, number), off in sorted(offsets.items()))
 
 
 def _trace_fetch(part: Partition, fetched: int, records: Sequence[RecordLike]) -> None:

@@ -11,7 +11,7 @@ import pytest
 from consumerkit._engine import _trace_fetch
 from consumerkit.envelope import Record
 
-from .trace import explain, parse_position, read_logs
+from .trace import explain, late_starts, parse_position, read_logs
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -45,7 +45,7 @@ def test_the_first_commit_past_a_lost_record_and_its_consumer_s_story(tmp_path: 
         ("00:02", offsets, "t/1: first offset of this ownership 40"),
         ("00:03", offsets, "committed t/0:7 t/1:42"),
         ("00:05", offsets, "t/1: offsets jump from 42 to 45"),
-        ("00:06", offsets, "committed t/1:46"),
+        ("00:06", offsets, "committing t/1:46"),
     ])
     _log(tmp_path / "consumer-1.log", [
         ("00:04", offsets, "committed t/1:43"),  # another partition's commits: not these
@@ -55,8 +55,24 @@ def test_the_first_commit_past_a_lost_record_and_its_consumer_s_story(tmp_path: 
     assert [line.at[-9:] for line in lines][:3] == ["00:01,000", "00:02,000", "00:03,000"]
     story = explain(lines, *parse_position("t/1:44"))
     assert story[0].startswith("t/1:44: first committed past by consumer-0 at ")
-    assert story[0].endswith("(46)")
+    assert story[0].endswith("(committing 46)")
     assert [line.split(" consumer-0 ")[1] for line in story[1:]] == [
         "assigned [('t', 1)]", "t/1: first offset of this ownership 40", "committed t/0:7 t/1:42",
-        "t/1: offsets jump from 42 to 45", "committed t/1:46"]
+        "t/1: offsets jump from 42 to 45", "committing t/1:46"]
     assert explain(lines, "t", 1, 50) == ["t/1:50: no commit went past it"]
+
+
+def test_an_ownership_that_began_past_the_last_commit_is_listed(tmp_path: Path) -> None:
+    offsets = "consumerkit.consumer.offsets"
+    _log(tmp_path / "consumer-0.log", [
+        ("00:01", offsets, "committed t/1:42"),
+        ("00:02", offsets, "committing t/1:50"),  # sent, maybe landed: the process died
+    ])
+    _log(tmp_path / "consumer-1.log", [
+        ("00:03", offsets, "t/1: first offset of this ownership 50"),  # from the sent one
+        ("00:04", offsets, "committed t/1:52"),
+        ("00:05", offsets, "t/1: first offset of this ownership 60"),  # 52..59 skipped
+    ])
+    [late] = late_starts(read_logs(tmp_path))
+    assert late.endswith("consumer-1 t/1 began at 60, last commit 52 (consumer-1 at "
+                         "2026-11-24 06:00:04,000)")

@@ -1,12 +1,13 @@
 """Which commit went past a lost record, and what its consumer saw of that partition.
 
-    python -m tests.torture.trace WORKDIR TOPIC/PARTITION:OFFSET [...]
+    python -m tests.torture.trace WORKDIR [TOPIC/PARTITION:OFFSET ...] [--late-starts]
 
 ``WORKDIR`` holds the process logs of a run kept with ``--keep-logs``; the positions are those
 of lost events (the report's ``lost_positions``). The consumers log, at DEBUG on
 ``consumerkit.consumer.offsets``, where each ownership of a partition starts, offsets a fetch
-jumped over, fetches dropped and every commit. For each position this prints the first commit
-past it, by any consumer, and that consumer's story of the partition up to that commit.
+jumped over, fetches dropped and every commit, sent and answered. For each position this
+prints the first commit past it, by any consumer, and that consumer's story of the partition
+up to that commit.
 """
 
 from __future__ import annotations
@@ -41,8 +42,10 @@ def read_logs(workdir: Path) -> list[Line]:
 
 
 def commits(line: Line) -> dict[tuple[str, int], int]:
-    """The offsets a ``committed ...`` line names, else nothing."""
-    if line.logger != "consumerkit.consumer.offsets" or not line.text.startswith("committed "):
+    """The offsets a ``committing ...`` or ``committed ...`` line names, else nothing (a
+    commit sent by a process killed before the answer may have landed)."""
+    if line.logger != "consumerkit.consumer.offsets" or not line.text.startswith(
+            ("committed ", "committing ")):
         return {}
     return {(m[1], int(m[2])): int(m[3]) for m in _COMMIT.finditer(line.text)}
 
@@ -68,10 +71,33 @@ def explain(lines: Sequence[Line], topic: str, partition: int, offset: int) -> l
             starts = [j for j, other in enumerate(story) if "first offset" in other.text]
             story = story[starts[-2] if len(starts) > 1 else 0:] if starts else story[-40:]
             return [f"{topic}/{partition}:{offset}: first committed past by {line.process} "
-                    f"at {line.at} ({committed})",
+                    f"at {line.at} ({line.text.split()[0]} {committed})",
                     *(f"  {s.at} {s.process} {s.text}" for s in story[-60:]),
                     f"  {line.at} {line.process} {line.text}"]
     return [f"{topic}/{partition}:{offset}: no commit went past it"]
+
+
+_FIRST = re.compile(r"^(\S+)/(\d+): first offset of this ownership (\d+)$")
+
+
+def late_starts(lines: Sequence[Line]) -> list[str]:
+    """Ownerships that began past the last commit of their partition, sent or answered, by
+    any consumer: on a topic without transactions the records between were skipped, unless
+    a commit went unlogged."""
+    last: dict[tuple[str, int], tuple[int, Line]] = {}
+    found = []
+    for line in lines:
+        for part, off in commits(line).items():
+            if line.text.startswith("committed ") or off > last.get(part, (-1, line))[0]:
+                last[part] = (off, line)
+        if line.logger == "consumerkit.consumer.offsets" and (
+                m := _FIRST.match(line.text)) is not None:
+            part, first = (m[1], int(m[2])), int(m[3])
+            off, by = last.get(part, (0, line))
+            if first > off:
+                found.append(f"{line.at} {line.process} {part[0]}/{part[1]} began at {first}, "
+                             f"last commit {off} ({by.process} at {by.at})")
+    return found
 
 
 def parse_position(text: str) -> tuple[str, int, int]:
@@ -84,10 +110,14 @@ def main(argv: Iterable[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.torture.trace",
                                      description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("workdir", type=Path)
-    parser.add_argument("positions", nargs="+", type=parse_position,
+    parser.add_argument("positions", nargs="*", type=parse_position,
                         help="TOPIC/PARTITION:OFFSET of a lost event")
+    parser.add_argument("--late-starts", action="store_true",
+                        help="list the ownerships that began past their partition's last commit")
     args = parser.parse_args(list(argv) if argv is not None else None)
     lines = read_logs(args.workdir)
+    if args.late_starts:
+        print("\n".join(late_starts(lines)) or "no ownership began past its last commit")
     for topic, partition, offset in args.positions:
         print("\n".join(explain(lines, topic, partition, offset)))
 
