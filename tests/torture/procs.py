@@ -15,6 +15,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def exit_reason(log: Path) -> str:
+    """The error a process died of: the last line of its log that names an exception, as a
+    traceback's last line does (``module.Error: message``), or ``"unknown"``."""
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 8192))
+            tail = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return "unknown"
+    for line in reversed(tail):
+        name, sep, _ = line.partition(": ")
+        if sep and not line.startswith((" ", "20")) and name.rsplit(".", 1)[-1].endswith(
+                ("Error", "Exception", "Interrupt", "Exit")):
+            return line[:300]
+    return "unknown"
+
+
 @dataclass
 class Proc:
     name: str
@@ -25,7 +42,7 @@ class Proc:
     popen: subprocess.Popen[bytes] | None = None
     starts: int = 0
     started_at: float = 0.0
-    unexpected_exits: list[int] = field(default_factory=list)
+    unexpected_exits: list[str] = field(default_factory=list)  # "code: last error line"
 
     @property
     def pid(self) -> int:
@@ -110,7 +127,8 @@ class Procs:
         """Restart those of ``procs`` that died by themselves (not by the harness)."""
         for proc in procs:
             if proc.popen is not None and not proc.running():
-                proc.unexpected_exits.append(proc.popen.returncode)
+                proc.unexpected_exits.append(
+                    f"{proc.popen.returncode}: {exit_reason(proc.log)}")
                 proc.start()
 
     def stop_all(self) -> None:
