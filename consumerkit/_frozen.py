@@ -21,8 +21,9 @@ def maker(cls: type[T]) -> Callable[..., T]:
     """A function taking ``cls``'s fields positionally (defaults as in ``cls``) and returning
     an instance of ``cls``. ``cls`` must be a frozen dataclass with ``slots=True`` and no
     ``__post_init__``."""
-    params = cls.__dataclass_params__  # type: ignore[attr-defined]
-    if not params.frozen or "__slots__" not in cls.__dict__ or hasattr(cls, "__post_init__"):
+    params = getattr(cls, "__dataclass_params__", None)
+    if (params is None or not params.frozen or "__slots__" not in cls.__dict__
+            or hasattr(cls, "__post_init__")):
         raise TypeError(f"{cls.__name__} is not a frozen slotted dataclass without "
                         "__post_init__")
     fields = [(f.name, f.type, dataclasses.field(

@@ -45,7 +45,8 @@ def reason(rec: Record, wire: WireFormat | None = None, limit: int = 1000) -> st
 def test_a_good_record_becomes_an_envelope_and_a_model() -> None:
     headers = [("id", b"evt-1"), ("event_type", b"order.created"),
                ("occurred_at", b"2026-11-20T10:00:00Z"), ("correlation_id", b"c-9"),
-               ("traceparent", b"00-abc-def-01")]
+               ("traceparent", b"00-abc-def-01"), ("aggregate_type", b"order"),
+               ("causation_id", b"c-8")]
     decoded = Decoder(ROUTES, WireFormat(), 1000).decode(record(headers=headers))
     env = decoded.envelope
     assert decoded.event == OrderCreated(order_id="o-1", amount=5)
@@ -57,6 +58,21 @@ def test_a_good_record_becomes_an_envelope_and_a_model() -> None:
     assert env.timestamp == datetime.fromtimestamp(1_700_000_000, tz=UTC)
     assert env.correlation_id == "c-9"
     assert env.traceparent == "00-abc-def-01"
+    assert (env.aggregate_type, env.causation_id) == ("order", "c-8")
+    assert env.headers == dict(headers)
+
+
+def test_each_record_of_a_decoder_gets_its_own_time() -> None:
+    decoder = Decoder(ROUTES, WireFormat(), 1000)
+    times = []
+    for millis in (1_000, 1_000, 2_000, None, 2_000):
+        times.append(decoder.decode(record(timestamp=millis)).envelope.timestamp)
+    with pytest.raises(DecodeError):
+        decoder.decode(record(timestamp=2**63 - 1))
+    times.append(decoder.decode(record(timestamp=253_402_300_799_000)).envelope.timestamp)
+    times.append(decoder.decode(record(timestamp=2_000)).envelope.timestamp)
+    assert times == [record_time(m) for m in (1_000, 1_000, 2_000, None, 2_000,
+                                               253_402_300_799_000, 2_000)]
 
 
 @pytest.mark.parametrize(("rec", "expected"), [

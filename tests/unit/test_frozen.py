@@ -46,7 +46,10 @@ def test_only_frozen_slotted_dataclasses_are_taken() -> None:
     class NoSlots:
         x: int
 
-    for cls in (Plain, NoSlots):
+    class NotADataclass:
+        __slots__ = ("x",)
+
+    for cls in (Plain, NoSlots, NotADataclass):
         with pytest.raises(TypeError, match="not a frozen slotted dataclass"):
             maker(cls)
     assert maker(Record)("t", 0, 1, None, b"v") == Record("t", 0, 1, None, b"v")
