@@ -82,8 +82,8 @@ _FIRST = re.compile(r"^(\S+)/(\d+): first offset of this ownership (\d+)$")
 
 def late_starts(lines: Sequence[Line]) -> list[str]:
     """Ownerships that began past the last commit of their partition, sent or answered, by
-    any consumer: on a topic without transactions the records between were skipped, unless
-    a commit went unlogged."""
+    any consumer: on a topic without transactions the records between were skipped (a
+    commit is logged before it is sent)."""
     last: dict[tuple[str, int], tuple[int, Line]] = {}
     found = []
     for line in lines:
