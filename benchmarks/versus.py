@@ -1,8 +1,8 @@
 """consumerkit against an earlier revision of itself, in alternating runs on one machine.
 
-    python -m benchmarks.versus --base REV [--rounds 4] [--peers consumerkit,textbook]
-                                [--events N] [--runs 1] [--postgres DSN] [--kafka BOOTSTRAP]
-                                [--json out.json]
+    python -m benchmarks.versus --base REV [--rounds 4] [--peers consumerkit,set-based]
+                                [--yardstick set-based] [--events N] [--runs 1]
+                                [--postgres DSN] [--kafka BOOTSTRAP] [--json out.json]
 
 A peer of another revision cannot run in this process: ``REV`` is checked out into a
 temporary git worktree, and each round runs the throughput benchmark of ``REV`` and of this
@@ -13,8 +13,9 @@ whose benchmarks tune the collector is told not to) and uvloop when it is instal
 whose benchmarks default to asyncio's loop is told to use it).
 
 The verdict for each peer is the median over the rounds of this tree's msg/s over the base's
-in the same round, beside the same ratio taken on the textbook multiple (each run's own
-textbook peer as the yardstick, when ``textbook`` is among ``--peers``).
+in the same round, beside the same ratio taken on each run's share of its own ``--yardstick``
+peer (a hand-written peer, the same code in both trees: what moves between the two processes
+of a round moves it too).
 """
 
 from __future__ import annotations
@@ -37,7 +38,10 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                                 description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--base", required=True, help="the git revision to compare against")
     p.add_argument("--rounds", type=int, default=4, help="default %(default)s")
-    p.add_argument("--peers", default="consumerkit,textbook", help="default %(default)s")
+    p.add_argument("--peers", default="consumerkit,set-based", help="default %(default)s")
+    p.add_argument("--yardstick", default="set-based",
+                   help="the peer each run's rates are also taken as shares of "
+                        "(default %(default)s; one of --peers)")
     p.add_argument("--events", type=int, default=20_000, help="default %(default)s")
     p.add_argument("--runs", type=int, default=1, help="runs per process (default 1)")
     p.add_argument("--postgres", help="DSN (else each process's own default)")
@@ -46,6 +50,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.rounds < 1 or args.runs < 1 or args.events < 1:
         p.error("need --rounds, --runs and --events >= 1")
+    if args.yardstick not in args.peers.split(","):
+        p.error("--yardstick must be one of --peers")
     return args
 
 
@@ -56,9 +62,9 @@ def rates(document: dict[str, Any]) -> dict[str, float]:
 
 
 def verdicts(rounds: list[dict[str, dict[str, float]]], peers: Sequence[str],
-             ) -> dict[str, dict[str, Any]]:
+             yardstick: str) -> dict[str, dict[str, Any]]:
     """Per peer, the median over ``rounds`` (each ``{"base": rates, "head": rates}``) of head's
-    rate over base's, and of head's textbook multiple over base's."""
+    rate over base's, and of head's share of ``yardstick`` over base's."""
     found: dict[str, dict[str, Any]] = {}
     for peer in peers:
         ratios, multiples = [], []
@@ -66,14 +72,14 @@ def verdicts(rounds: list[dict[str, dict[str, float]]], peers: Sequence[str],
             base, head = r["base"], r["head"]
             if base.get(peer) and head.get(peer):
                 ratios.append(head[peer] / base[peer])
-                if peer != "textbook" and base.get("textbook") and head.get("textbook"):
-                    multiples.append((head[peer] / head["textbook"])
-                                     / (base[peer] / base["textbook"]))
+                if peer != yardstick and base.get(yardstick) and head.get(yardstick):
+                    multiples.append((head[peer] / head[yardstick])
+                                     / (base[peer] / base[yardstick]))
         found[peer] = {
             "rounds": len(ratios),
             "ratio": statistics.median(ratios) if ratios else None,
             "per_round": [round(x, 3) for x in ratios],
-            "textbook_multiple_ratio": statistics.median(multiples) if multiples else None,
+            "share_ratio": statistics.median(multiples) if multiples else None,
         }
     return found
 
@@ -99,7 +105,8 @@ def _run(tree: Path, args: argparse.Namespace, out: Path) -> dict[str, float]:
     return rates(json.loads(out.read_text()))
 
 
-def table(rounds: list[dict[str, Any]], found: dict[str, dict[str, Any]], base: str) -> str:
+def table(rounds: list[dict[str, Any]], found: dict[str, dict[str, Any]], base: str,
+          yardstick: str) -> str:
     peers = list(found)
     lines = ["| round | first | " + " | ".join(f"{p} base / head msg/s" for p in peers) + " |",
              "|---|---|" + "---:|" * len(peers)]
@@ -111,11 +118,12 @@ def table(rounds: list[dict[str, Any]], found: dict[str, dict[str, Any]], base: 
         if v["ratio"] is None:
             lines.append(f"- {peer}: not measured")
             continue
-        multiple = v["textbook_multiple_ratio"]
+        multiple = v["share_ratio"]
         lines.append(
             f"- {peer}: this tree / {base} = **{v['ratio']:.3f}x** (median of {v['rounds']} "
             f"rounds: {', '.join(f'{x:.3f}' for x in v['per_round'])})"
-            + (f"; on the textbook multiple {multiple:.3f}x" if multiple is not None else ""))
+            + (f"; as a share of {yardstick} {multiple:.3f}x" if multiple is not None
+               else ""))
     return "\n".join(lines)
 
 
@@ -140,8 +148,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base_tree)],
                            cwd=ROOT, check=False, capture_output=True)
-    found = verdicts(rounds, peers)
-    print(table(rounds, found, args.base))
+    found = verdicts(rounds, peers, args.yardstick)
+    print(table(rounds, found, args.base, args.yardstick))
     if args.json:
         args.json.write_text(json.dumps(
             {"base": args.base, "events": args.events, "rounds": rounds, "verdicts": found},

@@ -247,12 +247,12 @@ def test_a_revision_against_another_is_judged_on_each_round_s_ratio() -> None:
          "head": {"consumerkit": 450.0, "textbook": 60.0}},
         {"first": "base", "base": {"consumerkit": 1000.0, "textbook": 100.0},
          "head": {"consumerkit": 1050.0}}]  # head's textbook missing: no multiple
-    found = verdicts(rounds, ["consumerkit", "textbook"])
+    found = verdicts(rounds, ["consumerkit", "textbook"], "textbook")
     assert found["consumerkit"]["per_round"] == [1.1, 0.9, 1.05]
     assert found["consumerkit"]["ratio"] == pytest.approx(1.05)
-    assert found["consumerkit"]["textbook_multiple_ratio"] == pytest.approx(
+    assert found["consumerkit"]["share_ratio"] == pytest.approx(
         (1.1 + 0.75) / 2)
     assert found["textbook"]["rounds"] == 2
-    text = table(rounds, found, "abc123")
+    text = table(rounds, found, "abc123", "textbook")
     assert "| 2 | head | 500 / 450 | 50 / 60 |" in text
     assert "- consumerkit: this tree / abc123 = **1.050x**" in text
