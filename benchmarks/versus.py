@@ -94,10 +94,11 @@ def _same_footing(tree: Path) -> list[str]:
             or f"{flag}\n" in helped]
 
 
-def _run(tree: Path, args: argparse.Namespace, out: Path) -> dict[str, float]:
+def _run(tree: Path, footing: list[str], args: argparse.Namespace, out: Path,
+         ) -> dict[str, float]:
     command = [sys.executable, "-m", "benchmarks.throughput", "--peers", args.peers,
                "--events", str(args.events), "--runs", str(args.runs), "--json", str(out),
-               *_same_footing(tree)]
+               *footing]
     for flag in ("postgres", "kafka"):
         if getattr(args, flag):
             command += [f"--{flag}", getattr(args, flag)]
@@ -135,13 +136,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         subprocess.run(["git", "worktree", "add", "--detach", str(base_tree), args.base],
                        cwd=ROOT, check=True, capture_output=True)
         try:
+            trees = {"base": base_tree, "head": ROOT}
+            footings = {which: _same_footing(tree) for which, tree in trees.items()}
             rounds: list[dict[str, Any]] = []
             for i in range(args.rounds):
                 order = ("base", "head") if i % 2 == 0 else ("head", "base")
                 done: dict[str, Any] = {"first": order[0]}
                 for which in order:
-                    tree = base_tree if which == "base" else ROOT
-                    done[which] = _run(tree, args, Path(tmp) / f"{which}-{i}.json")
+                    done[which] = _run(trees[which], footings[which], args,
+                                       Path(tmp) / f"{which}-{i}.json")
                     print(f"round {i + 1} {which}: " + ", ".join(
                         f"{p} {done[which].get(p, 0):,.0f} msg/s" for p in peers), flush=True)
                 rounds.append(done)

@@ -113,8 +113,8 @@ class Batcher:
             return
         for (record, decoded), claim in zip(good, claims, strict=True):
             outcome = pipeline.settled(claim, record, decoded)
-            if outcome is None:  # expired, to the dead letters
-                outcome = await pipeline.settle(claim, record, decoded, 1, abandon)
+            if outcome is None:
+                outcome = await pipeline.expired_dead_letter(record, decoded, 1, abandon)
             report(record, outcome)
 
     async def _apply(

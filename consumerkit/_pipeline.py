@@ -266,6 +266,11 @@ class Pipeline:
     ) -> Outcome:
         if (outcome := self.settled(claim, record, decoded)) is not None:
             return outcome
+        return await self.expired_dead_letter(record, decoded, attempt, abandon)
+
+    async def expired_dead_letter(self, record: RecordLike, decoded: Decoded, attempt: int,
+                                  abandon: asyncio.Event) -> Outcome:
+        """An expired record, to the dead letters (the ``dead_letter`` expired policy)."""
         when = decoded.envelope.event_time
         detail = (f"event time {when.isoformat() if when else '?'} is older than the dedup "
                   "retention; the original may have been forgotten")
