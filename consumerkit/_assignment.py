@@ -32,8 +32,8 @@ class PartitionState:
         self.pending += 1
         self.drained.clear()
 
-    def settled(self) -> None:
-        self.pending -= 1
+    def settled(self, count: int = 1) -> None:
+        self.pending -= count
         if self.pending == 0:
             self.drained.set()
 

@@ -10,6 +10,14 @@ A batch that fails in any way (a handler raising, a swallowed database error, a 
 outage) has rolled back as a whole: nothing of it is applied. Its records are then applied one
 by one through the per-record path, with its retries, back-off and dead letters, so one bad
 record costs its neighbours a second try and nothing else.
+
+Groups come in two ways. :meth:`Batcher.process` is awaited by a task of the caller's.
+:meth:`Batcher.submit` takes a group from task-less lanes (:class:`~consumerkit._ordering.
+KeyedLanes`) and settles it when its batch ends, without a task: a batch gathers the groups
+of hundreds of keys, and a task each would cost more than their transaction. Only what has to
+wait (a fallback one by one, an expired record's dead letter, a parked key, an undecodable
+record) gets a task, tracked by the group's :class:`Owner` so that a revocation can cut it
+short.
 """
 
 from __future__ import annotations
@@ -18,8 +26,9 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from ._apply import RecordFailed
 from ._decode import Decoded
@@ -41,13 +50,38 @@ class RolledBack:
     failed: RecordFailed | None = None
 
 
-@dataclass(slots=True)
+Result = list[Claim] | RolledBack
+
+
+class Owner(Protocol):
+    """Who handed a group in with :meth:`Batcher.submit`: the lanes of one partition."""
+
+    abandon: asyncio.Event  # set: the partition is revoked, or the consumer stops
+    running: set[asyncio.Task[None]]  # tasks holding its records: a revocation cancels them
+
+    def report(self, record: RecordLike, outcome: Outcome) -> None:
+        """A record's final outcome (``ABANDONED``: not finished)."""
+
+    def finished(self, lane: Hashable, records: list[RecordLike]) -> None:
+        """Every record of a group has its outcome: its lane may go on."""
+
+
+@dataclass(slots=True, eq=False)
 class _Group:
     items: list[Decoded]
     abandon: asyncio.Event
-    done: asyncio.Future[list[Claim] | RolledBack] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future())
+    # a group awaited by process(): its result comes through the future
+    future: asyncio.Future[Result] | None = None
+    # a group submitted from lanes: settled by the batcher itself
+    owner: Owner | None = None
+    lane: Hashable = None
+    records: list[RecordLike] | None = None
+    good: list[tuple[RecordLike, Decoded]] | None = None
+    concluded: bool = False
     batch: asyncio.Task[None] | None = None  # the batch applying it, once taken
+
+    def done(self) -> bool:
+        return self.future.done() if self.future is not None else self.concluded
 
 
 class Batcher:
@@ -58,6 +92,7 @@ class Batcher:
         # handlers), doubled back after a full batch that took under a quarter of it
         self.limit = max_batch
         self.on_limit: Callable[[int], None] | None = None  # told when the limit changes
+        self.errors: list[BaseException] = []  # bugs met while settling a group
         self._pending: deque[_Group] = deque()
         self._wanted = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
@@ -70,8 +105,38 @@ class Batcher:
         """Apply ``records`` (consecutive records of one key) in order, calling ``report``
         with each record's outcome as soon as it is final. Records left without an outcome
         (abandoned, or cut short by cancellation) count as abandoned."""
+        self.pipeline.observe.delivered(len(records))
+        await self._accounted(records, abandon, report, self._process)
+
+    def submit(self, lane: Hashable, records: list[RecordLike], owner: Owner) -> None:
+        """Take ``records`` (consecutive records of one key) into the next batch, without a
+        task; ``owner`` hears each record's outcome, then that the group is finished."""
         pipeline = self.pipeline
         pipeline.observe.delivered(len(records))
+        if self._closing or owner.abandon.is_set():
+            pipeline.observe.abandoned(records)
+            owner.finished(lane, records)
+            return
+        good: list[tuple[RecordLike, Decoded]] | None = None
+        # a parked key (or parked keys not loaded yet: the database is asked) has to wait
+        if pipeline.parking is None or pipeline.parking.holds_now(records[0]) is False:
+            decode = pipeline.decoder.decode
+            try:
+                good = [(record, decode(record)) for record in records]
+            except DecodeError:  # to the dead letters
+                good = None
+        if good is None:  # the whole way, in a task (the decoding is done again)
+            self._spawn(lane, records, owner, self._process)
+            return
+        self._queue(_Group([decoded for _, decoded in good], owner.abandon, owner=owner,
+                           lane=lane, records=records, good=good))
+
+    async def _accounted(
+        self, records: Sequence[RecordLike], abandon: asyncio.Event, report: Report,
+        body: Callable[[Sequence[RecordLike], asyncio.Event, Report],
+                       Coroutine[Any, Any, None]],
+    ) -> None:
+        """Run ``body``, counting the records it left without an outcome as abandoned."""
         reported: list[RecordLike] = []
 
         def final(record: RecordLike, outcome: Outcome) -> None:
@@ -79,11 +144,11 @@ class Batcher:
             report(record, outcome)
 
         try:
-            await self._process(records, abandon, final)
+            await body(records, abandon, final)
         finally:
             if len(reported) < len(records):
                 done = {id(record) for record in reported}
-                pipeline.observe.abandoned([r for r in records if id(r) not in done])
+                self.pipeline.observe.abandoned([r for r in records if id(r) not in done])
 
     async def _process(
         self, records: Sequence[RecordLike], abandon: asyncio.Event, report: Report,
@@ -102,31 +167,48 @@ class Batcher:
                     record, exc.reason, exc.detail, 0, None, abandon))
         if not good:
             return
-        claims = await self._apply([decoded for _, decoded in good], abandon)
-        if isinstance(claims, RolledBack):  # one by one, with retries
-            culprit = claims.failed
+        group = _Group([decoded for _, decoded in good], abandon,
+                       future=asyncio.get_running_loop().create_future())
+        result = await self._apply(group)
+        await self._conclude(good, result, abandon, report)
+
+    async def _conclude(self, good: list[tuple[RecordLike, Decoded]], result: Result,
+                        abandon: asyncio.Event, report: Report) -> None:
+        """Settle the records of a group whose batch ended: one by one, with retries, if
+        it rolled back."""
+        pipeline = self.pipeline
+        if isinstance(result, RolledBack):
+            culprit = result.failed
             for record, decoded in good:
                 if abandon.is_set():
                     return
                 failed = culprit if culprit and culprit.item is decoded else None
                 report(record, await pipeline.process_decoded(record, decoded, abandon, failed))
             return
-        for (record, decoded), claim in zip(good, claims, strict=True):
-            outcome = pipeline.settled(claim, record, decoded)
-            if outcome is None:
-                outcome = await pipeline.expired_dead_letter(record, decoded, 1, abandon)
-            report(record, outcome)
+        at = self._settle_now(good, result, 0, report)
+        while at < len(good):  # an expired record, to the dead letters
+            record, decoded = good[at]
+            report(record, await pipeline.expired_dead_letter(record, decoded, 1, abandon))
+            at = self._settle_now(good, result, at + 1, report)
 
-    async def _apply(
-        self, items: list[Decoded], abandon: asyncio.Event,
-    ) -> list[Claim] | RolledBack:
-        group = _Group(items, abandon)
-        self._pending.append(group)
-        self._wanted.set()
-        if self._runner is None:
-            self._runner = asyncio.create_task(self._run(), name="consumerkit-batcher")
+    def _settle_now(self, good: list[tuple[RecordLike, Decoded]], claims: list[Claim],
+                    start: int, report: Report) -> int:
+        """Settle records from ``start`` as long as none has to wait; the index of the first
+        that does (an expired record bound for the dead letters), or the end."""
+        settled = self.pipeline.settled
+        for at in range(start, len(good)):
+            record, decoded = good[at]
+            outcome = settled(claims[at], record, decoded)
+            if outcome is None:
+                return at
+            report(record, outcome)
+        return len(good)
+
+    async def _apply(self, group: _Group) -> Result:
+        assert group.future is not None
+        self._queue(group)
         try:
-            return await group.done
+            return await group.future
         except asyncio.CancelledError:
             # the lane was cut short (a revoked partition's handlers outlived the rebalance, or
             # a shutdown): end the transaction holding its records, as the lane's own would
@@ -135,6 +217,12 @@ class Batcher:
             if group.batch is not None and not group.batch.done():
                 group.batch.cancel()
             raise
+
+    def _queue(self, group: _Group) -> None:
+        self._pending.append(group)
+        self._wanted.set()
+        if self._runner is None:
+            self._runner = asyncio.create_task(self._run(), name="consumerkit-batcher")
 
     async def _run(self) -> None:
         slots = self.pipeline.slots
@@ -151,6 +239,8 @@ class Batcher:
             task = asyncio.create_task(self._apply_batch(batch))
             for group in batch:
                 group.batch = task
+                if group.owner is not None:  # a revocation cancels the batch holding them
+                    group.owner.running.add(task)
             self._running.add(task)
             task.add_done_callback(self._finished)
 
@@ -163,10 +253,10 @@ class Batcher:
         size = 0
         while self._pending:
             group = self._pending[0]
-            if group.done.done() or group.abandon.is_set():  # gone, or not wanted any more
+            if group.done() or group.abandon.is_set():  # gone, or not wanted any more
                 self._pending.popleft()
-                if not group.done.done():
-                    group.done.set_result(RolledBack())
+                if not group.done():
+                    self._deliver(group, RolledBack())
                 continue
             if batch and size + len(group.items) > self.limit:
                 break
@@ -182,18 +272,18 @@ class Batcher:
         except asyncio.CancelledError:
             if self._closing:
                 for group in batch:
-                    group.done.cancel()
+                    self._cancel(group)
                 raise
             # a lane of the batch was cut short: the batch rolled back, and the records of
             # the other lanes still waiting are applied one by one
-            waiting = [group for group in batch if not group.done.done()]
+            waiting = [group for group in batch if not group.done()]
             if waiting:
                 self.pipeline.observe.batch(len(items), False)
                 log.info("a batch of %d records rolled back (a lane was cut short); applying "
                          "the other %d one by one", len(items),
                          sum(len(group.items) for group in waiting))
             for group in waiting:
-                group.done.set_result(RolledBack())
+                self._deliver(group, RolledBack())
             return
         except Exception as exc:
             self.pipeline.observe.batch(len(items), False)
@@ -204,9 +294,14 @@ class Batcher:
                 self._resize(max(1, len(items) // 2))
             outcome = RolledBack(exc if isinstance(exc, RecordFailed) else None)
             for group in batch:
-                if not group.done.done():
-                    group.done.set_result(outcome)
+                if not group.done():
+                    self._deliver(group, outcome)
             return
+        finally:
+            task = asyncio.current_task()
+            for group in batch:
+                if group.owner is not None and task is not None:
+                    group.owner.running.discard(task)
         if any(not claim.cached for claim in claims):  # a transaction ran
             self.pipeline.observe.batch(len(items), True)
         deadline = self.pipeline.handler_timeout
@@ -215,9 +310,87 @@ class Batcher:
             self._resize(min(self.max_batch, self.limit * 2))
         start = 0
         for group in batch:
-            if not group.done.done():  # its lane was cancelled: its offsets stay uncommitted
-                group.done.set_result(claims[start:start + len(group.items)])
+            if not group.done():  # its lane was cancelled: its offsets stay uncommitted
+                self._deliver(group, claims[start:start + len(group.items)])
             start += len(group.items)
+
+    def _deliver(self, group: _Group, result: Result) -> None:
+        """Hand a group its batch's result: to the task awaiting it, or settle it here."""
+        if group.future is not None:
+            group.future.set_result(result)
+            return
+        group.concluded = True
+        owner, good, records = group.owner, group.good, group.records
+        assert owner is not None
+        assert good is not None
+        assert records is not None
+        try:
+            at = 0
+            if isinstance(result, RolledBack):
+                if group.abandon.is_set():  # revoked or stopping: its new owner applies it
+                    self.pipeline.observe.abandoned(records)
+                    owner.finished(group.lane, records)
+                    return
+                rest: Result = result
+            else:
+                at = self._settle_now(good, result, 0, owner.report)
+                if at == len(good):
+                    owner.finished(group.lane, records)
+                    return
+                rest = result[at:]  # from an expired record, bound for the dead letters
+            left = good[at:]
+            self._spawn(group.lane, records[at:], owner,
+                        lambda _, abandon, report: self._conclude(left, rest, abandon, report),
+                        whole=records)
+        except Exception as exc:  # a bug: kept for the engine, which stops on it
+            self.errors.append(exc)
+
+    def _cancel(self, group: _Group) -> None:
+        """The batcher is closing: the group's records are abandoned."""
+        if group.future is not None:
+            group.future.cancel()
+        elif not group.concluded:
+            group.concluded = True
+            assert group.owner is not None
+            assert group.records is not None
+            self.pipeline.observe.abandoned(group.records)
+            group.owner.finished(group.lane, group.records)
+
+    def _spawn(self, lane: Hashable, records: list[RecordLike], owner: Owner,
+               body: Callable[[Sequence[RecordLike], asyncio.Event, Report],
+                              Coroutine[Any, Any, None]],
+               whole: list[RecordLike] | None = None) -> None:
+        """Settle ``records`` of a submitted group in a task (they have to wait), then tell
+        ``owner`` the group (``whole``, if more) is finished."""
+        async def settle() -> None:
+            cut = False
+            try:
+                await self._accounted(records, owner.abandon, owner.report, body)
+            except asyncio.CancelledError:
+                if self._closing or not owner.abandon.is_set():
+                    raise
+                cut = True  # revoked and cut short: its lane finishes, and gives up the rest
+            if cut:
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()
+            owner.finished(lane, whole if whole is not None else records)
+
+        task = asyncio.create_task(settle())
+        owner.running.add(task)
+        self._running.add(task)
+        task.add_done_callback(owner.running.discard)
+        task.add_done_callback(self._running.discard)
+
+    def sweep(self) -> None:
+        """Give up at once the submitted groups still waiting for a batch whose lanes were
+        abandoned (a revocation, a stop), instead of when a batch would take them."""
+        pending, self._pending = self._pending, deque()
+        for group in pending:
+            if group.future is None and group.abandon.is_set() and not group.concluded:
+                self._deliver(group, RolledBack())
+            else:
+                self._pending.append(group)
 
     def _resize(self, limit: int) -> None:
         if limit == self.limit:
@@ -230,12 +403,14 @@ class Batcher:
             self.on_limit(limit)
 
     async def close(self) -> None:
-        """Cancel the batches still running (they roll back) and the gathering task."""
+        """Cancel the batches still running (they roll back), the groups settling in tasks,
+        and the gathering task."""
         self._closing = True
         tasks = [*self._running, *([self._runner] if self._runner else [])]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         for group in self._pending:
-            group.done.cancel()
+            self._cancel(group)
         self._pending.clear()
+

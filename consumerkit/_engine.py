@@ -1,37 +1,33 @@
-"""The running loop of a consumer: fetch, hand records to keyed lanes, commit watermarks,
-and follow rebalances. Offsets are committed here and nowhere else."""
+"""The running loop of a consumer: fetch, hand records to keyed lanes, follow rebalances,
+and have the watermarks committed (:mod:`~consumerkit._commits`)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Hashable, Iterable, Sequence
+from collections.abc import Collection, Hashable, Sequence
 from functools import partial
 from typing import Any
 
 from . import _faults
 from ._assignment import PartitionState
 from ._batch import Batcher
-from ._ordering import KeyedExecutor
+from ._commits import Commits
+from ._ordering import KeyedExecutor, KeyedLanes
 from ._pipeline import Outcome, Pipeline
 from .envelope import RecordLike
-from .errors import TransportError
 from .parking.lot import ParkingLot
 from .stats import ConsumerStats
 from .transport.source import Partition, Source
 
 log = logging.getLogger("consumerkit.consumer")
-# each ownership's first offset, jumps between fetches, dropped fetches and commits, at DEBUG:
-# what it takes to tell which commit went past a record that was never applied
+# each ownership's first offset, jumps between fetches and dropped fetches, at DEBUG (with the
+# commits): what it takes to tell which commit went past a record that was never applied
 trace = logging.getLogger("consumerkit.consumer.offsets")
 
 
 Fetched = tuple[dict[Partition, list[RecordLike]], dict[Partition, PartitionState | None]]
 """Records fetched, and the state of each partition when they came."""
-
-COMMIT_TIMEOUT = 10.0  # an unreachable broker must not hang a revocation or a shutdown
-COMMIT_RETRY_DELAY = 1.0
-
 
 class Engine:
     """Owns the partition states, the keyed executor and the offset commits."""
@@ -43,14 +39,20 @@ class Engine:
     ) -> None:
         self.pipeline = pipeline
         self.parking = parking  # told of assignments: a partition's parked keys load then
-        # with max_batch 1 every record has a transaction of its own, else lanes hand groups of
-        # records to the batcher, which applies the groups of many lanes in one transaction
+        # with max_batch 1 every record has a transaction (and a task) of its own, else lanes
+        # hand groups of records to the batcher, which applies the groups of many lanes in
+        # one transaction
         self.batcher = Batcher(pipeline, max_batch) if max_batch > 1 else None
-        # lanes never outnumber records in flight; the pipeline bounds transactions
-        self.executor: KeyedExecutor[RecordLike] = KeyedExecutor(
-            self._run_group, max_in_flight, max_group=max_batch)
-        if self.batcher is not None:  # a lane's group never outgrows the batches
-            self.batcher.on_limit = partial(setattr, self.executor, "max_group")
+        self.executor: KeyedExecutor[RecordLike] | None = None
+        self.lanes: KeyedLanes[RecordLike]
+        if self.batcher is None:
+            # lanes never outnumber records in flight; the pipeline bounds transactions
+            self.lanes = self.executor = KeyedExecutor(self._run_group, max_in_flight)
+        else:
+            self.lanes = KeyedLanes(self._start_group, max_group=max_batch)
+            # a lane's group never outgrows the batches
+            self.batcher.on_limit = partial(setattr, self.lanes, "max_group")
+        self._owners: dict[PartitionState, _Owner] = {}
         self.max_in_flight = max_in_flight
         self.batch_size = batch_size
         self.revoke_timeout = revoke_timeout
@@ -62,8 +64,7 @@ class Engine:
         self.joined = asyncio.Event()  # the first assignment came (even an empty one)
         self.in_flight = 0
         self.stopping = asyncio.Event()
-        self._commit_wanted = asyncio.Event()
-        self._commit_lock = asyncio.Lock()
+        self.commits = Commits(self.states, stats)
         self._room = asyncio.Event()
 
     # -- rebalance callbacks (called by the transport during a group rebalance) ------------
@@ -85,15 +86,18 @@ class Engine:
         states = [s for p in partitions if (s := self.states.get(p)) is not None]
         for state in states:
             state.abandon.set()
+        if self.batcher is not None:
+            self.batcher.sweep()  # their groups still waiting for a batch give up at once
         if not await _drained(states, self.revoke_timeout):
             log.warning("cancelling handlers of revoked partitions still busy after %.1fs",
                         self.revoke_timeout)
             for state in states:
                 state.kill()
             await _drained(states, self.revoke_timeout / 2)
-        await self.commit(states)
+        await self.commits.commit(states)
         for state in states:
             self.states.pop(state.partition, None)
+            self._owners.pop(state, None)
             self.pipeline.observe.lag(*state.partition, None)
         if self.parking is not None:
             self.parking.revoked(partitions)
@@ -107,14 +111,14 @@ class Engine:
         With ``max_in_flight`` records in flight it waits for room; if none comes within
         ``keepalive`` seconds it polls with every partition paused, so the member stays in
         its group (pausing drops prefetched records, hence only then)."""
-        self.source = source
-        committer = asyncio.create_task(self._commit_loop(), name="consumerkit-commit")
+        self.source = self.commits.source = source
+        committer = asyncio.create_task(self.commits.run(self.stopping),
+                                        name="consumerkit-commit")
         stop = asyncio.ensure_future(self.stopping.wait())
         fetch: asyncio.Future[Fetched] | None = None
         try:
             while not self.stopping.is_set():
-                if self.executor.errors:
-                    raise self.executor.errors[0]
+                self._raise_bug()
                 room = self.max_in_flight - self.in_flight
                 if room <= 0 and await self._room_within(self.keepalive, stop):
                     continue
@@ -134,8 +138,14 @@ class Engine:
                     task.cancel()
             await asyncio.gather(*(t for t in (fetch, stop, committer) if t is not None),
                                  return_exceptions=True)
-        if self.executor.errors:
-            raise self.executor.errors[0]
+        self._raise_bug()
+
+    def _raise_bug(self) -> None:
+        """Raise what broke a lane (a bug), if anything did."""
+        if self.lanes.errors:
+            raise self.lanes.errors[0]
+        if self.batcher is not None and self.batcher.errors:
+            raise self.batcher.errors[0]
 
     async def _room_within(self, timeout: float, stop: asyncio.Future[Any]) -> bool:
         """Wait until a record settles or we stop; False if ``timeout`` passed first."""
@@ -204,20 +214,43 @@ class Engine:
                 observe.duplicate(record, None, "", None)
                 state.offsets.finished(record.offset)
                 state.settled()
-                self._commit_wanted.set()
+                self.commits.wanted.set()
                 continue
             if _faults.ON and _faults.mutant("offset_before_commit"):
                 state.offsets.finished(record.offset)  # broken on purpose: see _faults
-                self._commit_wanted.set()
+                self.commits.wanted.set()
             self.in_flight += 1
             # one lane per key of this ownership of the partition: a zombie left by an earlier
             # ownership never holds up (or breaks) the lanes of the current one
             lane = record.key
             if _faults.ON and _faults.mutant("lanes_ignore_key"):
                 lane = str(record.offset % 8).encode()  # broken on purpose: see _faults
-            self.executor.submit((state, lane), record)
+            self.lanes.submit((state, lane), record)
+
+    def _start_group(self, lane: Hashable, records: list[RecordLike]) -> None:
+        """A lane's next group, to the batcher (with batches)."""
+        assert self.batcher is not None
+        state: PartitionState = lane[0]  # type: ignore[index]
+        owner = self._owners.get(state)
+        if owner is None:
+            owner = self._owners[state] = _Owner(self, state)
+        self.batcher.submit(lane, records, owner)
+
+    def _group_finished(self, state: PartitionState, lane: Hashable,
+                        records: list[RecordLike]) -> None:
+        """Every record of a batcher's group has its outcome: free its place, and go on with
+        its lane (or, the partition revoked, give up the rest of the lane)."""
+        count = len(records)
+        if state.abandon.is_set():
+            count += self.lanes.drop(lane)
+        else:
+            self.lanes.done(lane)
+        state.settled(count)
+        self.in_flight -= count
+        self._room.set()
 
     async def _run_group(self, lane: Hashable, records: list[RecordLike]) -> None:
+        """A lane's next group (one record), in a task of its own (without batches)."""
         state = lane[0]  # type: ignore[index]
         assert isinstance(state, PartitionState)
         task = asyncio.current_task()
@@ -229,13 +262,10 @@ class Engine:
                 return
             running: RecordLike | None = None
             try:
-                if self.batcher is None:
-                    for running in records:
-                        report(running, await self.pipeline.process(running, state.abandon))
-                else:
-                    await self.batcher.process(records, state.abandon, report)
+                for running in records:
+                    report(running, await self.pipeline.process(running, state.abandon))
             except asyncio.CancelledError:
-                if running is not None:  # the record cut short (the batcher counts its own)
+                if running is not None:  # the record cut short
                     self.pipeline.observe.abandoned((running,))
                 if not state.killed or task.cancelling() > 1:
                     raise
@@ -251,56 +281,16 @@ class Engine:
     def _report(self, state: PartitionState, record: RecordLike, outcome: Outcome) -> None:
         if outcome is not Outcome.ABANDONED:
             state.offsets.finished(record.offset)
-            self._commit_wanted.set()
-
-    # -- offsets ----------------------------------------------------------------------------
-
-    async def _commit_loop(self) -> None:
-        while not self.stopping.is_set():
-            await self._commit_wanted.wait()
-            self._commit_wanted.clear()
-            if not await self.commit(list(self.states.values())):
-                await asyncio.sleep(COMMIT_RETRY_DELAY)  # then try again, even if idle
-                self._commit_wanted.set()
-
-    async def commit(self, states: Iterable[PartitionState]) -> bool:
-        """Commit the contiguous watermark of each state; False if the broker refused or did
-        not answer within ``COMMIT_TIMEOUT`` (the records are then simply read again)."""
-        if self.source is None:
-            return False
-        async with self._commit_lock:
-            offsets = {s.partition: off for s in states
-                       if (off := s.offsets.committable()) is not None}
-            if not offsets:
-                return True
-            if trace.isEnabledFor(logging.DEBUG):
-                # a process killed before the answer may have committed all the same
-                trace.debug("committing %s", _offsets_text(offsets))
-            try:
-                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow our own cancel
-                async with asyncio.timeout(COMMIT_TIMEOUT):
-                    await self.source.commit(offsets)
-            except (TransportError, TimeoutError) as exc:
-                log.warning("offset commit failed (%s); it will be retried",
-                            exc if str(exc) else type(exc).__name__)
-                return False
-            except Exception:  # never let the committer die silently
-                log.exception("offset commit failed; it will be retried")
-                return False
-            for part, off in offsets.items():
-                if (state := self.states.get(part)) is not None:
-                    state.offsets.committed = off
-            if trace.isEnabledFor(logging.DEBUG):
-                trace.debug("committed %s", _offsets_text(offsets))
-            self.stats.commits += 1
-            return True
+            self.commits.wanted.set()
 
     async def drain(self, timeout: float, force: asyncio.Event) -> None:
         """Stop dispatching, let running handlers finish (abandon waits and queued work),
         cancel what is still running after ``timeout`` or when ``force`` is set, commit."""
         for state in self.states.values():
             state.abandon.set()
-        join = asyncio.ensure_future(self.executor.join())
+        if self.batcher is not None:
+            self.batcher.sweep()
+        join = asyncio.ensure_future(self.lanes.join())
         forced = asyncio.ensure_future(force.wait())
         done, _ = await asyncio.wait({join, forced}, timeout=timeout,
                                      return_when=asyncio.FIRST_COMPLETED)
@@ -308,14 +298,29 @@ class Engine:
         if join not in done:
             join.cancel()
             log.warning("cancelling %d in-flight messages at shutdown", self.in_flight)
-            await self.executor.cancel()
+            if self.executor is not None:
+                await self.executor.cancel()
         if self.batcher is not None:
             await self.batcher.close()
-        await self.commit(list(self.states.values()))
+        await self.commits.commit(list(self.states.values()))
 
 
-def _offsets_text(offsets: dict[Partition, int]) -> str:
-    return " ".join(f"{topic}/{number}:{off}" for (topic, number), off in sorted(offsets.items()))
+class _Owner:
+    """A partition's lanes, as the batcher sees them (:class:`~consumerkit._batch.Owner`)."""
+
+    __slots__ = ("abandon", "engine", "running", "state")
+
+    def __init__(self, engine: Engine, state: PartitionState) -> None:
+        self.engine = engine
+        self.state = state
+        self.abandon = state.abandon
+        self.running = state.running
+
+    def report(self, record: RecordLike, outcome: Outcome) -> None:
+        self.engine._report(self.state, record, outcome)
+
+    def finished(self, lane: Hashable, records: list[RecordLike]) -> None:
+        self.engine._group_finished(self.state, lane, records)
 
 
 def _trace_fetch(part: Partition, fetched: int, records: Sequence[RecordLike]) -> None:

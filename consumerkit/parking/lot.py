@@ -114,6 +114,14 @@ class ParkingLot:
 
     # -- per record ---------------------------------------------------------------------------
 
+    def holds_now(self, record: RecordLike) -> bool | None:
+        """:meth:`holds` without waiting: ``None`` while the partition's parked keys are not
+        loaded yet."""
+        keys = self._keys.get((record.topic, record.partition))
+        if keys is None:
+            return None
+        return record.key is not None and record.key in keys
+
     async def holds(self, record: RecordLike) -> bool:
         """Whether ``record``'s key is parked on its partition (in memory once loaded)."""
         part = (record.topic, record.partition)

@@ -309,7 +309,7 @@ async def test_a_lane_killed_while_its_batch_commits_leaves_its_offsets_and_find
     assert state.offsets.committable() == revoked[0].offset
     await asyncio.wait_for(other.drained.wait(), 10)
     assert other.offsets.committable() == kept[0].offset + 1
-    await asyncio.wait_for(engine.executor.join(), 10)
+    await asyncio.wait_for(engine.lanes.join(), 10)
     assert await bench.ledger() == ["r-1", "r-2", "r-3", "o-1"]
     stats = pipeline.stats
     assert (stats.applied, stats.duplicates, stats.abandoned) == (0, 1, 3)
@@ -319,7 +319,7 @@ async def test_a_lane_killed_while_its_batch_commits_leaves_its_offsets_and_find
     fresh = PartitionState(part)
     engine.states[part] = fresh
     engine._dispatch(part, revoked, engine.states[part])
-    await asyncio.wait_for(engine.executor.join(), 10)
+    await asyncio.wait_for(engine.lanes.join(), 10)
     assert stats.duplicates == 4
     assert fresh.offsets.committable() == revoked[-1].offset + 1
     assert await bench.ledger() == ["r-1", "r-2", "r-3", "o-1"]
@@ -392,7 +392,7 @@ async def test_a_shutdown_with_a_handler_hung_in_a_batch_ends_and_accounts_for_e
     state = engine.states[part] = PartitionState(part)
     records = [rec("s-1", "a"), rec("s-2", "b"), rec("s-3", "c")]
     engine._dispatch(part, records[:1], engine.states[part])
-    await asyncio.wait_for(engine.executor.join(), 10)  # s-1 applied on its own
+    await asyncio.wait_for(engine.lanes.join(), 10)  # s-1 applied on its own
     engine._dispatch(part, records[1:], engine.states[part])
     await asyncio.wait_for(inside.wait(), 10)
     await asyncio.wait_for(engine.drain(0.2, asyncio.Event()), 10)
@@ -597,7 +597,7 @@ async def test_revoking_a_partition_whose_handler_hangs_in_a_batch_rolls_the_bat
     # records without waiting for the hung transaction
     await engine.on_assigned([revoked_part])
     engine._dispatch(revoked_part, revoked, engine.states[revoked_part])
-    await asyncio.wait_for(engine.executor.join(), 10)
+    await asyncio.wait_for(engine.lanes.join(), 10)
     assert sorted(await bench.ledger()) == ["h-0", "h-1", "h-2", "k-1"]
     assert bench.invariant() == (7, 7)
 
@@ -755,12 +755,12 @@ async def test_records_fetched_before_a_rebalance_never_reach_the_next_ownership
     engine._dispatch(part, fetched[part], owners[part])
     assert engine.in_flight == 0
     assert engine.states[part].offsets.committable() is None
-    await asyncio.wait_for(engine.executor.join(), 10)
+    await asyncio.wait_for(engine.lanes.join(), 10)
     assert await bench.ledger() == []
 
     # the ownership that fetched them applies them
     engine._dispatch(part, fetched[part], engine.states[part])
-    await asyncio.wait_for(engine.executor.join(), 10)
+    await asyncio.wait_for(engine.lanes.join(), 10)
     assert await bench.ledger() == ["f-0", "f-1", "f-2"]
     assert engine.states[part].offsets.committable() == 3
     await source.stop()

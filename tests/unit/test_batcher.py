@@ -5,7 +5,7 @@ short ends its batch, and every delivered record gets an outcome or counts as ab
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import cast
 
 from pydantic import BaseModel
@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from consumerkit._batch import Batcher
 from consumerkit._decode import Decoded
 from consumerkit._failures import HandlerFailure
-from consumerkit._ordering import KeyedExecutor
+from consumerkit._ordering import KeyedExecutor, KeyedLanes
 from consumerkit._pipeline import Outcome, Pipeline
 from consumerkit.envelope import Envelope, Record, RecordLike
 from consumerkit.registry import Route
@@ -56,6 +56,7 @@ class FakePipeline:
         self.peak = 0
         self.cancelled = 0
         self.alone: list[int] = []
+        self.parking = None
 
     async def apply_batch(self, items: list[Decoded]) -> list[Claim]:
         self.batches.append([d.envelope.offset for d in items])
@@ -90,7 +91,7 @@ def _batcher(fake: FakePipeline, max_batch: int) -> Batcher:
     return Batcher(cast(Pipeline, fake), max_batch)
 
 
-def _records(*offsets: int) -> list[Record]:
+def _records(*offsets: int) -> list[RecordLike]:
     return [Record("t", 0, n, b"k", b"{}") for n in offsets]
 
 
@@ -261,3 +262,187 @@ async def test_a_batch_that_overruns_the_deadline_halves_the_batches_then_they_g
     assert batcher.limit == 8
     assert limits == [4, 8]
     await batcher.close()
+
+
+# -- groups from task-less lanes (Batcher.submit) ---------------------------------------------
+
+
+class _Owner:
+    """The batcher's view of one partition's lanes, recording what it is told."""
+
+    def __init__(self, lanes: KeyedLanes[RecordLike] | None = None) -> None:
+        self.abandon = asyncio.Event()
+        self.running: set[asyncio.Task[None]] = set()
+        self.seen: list[tuple[int, Outcome]] = []
+        self.finished_groups: list[list[int]] = []
+        self.lanes = lanes
+
+    def report(self, record: RecordLike, outcome: Outcome) -> None:
+        self.seen.append((record.offset, outcome))
+
+    def finished(self, lane: Hashable, records: list[RecordLike]) -> None:
+        self.finished_groups.append([r.offset for r in records])
+        if self.lanes is not None:
+            self.lanes.done(lane)
+
+
+def _submitted(batcher: Batcher, owner: _Owner, groups: Sequence[Sequence[int]]) -> None:
+    for n, group in enumerate(groups):
+        batcher.submit(n, _records(*group), owner)
+
+
+async def test_submitted_groups_share_a_batch_without_a_task_each() -> None:
+    fake = FakePipeline(concurrency=1)
+    fake.gate.clear()
+    batcher = _batcher(fake, max_batch=100)
+    owner = _Owner()
+    before = len(asyncio.all_tasks())
+    _submitted(batcher, owner, [[n] for n in range(50)])
+    await _until(lambda: fake.running == 1)
+    # the gathering task and the one batch: no task per group
+    assert len(asyncio.all_tasks()) - before == 2
+    assert len(owner.running) == 1  # the batch, which a revocation would cancel
+    fake.gate.set()
+    await _until(lambda: len(owner.finished_groups) == 50)
+    assert fake.batches == [list(range(50))]
+    assert owner.seen == [(n, Outcome.APPLIED) for n in range(50)]
+    assert owner.running == set()
+    assert (fake.stats.delivered, fake.stats.applied) == (50, 50)
+    await batcher.close()
+
+
+async def test_a_lanes_next_group_waits_for_its_previous_one() -> None:
+    fake = FakePipeline(concurrency=4)
+    batcher = _batcher(fake, max_batch=3)
+    owner = _Owner()
+    lanes: KeyedLanes[RecordLike] = KeyedLanes(
+        lambda lane, records: batcher.submit(lane, records, owner), max_group=2)
+    owner.lanes = lanes
+    for n in range(7):
+        lanes.submit("k", _records(n)[0])
+    lanes.submit("j", _records(100)[0])
+    await asyncio.wait_for(lanes.join(), 5)
+    # one group of the key at a time, in order, two records at most
+    assert [g for g in owner.finished_groups if g[0] < 100] == [[0, 1], [2, 3], [4, 5], [6]]
+    assert [n for batch in fake.batches for n in batch if n < 100] == list(range(7))
+    assert len(owner.seen) == 8
+    await batcher.close()
+
+
+async def test_a_rolled_back_submitted_batch_falls_back_in_a_task_then_finishes() -> None:
+    fake = FakePipeline(concurrency=1)
+
+    async def failing(items: list[Decoded]) -> list[Claim]:
+        fake.batches.append([d.envelope.offset for d in items])
+        raise RuntimeError("the batch failed")
+
+    fake.apply_batch = failing  # type: ignore[method-assign]
+    batcher = _batcher(fake, max_batch=10)
+    owner = _Owner()
+    _submitted(batcher, owner, [[1, 2], [3]])
+    await _until(lambda: len(owner.finished_groups) == 2)
+    assert fake.alone == [1, 2, 3]
+    assert sorted(owner.seen) == [(n, Outcome.APPLIED) for n in (1, 2, 3)]
+    assert sorted(owner.finished_groups) == [[1, 2], [3]]
+    assert fake.stats.batch_fallbacks == 1
+    await _until(lambda: not owner.running)
+    await batcher.close()
+
+
+async def test_a_revocation_cuts_short_its_batch_and_the_other_partition_falls_back() -> None:
+    fake = FakePipeline(concurrency=1)
+    fake.gate.clear()
+    batcher = _batcher(fake, max_batch=10)
+    revoked, kept = _Owner(), _Owner()
+    batcher.submit("a", _records(1, 2), revoked)
+    batcher.submit("b", _on_partition_1(3), kept)
+    await _until(lambda: fake.running == 1)
+    revoked.abandon.set()
+    for task in list(revoked.running):  # what PartitionState.kill does
+        task.cancel()
+    await _until(lambda: len(kept.finished_groups) == 1)
+    assert fake.cancelled == 1
+    assert revoked.seen == []  # nothing finished: its offsets stay where they were
+    assert revoked.finished_groups == [[1, 2]]
+    assert kept.seen == [(3, Outcome.APPLIED)]
+    assert fake.alone == [3]
+    s = fake.stats
+    assert (s.delivered, s.applied, s.abandoned, s.batch_fallbacks) == (3, 1, 2, 1)
+    await batcher.close()
+
+
+async def test_a_sweep_gives_up_abandoned_groups_before_any_batch() -> None:
+    fake = FakePipeline(concurrency=1)
+    await fake.slots.acquire()  # no batch can start
+    batcher = _batcher(fake, max_batch=10)
+    revoked, kept = _Owner(), _Owner()
+    batcher.submit("a", _records(1, 2), revoked)
+    batcher.submit("b", _on_partition_1(3), kept)
+    await asyncio.sleep(0)
+    revoked.abandon.set()
+    batcher.sweep()
+    assert revoked.finished_groups == [[1, 2]]
+    assert (fake.stats.delivered, fake.stats.abandoned) == (3, 2)
+    fake.slots.release()
+    await _until(lambda: kept.finished_groups == [[3]])
+    assert fake.batches == [[3]]
+    await batcher.close()
+
+
+async def test_an_expired_record_of_a_submitted_group_waits_for_its_dead_letter() -> None:
+    fake = FakePipeline(concurrency=1)
+    expired = Claim(ClaimStatus.EXPIRED)
+
+    async def apply(items: list[Decoded]) -> list[Claim]:
+        return [expired if d.envelope.offset == 2 else Claim(ClaimStatus.CLAIMED)
+                for d in items]
+
+    def settled(claim: Claim, record: RecordLike, decoded: Decoded) -> Outcome | None:
+        return None if claim is expired else Outcome.APPLIED
+
+    letters: list[int] = []
+
+    async def expired_dead_letter(record: RecordLike, decoded: Decoded, attempt: int,
+                                  abandon: asyncio.Event) -> Outcome:
+        await asyncio.sleep(0)
+        letters.append(record.offset)
+        return Outcome.DEAD_LETTERED
+
+    fake.apply_batch = apply  # type: ignore[method-assign]
+    fake.settled = settled  # type: ignore[method-assign]
+    fake.expired_dead_letter = expired_dead_letter  # type: ignore[attr-defined]
+    batcher = _batcher(fake, max_batch=10)
+    owner = _Owner()
+    batcher.submit("k", _records(1, 2, 3), owner)
+    await _until(lambda: owner.finished_groups == [[1, 2, 3]])
+    assert owner.seen == [(1, Outcome.APPLIED), (2, Outcome.DEAD_LETTERED),
+                          (3, Outcome.APPLIED)]
+    assert letters == [2]
+    assert fake.stats.abandoned == 0
+    await batcher.close()
+
+
+async def test_closing_abandons_submitted_groups_and_finishes_them() -> None:
+    fake = FakePipeline(concurrency=1)
+    fake.gate.clear()
+    batcher = _batcher(fake, max_batch=1)
+    owner = _Owner()
+    _submitted(batcher, owner, [[1], [2]])
+    await _until(lambda: fake.running == 1)
+    await asyncio.wait_for(batcher.close(), 5)
+    assert sorted(owner.finished_groups) == [[1], [2]]
+    assert owner.seen == []
+    assert (fake.stats.delivered, fake.stats.abandoned) == (2, 2)
+    batcher.submit("late", _records(3), owner)  # after close: given up at once
+    assert owner.finished_groups[-1] == [3]
+    assert fake.stats.abandoned == 3
+
+
+def _on_partition_1(offset: int) -> list[RecordLike]:
+    return [Record("t", 1, offset, b"k", b"{}")]
+
+
+async def _until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0)

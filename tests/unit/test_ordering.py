@@ -3,7 +3,7 @@ import functools
 import random
 from collections.abc import Awaitable, Callable, Hashable
 
-from consumerkit._ordering import KeyedExecutor
+from consumerkit._ordering import KeyedExecutor, KeyedLanes
 
 Job = Callable[[], Awaitable[None]]
 
@@ -99,6 +99,59 @@ async def test_groups_take_consecutive_items_of_one_key_in_order() -> None:
     await asyncio.wait_for(executor.join(), 5)
     assert [items for key, items in groups if key == "a"] == [[0, 1, 2], [3, 4, 5], [6, 7]]
     assert ("b", [100]) in groups
+
+
+async def test_lanes_start_groups_without_tasks_once_the_submitting_step_ends() -> None:
+    started: list[tuple[Hashable, list[int]]] = []
+    lanes: KeyedLanes[int] = KeyedLanes(lambda key, group: started.append((key, group)),
+                                        max_group=2)
+    tasks = len(asyncio.all_tasks())
+    for n in range(5):
+        lanes.submit("a", n)
+    lanes.submit("b", 10)
+    assert started == []  # items submitted in the same step join the first group
+    await asyncio.sleep(0)
+    assert started == [("a", [0, 1]), ("b", [10])]
+    assert len(asyncio.all_tasks()) == tasks
+    lanes.submit("a", 5)  # waits behind the group out
+    assert lanes.busy == 2
+    lanes.done("a")
+    assert started[-1] == ("a", [2, 3])
+    lanes.done("b")
+    lanes.done("a")
+    assert started[-1] == ("a", [4, 5])
+    lanes.done("a")
+    await asyncio.wait_for(lanes.join(), 1)
+    assert lanes.busy == 0
+
+
+async def test_a_dropped_lane_gives_up_the_items_after_its_group() -> None:
+    started: list[list[int]] = []
+    lanes: KeyedLanes[int] = KeyedLanes(lambda key, group: started.append(group))
+    for n in range(4):
+        lanes.submit("a", n)
+    await asyncio.sleep(0)
+    assert started == [[0]]
+    assert lanes.drop("a") == 3
+    await asyncio.wait_for(lanes.join(), 1)
+    lanes.submit("a", 9)  # a new lane of the same key starts afresh
+    await asyncio.sleep(0)
+    assert started == [[0], [9]]
+
+
+async def test_a_raising_start_stops_its_lane_and_is_reported() -> None:
+    def start(key: Hashable, group: list[int]) -> None:
+        if key == "bad":
+            raise RuntimeError("bug")
+
+    lanes: KeyedLanes[int] = KeyedLanes(start)
+    lanes.submit("bad", 1)
+    lanes.submit("bad", 2)
+    lanes.submit("good", 3)
+    await asyncio.sleep(0)
+    assert isinstance(lanes.errors[0], RuntimeError)
+    assert lanes.failed.is_set()
+    assert lanes.busy == 1  # the good lane's group is out
 
 
 async def _until(predicate: object) -> None:
