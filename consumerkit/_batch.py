@@ -363,18 +363,16 @@ class Batcher:
         """Settle ``records`` of a submitted group in a task (they have to wait), then tell
         ``owner`` the group (``whole``, if more) is finished."""
         async def settle() -> None:
-            cut = False
             try:
                 await self._accounted(records, owner.abandon, owner.report, body)
             except asyncio.CancelledError:
                 if self._closing or not owner.abandon.is_set():
                     raise
-                cut = True  # revoked and cut short: its lane finishes, and gives up the rest
-            if cut:
-                task = asyncio.current_task()
+                task = asyncio.current_task()  # revoked and cut short: the lane gives up
                 if task is not None:
                     task.uncancel()
-            owner.finished(lane, whole if whole is not None else records)
+            finally:
+                owner.finished(lane, whole if whole is not None else records)
 
         task = asyncio.create_task(settle())
         owner.running.add(task)

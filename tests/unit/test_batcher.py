@@ -438,6 +438,33 @@ async def test_closing_abandons_submitted_groups_and_finishes_them() -> None:
     assert fake.stats.abandoned == 3
 
 
+async def test_closing_cuts_short_a_fallback_and_finishes_its_group() -> None:
+    fake = FakePipeline(concurrency=1)
+
+    async def failing(items: list[Decoded]) -> list[Claim]:
+        raise RuntimeError("the batch failed")
+
+    hung = asyncio.Event()
+
+    async def hang(record: RecordLike, decoded: Decoded, abandon: asyncio.Event,
+                   failed: HandlerFailure | None = None) -> Outcome:
+        hung.set()
+        await asyncio.Event().wait()
+        raise AssertionError("never")
+
+    fake.apply_batch = failing  # type: ignore[method-assign]
+    fake.process_decoded = hang  # type: ignore[method-assign]
+    batcher = _batcher(fake, max_batch=10)
+    owner = _Owner()
+    batcher.submit("k", _records(1, 2), owner)
+    await asyncio.wait_for(hung.wait(), 5)
+    assert len(owner.running) == 1  # the fallback's task
+    await asyncio.wait_for(batcher.close(), 5)
+    assert owner.finished_groups == [[1, 2]]
+    assert owner.seen == []
+    assert (fake.stats.delivered, fake.stats.abandoned) == (2, 2)
+
+
 def _on_partition_1(offset: int) -> list[RecordLike]:
     return [Record("t", 1, offset, b"k", b"{}")]
 
