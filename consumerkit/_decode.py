@@ -3,6 +3,7 @@ code says why not (the pipeline dead-letters it). The one place that reads the w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -24,6 +25,7 @@ class Decoded:
 
 _envelope = maker(Envelope)
 _decoded = maker(Decoded)
+_TIMES_KEPT = 4096  # distinct record times remembered (each one a datetime of its own)
 
 
 def header_map(record: RecordLike) -> dict[str, bytes]:
@@ -33,12 +35,19 @@ def header_map(record: RecordLike) -> dict[str, bytes]:
 
 def header_text(headers: dict[str, bytes], name: str) -> str | None:
     raw = headers.get(name)
-    if raw is None:
-        return None
+    return None if raw is None else _text(raw, name)
+
+
+def _text(raw: bytes, name: str) -> str:
     try:
         return raw.decode()
     except UnicodeDecodeError as exc:
         raise DecodeError("invalid_header", f"header {name!r} is not UTF-8") from exc
+
+
+def _optional(get: Callable[[str], bytes | None], name: str) -> str | None:
+    raw = get(name)
+    return None if raw is None else _text(raw, name)
 
 
 class Decoder:
@@ -48,8 +57,12 @@ class Decoder:
         self.routes = routes
         self.wire = wire
         self.max_bytes = max_bytes
-        self._last_timestamp: int | None = None
-        self._last_time: datetime | None = None
+        self._times: dict[int | None, datetime | None] = {}  # record times seen lately
+        optional = {wire.occurred_at_header, wire.aggregate_type_header,
+                    wire.correlation_id_header, wire.causation_id_header,
+                    wire.traceparent_header}
+        # whether a record with no header but its type and id has none of the optional ones
+        self._lean = not optional & {wire.id_header, wire.event_type_header}
 
     def decode(self, record: RecordLike) -> Decoded:
         value = record.value
@@ -81,25 +94,31 @@ class Decoder:
         except Exception as exc:  # a model validator raising e.g. TypeError or KeyError
             raise DecodeError("invalid_payload", f"{type(exc).__name__}: {exc}"[:500]) from exc
         timestamp = record.timestamp
-        if timestamp != self._last_timestamp:  # a batch's records often share their time
-            self._last_time = record_time(timestamp)
-            self._last_timestamp = timestamp
-        envelope = _envelope(  # Envelope's fields, in order
-            event_id,
-            id_source,
-            event_type,
-            _key(record.key),
-            record.topic,
-            record.partition,
-            record.offset,
-            self._last_time,
-            _timestamp(header_text(headers, wire.occurred_at_header)),
-            header_text(headers, wire.aggregate_type_header),
-            header_text(headers, wire.correlation_id_header),
-            header_text(headers, wire.causation_id_header),
-            header_text(headers, wire.traceparent_header),
-            headers,
-        )
+        when = self._times.get(timestamp)  # the records of a fetch often share their time
+        if when is None:
+            when = record_time(timestamp)
+            if len(self._times) >= _TIMES_KEPT:
+                self._times.clear()
+            self._times[timestamp] = when
+        # the optional headers are often all absent: no header beyond the type and the id
+        if not self._lean or len(headers) > (event_type is not None) + (id_source == "header"):
+            get = headers.get
+            occurred = get(wire.occurred_at_header)
+            envelope = _envelope(  # Envelope's fields, in order
+                event_id, id_source, event_type, _key(record.key), record.topic,
+                record.partition, record.offset, when,
+                None if occurred is None else _timestamp(
+                    _text(occurred, wire.occurred_at_header)),
+                _optional(get, wire.aggregate_type_header),
+                _optional(get, wire.correlation_id_header),
+                _optional(get, wire.causation_id_header),
+                _optional(get, wire.traceparent_header),
+                headers,
+            )
+        else:
+            envelope = _envelope(
+                event_id, id_source, event_type, _key(record.key), record.topic,
+                record.partition, record.offset, when, None, None, None, None, None, headers)
         return _decoded(envelope, route, event)
 
     def event_id(self, record: RecordLike) -> str | None:

@@ -29,7 +29,7 @@ Under REPEATABLE READ or SERIALIZABLE the transaction's snapshot predates the lo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 from .._identifiers import qualified
 from ..envelope import Envelope
@@ -61,6 +61,10 @@ class PostgresDedupStore:
         self._claim_many_sql = (
             f"SELECT ord, status, original_seen_at FROM {many}"
             "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)")
+        # the usual batch, all of one handler: its name once, not once per id
+        self._claim_one_handler_sql = (
+            f"SELECT ord, status, original_seen_at FROM {many}($1, $2, $3, $4, "
+            "array_fill($5::text, ARRAY[cardinality($2::text[])]), $6, $7, $8, $9, $10, $11)")
         self._lock_timeout = lock_timeout_setting(self.policy.claim_lock_timeout)
         seen = (f"SELECT min(t.seen_at) FROM {qualified(schema, self.policy.table)} AS t "
                 f"WHERE t.namespace_key = {key_sql('$1::text')} AND ")
@@ -99,10 +103,21 @@ class PostgresDedupStore:
         envs = [r.envelope for r in requests]
         # without diagnostics the function stores no details: nothing to send for them
         diagnostics = self.policy.diagnostics
+        times: list[datetime | None] | None = None
+        if diagnostics:
+            times = [e.event_time if enforce_window else None for e in envs]
+        elif enforce_window:
+            times = [e.event_time for e in envs]
+            if self._young(times):  # none can be expired: no time to send (a tenth of the
+                times = None        # claim's CPU), none to judge
+        handler = requests[0].handler
+        handlers: str | list[str] = handler
+        sql = self._claim_one_handler_sql
+        if any(r.handler != handler for r in requests):
+            sql, handlers = self._claim_many_sql, [r.handler for r in requests]
         rows = await tx.fetch(
-            self._claim_many_sql, namespace, [e.event_id for e in envs],
-            [e.event_time if enforce_window else None for e in envs], self.policy.retention,
-            [r.handler for r in requests],
+            sql, namespace, [e.event_id for e in envs], times, self.policy.retention,
+            handlers,
             [e.event_type for e in envs] if diagnostics else None,
             [e.id_source for e in envs] if diagnostics else None,
             [e.topic for e in envs] if diagnostics else None,
@@ -110,6 +125,15 @@ class PostgresDedupStore:
             [e.offset for e in envs] if diagnostics else None, self._lock_timeout)
         assert len(rows) == len(requests)  # one row per request, in request order
         return [_claim(row["status"], row["original_seen_at"]) for row in rows]
+
+    def _young(self, times: list[datetime | None]) -> bool:
+        """Whether every time of ``times`` is within half the retention of now, by this
+        process's clock: so far inside the window that the database's clock, even hours
+        ahead, cannot judge any of them expired."""
+        known = [t for t in times if t is not None]
+        if not known:
+            return True
+        return min(known) > datetime.now(UTC) - self.policy.retention / 2
 
     async def ended(
         self, tx: DbConnection, namespace: str, claimed: Sequence[ClaimRequest], committed: bool,

@@ -12,7 +12,7 @@ from consumerkit.dedup import DedupPolicy, PostgresDedupStore, maintain
 from consumerkit.envelope import Envelope
 from consumerkit.errors import ConfigurationError
 from consumerkit.schema import migrate
-from consumerkit.types import Claim, ClaimStatus
+from consumerkit.types import Claim, ClaimRequest, ClaimStatus
 
 from .conftest import Conn, Connect
 from .dedup_rows import details, store_ids, stored
@@ -228,6 +228,40 @@ async def test_the_claim_leaves_the_sessions_lock_timeout_to_the_handler(
         assert claim.status is ClaimStatus.CLAIMED
         assert await conn.fetchval("SELECT current_setting('lock_timeout')") == original
     assert await conn.fetchval("SELECT current_setting('lock_timeout')") == original
+
+
+async def test_a_batch_of_young_events_and_one_near_the_window_s_end(
+    conn: Conn, migrated: str,
+) -> None:
+    """Event times are sent to the claim only when some event is old enough to matter: a
+    young batch is claimed without them, a batch with one event past the window judges it."""
+    store = PostgresDedupStore(migrated)
+    now: datetime = await conn.fetchval("SELECT now()")
+    young = [ClaimRequest(_envelope(f"y-{n}", event_time=now - n * timedelta(hours=1)),
+                          "charge") for n in range(3)]
+    batch = [*young[:2], ClaimRequest(_envelope("late", event_time=now - 8 * DAY), "charge"),
+             ClaimRequest(_envelope("mid", event_time=now - 6 * DAY), "charge")]
+    async with conn.transaction():
+        first = await store.claim_many(conn, "billing", young[2:])
+        claims = await store.claim_many(conn, "billing", batch)
+    assert [c.status for c in first] == [ClaimStatus.CLAIMED]
+    assert [c.status for c in claims] == [
+        ClaimStatus.CLAIMED, ClaimStatus.CLAIMED, ClaimStatus.EXPIRED, ClaimStatus.CLAIMED]
+    assert store._young([now - timedelta(days=3)])
+    assert not store._young([now - timedelta(days=3), now - timedelta(days=4)])
+    assert store._young([None])
+
+
+async def test_a_batch_of_two_handlers_keeps_each_id_s_handler(conn: Conn, migrated: str) -> None:
+    store = PostgresDedupStore(migrated)
+    requests = [ClaimRequest(_envelope("h-1"), "charge"), ClaimRequest(_envelope("h-2"), "ship"),
+                ClaimRequest(_envelope("h-3"), "charge")]
+    async with conn.transaction():
+        claims = await store.claim_many(conn, "billing", requests)
+    assert {c.status for c in claims} == {ClaimStatus.CLAIMED}
+    handlers = {i: [r["handler"] for r in await _rows(conn, migrated, i)]
+                for i in ("h-1", "h-2", "h-3")}
+    assert handlers == {"h-1": ["charge"], "h-2": ["ship"], "h-3": ["charge"]}
 
 
 async def _claim_functions(conn: Conn, schema: str) -> list[str]:

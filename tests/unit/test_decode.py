@@ -75,6 +75,32 @@ def test_each_record_of_a_decoder_gets_its_own_time() -> None:
                                                253_402_300_799_000, 2_000)]
 
 
+def test_a_decoder_that_saw_many_record_times_still_gives_each_record_its_own() -> None:
+    decoder = Decoder(ROUTES, WireFormat(), 1000)
+    millis = [1_700_000_000_000 + n * 7 for n in range(5_000)] + [1_700_000_000_000]
+    times = [decoder.decode(record(timestamp=m)).envelope.timestamp for m in millis]
+    assert times == [record_time(m) for m in millis]
+
+
+@pytest.mark.parametrize("present", [
+    "occurred_at", "aggregate_type", "correlation_id", "causation_id", "traceparent"])
+def test_each_optional_header_is_read_alone(present: str) -> None:
+    values = {"occurred_at": b"2026-11-20T10:00:00Z", "aggregate_type": b"order",
+              "correlation_id": b"c-9", "causation_id": b"c-8", "traceparent": b"00-a-b-01"}
+    headers = [("id", b"evt-1"), ("event_type", b"order.created"), (present, values[present])]
+    env = Decoder(ROUTES, WireFormat(), 1000).decode(record(headers=headers)).envelope
+    found = {name: getattr(env, name) for name in values}
+    assert {name for name, value in found.items() if value is not None} == {present}
+    bare = Decoder(ROUTES, WireFormat(), 1000).decode(record()).envelope
+    assert all(getattr(bare, name) is None for name in values)
+
+
+def test_an_optional_header_named_as_the_id_header_reads_the_id() -> None:
+    wire = WireFormat(correlation_id_header="id")
+    env = Decoder(ROUTES, wire, 1000).decode(record()).envelope
+    assert (env.event_id, env.correlation_id) == ("evt-1", "evt-1")
+
+
 @pytest.mark.parametrize(("rec", "expected"), [
     (record(value=b"{not json"), "invalid_json"),
     (record(value=b'{"order_id": "o-1"}'), "invalid_payload"),
