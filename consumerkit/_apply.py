@@ -102,12 +102,15 @@ class Applier:
         text); nothing of ``items`` is applied then. The dedup cache is asked first: records
         it knows need no connection, so they settle during a database outage too."""
         source = connect if callable(connect) else _holding(connect)
-        known = await self.known([d.envelope.event_id for d in items])
-        todo = [d for d in items if d.envelope.event_id not in known]
+        known = (await self.known([d.envelope.event_id for d in items])
+                 if self.cache is not None else set())
+        todo = [d for d in items if d.envelope.event_id not in known] if known else list(items)
         fresh: list[Claim] = []
         if todo:
             async with source() as conn:
                 fresh = await self._transaction(conn, todo, attempt)
+        if not known:
+            return fresh
         claims = iter(fresh)
         return [CACHED if d.envelope.event_id in known else next(claims) for d in items]
 
@@ -293,6 +296,9 @@ def plan(items: Sequence[Decoded]) -> list[Call]:
     """The handler calls for ``items``, in an order that keeps each key's records in order: a
     record of a batch handler joins that handler's latest call unless a record of its key is
     in a later call already; every other record is a call of its own, in turn."""
+    first = items[0].route if items else None
+    if first is not None and first.batch and all(d.route is first for d in items):
+        return [(first, list(items))]  # one batch handler: one call, in the items' order
     calls: list[Call] = []
     latest: dict[Route, int] = {}  # a batch handler's latest call
     last: dict[tuple[str, int, str | None], int] = {}  # a key's latest call

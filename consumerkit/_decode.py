@@ -30,7 +30,10 @@ _TIMES_KEPT = 4096  # distinct record times remembered (each one a datetime of i
 
 def header_map(record: RecordLike) -> dict[str, bytes]:
     """Record headers as a dict (the last value of a repeated name wins; nulls are dropped)."""
-    return {name: value for name, value in record.headers or () if value is not None}
+    headers: dict[str, bytes | None] = dict(record.headers or ())  # no Python loop: usual
+    if None in headers.values():
+        return {name: value for name, value in record.headers if value is not None}
+    return headers  # type: ignore[return-value]  # no None in it, as just checked
 
 
 def header_text(headers: dict[str, bytes], name: str) -> str | None:

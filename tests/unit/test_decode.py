@@ -213,3 +213,13 @@ def test_null_header_values_are_ignored() -> None:
     env = Decoder(ROUTES, WireFormat(), 1000).decode(record(headers=headers)).envelope
     assert env.correlation_id is None
     assert "trace" not in env.headers
+
+
+def test_a_repeated_header_keeps_its_last_value_that_is_not_null() -> None:
+    headers: list[tuple[str, bytes | None]] = [
+        ("id", b"evt-1"), ("event_type", b"order.created"), ("id", None),
+        ("correlation_id", b"c-1"), ("correlation_id", b"c-2")]
+    env = Decoder(ROUTES, WireFormat(), 1000).decode(record(headers=headers)).envelope
+    assert (env.event_id, env.correlation_id) == ("evt-1", "c-2")
+    assert env.headers == {"id": b"evt-1", "event_type": b"order.created",
+                           "correlation_id": b"c-2"}
