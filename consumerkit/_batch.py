@@ -28,6 +28,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Hashable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from ._apply import RecordFailed
@@ -242,11 +243,19 @@ class Batcher:
                 if group.owner is not None:  # a revocation cancels the batch holding them
                     group.owner.running.add(task)
             self._running.add(task)
-            task.add_done_callback(self._finished)
+            task.add_done_callback(partial(self._finished, batch))
 
-    def _finished(self, task: asyncio.Task[None]) -> None:
+    def _finished(self, batch: list[_Group], task: asyncio.Task[None]) -> None:
         self._running.discard(task)
         self.pipeline.slots.release()
+        if task.cancelled():  # before its first step: its groups never heard of it
+            for group in batch:
+                if group.owner is not None:
+                    group.owner.running.discard(task)
+                if self._closing:
+                    self._cancel(group)
+                elif not group.done():
+                    self._deliver(group, RolledBack())
 
     def _take(self) -> list[_Group]:
         batch: list[_Group] = []
@@ -371,7 +380,13 @@ class Batcher:
                 task = asyncio.current_task()  # revoked and cut short: the lane gives up
                 if task is not None:
                     task.uncancel()
-            finally:
+            except Exception as exc:  # a bug, or a refusal nothing can wait out (a missing
+                self.errors.append(exc)  # grant): the consumer stops on it, the lane with it
+                raise
+
+        def ended(task: asyncio.Task[None]) -> None:
+            # a done callback: it runs even for a task cancelled before its first step
+            if task.cancelled() or task.exception() is None:
                 owner.finished(lane, whole if whole is not None else records)
 
         task = asyncio.create_task(settle())
@@ -379,6 +394,7 @@ class Batcher:
         self._running.add(task)
         task.add_done_callback(owner.running.discard)
         task.add_done_callback(self._running.discard)
+        task.add_done_callback(ended)
 
     def sweep(self) -> None:
         """Give up at once the submitted groups still waiting for a batch whose lanes were

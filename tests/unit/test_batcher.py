@@ -465,6 +465,63 @@ async def test_closing_cuts_short_a_fallback_and_finishes_its_group() -> None:
     assert (fake.stats.delivered, fake.stats.abandoned) == (2, 2)
 
 
+async def test_an_error_in_a_groups_task_stops_its_lane_and_is_kept_for_the_engine() -> None:
+    fake = FakePipeline(concurrency=1)
+
+    async def failing(items: list[Decoded]) -> list[Claim]:
+        raise RuntimeError("the batch failed")
+
+    async def refusing(record: RecordLike, decoded: Decoded, abandon: asyncio.Event,
+                       failed: HandlerFailure | None = None) -> Outcome:
+        raise PermissionError("no grant on the parking table")
+
+    fake.apply_batch = failing  # type: ignore[method-assign]
+    fake.process_decoded = refusing  # type: ignore[method-assign]
+    batcher = _batcher(fake, max_batch=10)
+    owner = _Owner()
+    batcher.submit("k", _records(1, 2), owner)
+    await _until(lambda: bool(batcher.errors))
+    await _until(lambda: not owner.running)
+    assert isinstance(batcher.errors[0], PermissionError)
+    assert owner.finished_groups == []  # its lane goes no further: nothing after it runs
+    assert owner.seen == []
+    await batcher.close()
+
+
+async def test_tasks_cancelled_before_their_first_step_still_settle_their_groups() -> None:
+    fake = FakePipeline(concurrency=2)
+    applied: list[int] = []
+
+    async def failing(items: list[Decoded]) -> list[Claim]:
+        applied.extend(d.envelope.offset for d in items)
+        raise RuntimeError("the batch failed")
+
+    fake.apply_batch = failing  # type: ignore[method-assign]
+    batcher = _batcher(fake, max_batch=10)
+    revoked = _Owner()
+    batcher.submit("a", _records(1), revoked)
+    # the batch task is made, then cancelled by a revocation before it ever runs
+    await _until(lambda: bool(revoked.running))
+    assert applied == []
+    revoked.abandon.set()
+    for task in list(revoked.running):
+        task.cancel()
+    await _until(lambda: revoked.finished_groups == [[1]])
+    assert applied == []
+    assert fake.stats.abandoned == 1
+    # a fallback task cancelled the same way: its group is finished all the same
+    kept = _Owner()
+    batcher.submit("b", _on_partition_1(2), kept)
+    await _until(lambda: applied == [2] and bool(kept.running))
+    kept.abandon.set()
+    for task in list(kept.running):
+        task.cancel()
+    await _until(lambda: kept.finished_groups == [[2]])
+    assert fake.alone == []  # the fallback never ran
+    assert kept.seen == []
+    await batcher.close()
+
+
 def _on_partition_1(offset: int) -> list[RecordLike]:
     return [Record("t", 1, offset, b"k", b"{}")]
 
