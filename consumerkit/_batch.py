@@ -16,8 +16,8 @@ Groups come in two ways. :meth:`Batcher.process` is awaited by a task of the cal
 KeyedLanes`) and settles it when its batch ends, without a task: a batch gathers the groups
 of hundreds of keys, and a task each would cost more than their transaction. Only what has to
 wait (a fallback one by one, an expired record's dead letter, a parked key, an undecodable
-record) gets a task, tracked by the group's :class:`Owner` so that a revocation can cut it
-short.
+record) gets a task, tracked by the group's :class:`~consumerkit._settle.Owner` so that a
+revocation can cut it short. How a group's records settle: :mod:`consumerkit._settle`.
 """
 
 from __future__ import annotations
@@ -26,46 +26,19 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Protocol
 
 from ._apply import RecordFailed
 from ._decode import Decoded
 from ._failures import HandlerFailure, describe
-from ._pipeline import Outcome, Pipeline
+from ._pipeline import Pipeline
+from ._settle import Body, Owner, Report, Result, RolledBack, accounted, conclude, settle_now
 from .envelope import RecordLike
 from .errors import DecodeError
-from .types import Claim
 
 log = logging.getLogger("consumerkit.pipeline")
-
-Report = Callable[[RecordLike, Outcome], None]
-
-
-@dataclass(frozen=True, slots=True)
-class RolledBack:
-    """The batch rolled back; ``failed`` is the handler failure that caused it, if any."""
-
-    failed: RecordFailed | None = None
-
-
-Result = list[Claim] | RolledBack
-
-
-class Owner(Protocol):
-    """Who handed a group in with :meth:`Batcher.submit`: the lanes of one partition."""
-
-    abandon: asyncio.Event  # set: the partition is revoked, or the consumer stops
-    running: set[asyncio.Task[None]]  # tasks holding its records: a revocation cancels them
-
-    def report(self, record: RecordLike, outcome: Outcome) -> None:
-        """A record's final outcome (``ABANDONED``: not finished)."""
-
-    def finished(self, lane: Hashable, records: list[RecordLike]) -> None:
-        """Every record of a group has its outcome: its lane may go on."""
-
 
 @dataclass(slots=True, eq=False)
 class _Group:
@@ -107,7 +80,7 @@ class Batcher:
         with each record's outcome as soon as it is final. Records left without an outcome
         (abandoned, or cut short by cancellation) count as abandoned."""
         self.pipeline.observe.delivered(len(records))
-        await self._accounted(records, abandon, report, self._process)
+        await accounted(self.pipeline, records, abandon, report, self._process)
 
     def submit(self, lane: Hashable, records: list[RecordLike], owner: Owner) -> None:
         """Take ``records`` (consecutive records of one key) into the next batch, without a
@@ -132,25 +105,6 @@ class Batcher:
         self._queue(_Group([decoded for _, decoded in good], owner.abandon, owner=owner,
                            lane=lane, records=records, good=good))
 
-    async def _accounted(
-        self, records: Sequence[RecordLike], abandon: asyncio.Event, report: Report,
-        body: Callable[[Sequence[RecordLike], asyncio.Event, Report],
-                       Coroutine[Any, Any, None]],
-    ) -> None:
-        """Run ``body``, counting the records it left without an outcome as abandoned."""
-        reported: list[RecordLike] = []
-
-        def final(record: RecordLike, outcome: Outcome) -> None:
-            reported.append(record)  # an ABANDONED outcome is counted by the pipeline itself
-            report(record, outcome)
-
-        try:
-            await body(records, abandon, final)
-        finally:
-            if len(reported) < len(records):
-                done = {id(record) for record in reported}
-                self.pipeline.observe.abandoned([r for r in records if id(r) not in done])
-
     async def _process(
         self, records: Sequence[RecordLike], abandon: asyncio.Event, report: Report,
     ) -> None:
@@ -171,39 +125,7 @@ class Batcher:
         group = _Group([decoded for _, decoded in good], abandon,
                        future=asyncio.get_running_loop().create_future())
         result = await self._apply(group)
-        await self._conclude(good, result, abandon, report)
-
-    async def _conclude(self, good: list[tuple[RecordLike, Decoded]], result: Result,
-                        abandon: asyncio.Event, report: Report) -> None:
-        """Settle the records of a group whose batch ended: one by one, with retries, if
-        it rolled back."""
-        pipeline = self.pipeline
-        if isinstance(result, RolledBack):
-            culprit = result.failed
-            for record, decoded in good:
-                if abandon.is_set():
-                    return
-                failed = culprit if culprit and culprit.item is decoded else None
-                report(record, await pipeline.process_decoded(record, decoded, abandon, failed))
-            return
-        at = self._settle_now(good, result, 0, report)
-        while at < len(good):  # an expired record, to the dead letters
-            record, decoded = good[at]
-            report(record, await pipeline.expired_dead_letter(record, decoded, 1, abandon))
-            at = self._settle_now(good, result, at + 1, report)
-
-    def _settle_now(self, good: list[tuple[RecordLike, Decoded]], claims: list[Claim],
-                    start: int, report: Report) -> int:
-        """Settle records from ``start`` as long as none has to wait; the index of the first
-        that does (an expired record bound for the dead letters), or the end."""
-        settled = self.pipeline.settled
-        for at in range(start, len(good)):
-            record, decoded = good[at]
-            outcome = settled(claims[at], record, decoded)
-            if outcome is None:
-                return at
-            report(record, outcome)
-        return len(good)
+        await conclude(self.pipeline, good, result, abandon, report)
 
     async def _apply(self, group: _Group) -> Result:
         assert group.future is not None
@@ -342,14 +264,14 @@ class Batcher:
                     return
                 rest: Result = result
             else:
-                at = self._settle_now(good, result, 0, owner.report)
+                at = settle_now(self.pipeline, good, result, 0, owner.report)
                 if at == len(good):
                     owner.finished(group.lane, records)
                     return
                 rest = result[at:]  # from an expired record, bound for the dead letters
-            left = good[at:]
+            left, pipeline = good[at:], self.pipeline
             self._spawn(group.lane, records[at:], owner,
-                        lambda _, abandon, report: self._conclude(left, rest, abandon, report),
+                        lambda _, abandon, report: conclude(pipeline, left, rest, abandon, report),
                         whole=records)
         except Exception as exc:  # a bug: kept for the engine, which stops on it
             self.errors.append(exc)
@@ -366,14 +288,12 @@ class Batcher:
             group.owner.finished(group.lane, group.records)
 
     def _spawn(self, lane: Hashable, records: list[RecordLike], owner: Owner,
-               body: Callable[[Sequence[RecordLike], asyncio.Event, Report],
-                              Coroutine[Any, Any, None]],
-               whole: list[RecordLike] | None = None) -> None:
+               body: Body, whole: list[RecordLike] | None = None) -> None:
         """Settle ``records`` of a submitted group in a task (they have to wait), then tell
         ``owner`` the group (``whole``, if more) is finished."""
         async def settle() -> None:
             try:
-                await self._accounted(records, owner.abandon, owner.report, body)
+                await accounted(self.pipeline, records, owner.abandon, owner.report, body)
             except asyncio.CancelledError:
                 if self._closing or not owner.abandon.is_set():
                     raise

@@ -15,16 +15,32 @@ from .errors import StartupError
 log = logging.getLogger("consumerkit.consumer")
 
 
-async def open_pool(dsn: str, name: str, size: int) -> asyncpg.Pool:
+async def open_pool(dsn: str, name: str, size: int, *, warm: int = 0) -> asyncpg.Pool:
+    """A pool of up to ``size`` connections, ``warm`` of them opened now: the first
+    transactions after a start then wait for no connection, and a server short of
+    connections says so at start-up. Connections idle for five minutes close again, down to
+    one."""
+    pool: asyncpg.Pool | None = None
     try:
         pool = await asyncpg.create_pool(
             dsn, min_size=1, max_size=size, timeout=15,
             server_settings={"application_name": f"consumerkit:{name}"[:63]})
+        assert pool is not None
+        if warm > 1:
+            held = await asyncio.gather(*(pool.acquire() for _ in range(min(warm, size))),
+                                        return_exceptions=True)
+            for conn in held:
+                if not isinstance(conn, BaseException):
+                    await pool.release(conn)
+            for failure in held:
+                if isinstance(failure, BaseException):
+                    raise failure
     except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        if pool is not None:
+            pool.terminate()
         raise StartupError(
             f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {type(exc).__name__}: {exc}"
         ) from None
-    assert pool is not None
     return pool
 
 

@@ -246,7 +246,7 @@ class Consumer:
             registry=self.registry, readiness=self.readiness, metrics_port=self.metrics_port,
             metrics_host=self.metrics_host)
         observer = observed.observer
-        pool = await open_pool(dsn, self.name, self.concurrency + 2)
+        pool = await open_pool(dsn, self.name, self.concurrency + 2, warm=self.concurrency)
         stack.push_async_callback(pool.close)
         upkeep = DedupUpkeep(pool, self.schema, self.dedup, self.name, observer)
         await upkeep.prepare(auto_migrate=self.auto_migrate, outbox=self.outbox)
