@@ -133,7 +133,10 @@ class PostgresDedupStore:
         known = [t for t in times if t is not None]
         if not known:
             return True
-        return min(known) > datetime.now(UTC) - self.policy.retention / 2
+        try:
+            return min(known) > datetime.now(UTC) - self.policy.retention / 2
+        except TypeError:  # a time without a zone (given by hand): sent, and judged there
+            return False
 
     async def ended(
         self, tx: DbConnection, namespace: str, claimed: Sequence[ClaimRequest], committed: bool,

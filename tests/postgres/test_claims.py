@@ -250,6 +250,7 @@ async def test_a_batch_of_young_events_and_one_near_the_window_s_end(
     assert store._young([now - timedelta(days=3)])
     assert not store._young([now - timedelta(days=3), now - timedelta(days=4)])
     assert store._young([None])
+    assert not store._young([datetime.now(), now])  # a naive time: the database judges it
 
 
 async def test_a_batch_of_two_handlers_keeps_each_id_s_handler(conn: Conn, migrated: str) -> None:
