@@ -30,7 +30,7 @@ Fetched = tuple[dict[Partition, list[RecordLike]], dict[Partition, PartitionStat
 """Records fetched, and the state of each partition when they came."""
 
 class Engine:
-    """Owns the partition states, the keyed executor and the offset commits."""
+    """Owns the partition states, their keyed lanes and the offset commits."""
 
     def __init__(
         self, *, pipeline: Pipeline, max_in_flight: int, batch_size: int, max_batch: int,
