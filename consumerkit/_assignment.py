@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
+from ._gaps import Sighting
 from ._offsets import PartitionOffsets
 from .transport.source import Partition
 
@@ -22,7 +23,10 @@ class PartitionState:
     running: set[asyncio.Task[None]] = field(default_factory=set)
     pending: int = 0
     killed: bool = False
-    fetched: int = 0  # one past the highest offset fetched: a floor for the end offset
+    # where the next fetch should start: one past the highest offset fetched, or before the
+    # first fetch the group's committed offset (None: not known); a floor for the end offset
+    fetched: int | None = None
+    sighting: Sighting | None = None  # a gap the next fetch should show again
 
     def __post_init__(self) -> None:
         self.drained.set()

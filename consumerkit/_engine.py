@@ -9,7 +9,7 @@ from collections.abc import Collection, Hashable, Sequence
 from functools import partial
 from typing import Any
 
-from . import _faults
+from . import _faults, _gaps
 from ._assignment import PartitionState
 from ._batch import Batcher
 from ._commits import Commits
@@ -28,6 +28,7 @@ trace = logging.getLogger("consumerkit.consumer.offsets")
 
 Fetched = tuple[dict[Partition, list[RecordLike]], dict[Partition, PartitionState | None]]
 """Records fetched, and the state of each partition when they came."""
+
 
 class Engine:
     """Owns the partition states, their keyed lanes and the offset commits."""
@@ -129,6 +130,7 @@ class Engine:
                 if not fetch.done():  # stopping: do not wait for a rebalance or a fetch
                     break
                 fetched, owners = fetch.result()
+                await self._first_offsets(source, fetched, owners)
                 known = await self._known(fetched)
                 for part, records in fetched.items():
                     self._dispatch(part, records, owners[part], known.get(part, ()))
@@ -155,6 +157,23 @@ class Engine:
                                      return_when=asyncio.FIRST_COMPLETED)
         room.cancel()
         return bool(done)
+
+    async def _first_offsets(self, source: Source, fetched: dict[Partition, list[RecordLike]],
+                             owners: dict[Partition, PartitionState | None]) -> None:
+        """Where an ownership's first fetch should start: the group's committed offset, so a
+        gap at its very start is read again too (:mod:`~consumerkit._gaps`)."""
+        first = [(part, state) for part, state in owners.items()
+                 if state is not None and state.fetched is None]
+        if not first:
+            return
+        offsets = await asyncio.gather(*(source.committed(part) for part, _ in first),
+                                       return_exceptions=True)
+        for (part, state), offset in zip(first, offsets, strict=True):
+            if isinstance(offset, int):  # else none yet, or not known now: trust the fetch
+                state.fetched = offset
+            if trace.isEnabledFor(logging.DEBUG):
+                trace.debug("%s/%d: first offset of this ownership %d (committed: %s)", *part,
+                            fetched[part][0].offset, offset)
 
     async def _known(
         self, fetched: dict[Partition, list[RecordLike]],
@@ -202,6 +221,8 @@ class Engine:
         if records:
             if trace.isEnabledFor(logging.DEBUG):
                 _trace_fetch(part, state.fetched, records)
+            records = _gaps.through(part, state, records, self.source, self.stats)
+        if records:
             state.fetched = records[-1].offset + 1
         for record in records:
             state.submitted(record.offset)
@@ -323,13 +344,11 @@ class _Owner:
         self.engine._group_finished(self.state, lane, records)
 
 
-def _trace_fetch(part: Partition, fetched: int, records: Sequence[RecordLike]) -> None:
-    """Log where a fetch starts an ownership, or leaves offsets out (transaction markers do,
-    on a topic written in transactions)."""
+def _trace_fetch(part: Partition, fetched: int | None, records: Sequence[RecordLike]) -> None:
+    """Log where a fetch leaves offsets out (transaction markers do, on a topic written in
+    transactions)."""
     first, last = records[0].offset, records[-1].offset
-    if not fetched:
-        trace.debug("%s/%d: first offset of this ownership %d", *part, first)
-    elif first != fetched:
+    if fetched is not None and first != fetched:
         trace.debug("%s/%d: offsets jump from %d to %d", *part, fetched, first)
     if last - first + 1 != len(records):
         trace.debug("%s/%d: %d records fetched between offsets %d and %d", *part,

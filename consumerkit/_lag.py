@@ -55,7 +55,7 @@ async def report_lag(engine: Engine, source: Source, observer: Observer) -> None
             if committed is None:  # nothing committed by this member yet: the broker's
                 committed = await _committed(source, part)
             if engine.states.get(part) is state:  # still ours
-                observer.lag(part[0], part[1], max(0, max(end, state.fetched) - committed))
+                observer.lag(part[0], part[1], max(0, max(end, state.fetched or 0) - committed))
 
 
 async def _committed(source: Source, part: Partition) -> int:

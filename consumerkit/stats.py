@@ -42,6 +42,8 @@ class ConsumerStats:
     batches: int = 0  # transactions that applied several records at once
     batch_fallbacks: int = 0  # batches rolled back and applied again record by record
     cache_hits: int = 0  # deliveries the dedup cache recognised without a transaction
+    gap_rereads: int = 0  # fetches read again from a gap, to see it a second time
+    hidden_records: int = 0  # records a second read returned where the first had a gap
     dead_letter_reasons: Counter[str] = field(default_factory=Counter)
 
 

@@ -134,6 +134,9 @@ class KafkaSource:
         elif self._consumer.paused():
             self._consumer.resume(*self._consumer.paused())
 
+    def seek(self, part: Partition, offset: int) -> None:
+        self._consumer.seek(TopicPartition(*part), offset)
+
     async def commit(self, offsets: Mapping[Partition, int]) -> None:
         """Commit ``{partition: next offset to read}``; never called with implicit offsets."""
         if not offsets:

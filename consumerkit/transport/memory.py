@@ -213,6 +213,10 @@ class MemorySource:
             except TimeoutError:
                 pass
 
+    def seek(self, part: Partition, offset: int) -> None:
+        if part in self._owned:
+            self._position[part] = offset
+
     async def commit(self, offsets: Mapping[Partition, int]) -> None:
         if not offsets:
             return

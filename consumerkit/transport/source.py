@@ -32,7 +32,8 @@ class Source(Protocol):
       ``on_revoked`` before another member may read them), from within :meth:`fetch`.
     - :meth:`fetch` returns, per assigned partition that is not paused, records in increasing
       offset order starting at the committed offset (the partition's start if none), then
-      continuing after what it returned; an empty dict after ``timeout_ms`` if nothing came.
+      continuing after what it returned (or at the offset given to :meth:`seek`); an empty
+      dict after ``timeout_ms`` if nothing came.
       After a (re)assignment, reading resumes from the committed offset: records fetched but
       not committed are delivered again.
     - :meth:`commit` stores ``{partition: next offset to read}`` for the group; a source never
@@ -50,6 +51,11 @@ class Source(Protocol):
 
     def pause(self, paused: bool) -> None:
         """Pause every assigned partition (fetch still serves the group), or resume them."""
+        ...
+
+    def seek(self, part: Partition, offset: int) -> None:
+        """Have the next records of ``part`` (an assigned partition) start at ``offset``:
+        records fetched past it and not yet returned are dropped."""
         ...
 
     async def commit(self, offsets: Mapping[Partition, int]) -> None: ...

@@ -178,6 +178,25 @@ async def test_a_new_member_reads_from_the_committed_offset(backend: Backend) ->
         await second.stop()
 
 
+async def test_a_seek_reads_the_partition_again_from_the_offset_given(
+    backend: Backend,
+) -> None:
+    topic = await backend.topic(1)
+    for n in range(8):
+        await backend.produce(topic, b"k", f"v{n}".encode(), [], 1_700_000_000_000)
+    source = backend.source(topic, group(), Callbacks())
+    await source.start()
+    try:
+        assert [r.offset for r in await fetch_until(source, 8)] == list(range(8))
+        source.seek((topic, 0), 3)
+        again = await fetch_until(source, 5)
+        assert [(r.offset, r.value) for r in again] == [(n, f"v{n}".encode())
+                                                        for n in range(3, 8)]
+        assert await fetch_for(source, 0.5) == []  # then it goes on after them, once
+    finally:
+        await source.stop()
+
+
 async def test_paused_partitions_deliver_nothing_until_resumed(backend: Backend) -> None:
     topic = await backend.topic(2)
     for n in range(4):

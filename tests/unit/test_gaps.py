@@ -1,0 +1,62 @@
+"""A fetch is taken up to its first gap that the fetch before did not show too."""
+
+from __future__ import annotations
+
+from consumerkit._gaps import Sighting, unbroken
+from consumerkit.envelope import Record
+
+
+def fetch(*offsets: int) -> list[Record]:
+    return [Record(topic="t", partition=0, offset=o, key=b"k", value=b"", headers=(),
+                   timestamp=0) for o in offsets]
+
+
+def sighting(start: int, *offsets: int) -> Sighting:
+    return Sighting(start, list(offsets))
+
+
+def test_contiguous_records_are_taken_whole() -> None:
+    assert unbroken(fetch(4, 5, 6), 4, None) == (3, None)
+    assert unbroken(fetch(), 4, None) == (0, None)
+
+
+def test_an_ownerships_first_fetch_starts_where_the_broker_says() -> None:
+    assert unbroken(fetch(9, 10), None, None) == (2, None)
+    assert unbroken(fetch(9, 11), None, None) == (1, 10)  # a gap inside it still counts
+
+
+def test_a_new_gap_stops_the_fetch_where_it_starts() -> None:
+    assert unbroken(fetch(4, 5, 9, 10), 4, None) == (2, 6)
+    assert unbroken(fetch(7, 8), 4, None) == (0, 4)  # a gap before the first record
+
+
+def test_a_gap_the_fetch_before_showed_is_passed() -> None:
+    seen = sighting(6, 9, 10)
+    assert unbroken(fetch(9, 10, 11), 6, seen) == (3, None)
+    assert unbroken(fetch(5, 9, 10), 5, seen) == (3, None)
+
+
+def test_a_gap_the_second_read_shows_differently_is_read_again() -> None:
+    seen = sighting(6, 9, 10)
+    # the broker had hidden 6 and 7; 8 is missing from both reads
+    assert unbroken(fetch(6, 7, 9, 10), 6, seen) == (4, None)
+    # a later gap than the one seen: read again from it too
+    assert unbroken(fetch(9, 10, 12), 6, seen) == (2, 11)
+    # a gap where the first read had a record
+    assert unbroken(fetch(6, 7, 8, 10), 6, sighting(6, 8, 9, 10)) == (3, 9)
+
+
+def test_a_gap_past_what_was_seen_is_not_vouched_for() -> None:
+    seen = sighting(6, 9, 10)
+    assert not seen.agrees(11, 14)  # 14 was never seen
+    assert not seen.agrees(5, 9)  # the first read began at 6: 5 was not seen missing
+    assert seen.agrees(6, 9)
+    assert seen.agrees(8, 9)
+    assert sighting(6, 9, 12).agrees(10, 12)  # 10 and 11 were missing then too
+
+
+def test_the_records_a_second_read_adds_are_counted_as_hidden() -> None:
+    seen = sighting(6, 9, 10, 14)
+    assert seen.filled(fetch(6, 7, 8, 9, 10, 11, 12)) == 5  # 6, 7, 8, 11, 12
+    assert seen.filled(fetch(9, 10, 14, 15)) == 0  # 15 lies past the first read
+    assert sighting(6).filled(fetch(6, 7)) == 0
