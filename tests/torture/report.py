@@ -19,6 +19,9 @@ _ROWS = [
     ("records read by the witness while streaming", "witness_read"),
     ("records the broker hid from a streaming reader (witness)", "broker_hidden"),
     ("of the lost, events the broker also kept from the witness", "lost_hidden_by_broker"),
+    ("gaps the consumers read again", "consumer_gap_rereads"),
+    ("records a consumer's second read found in a gap (hidden by the broker)",
+     "consumer_reread_hidden"),
     ("order violations seen by the projection", "projection_violations"),
     ("unexpected dead letters (sound events)", "unexpected_dead_letters"),
     ("faults injected / kinds", None),
@@ -61,7 +64,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 _TOTALS = ("events_committed", "deliveries_total", "deliveries_distinct", "effects",
            "duplicate_effects", "lost", "phantom", "order_violations", "broker_hidden",
-           "relay_duplicates", "republished_copies", "faults_total")
+           "consumer_reread_hidden", "relay_duplicates", "republished_copies", "faults_total")
 
 
 def combined(reports: list[dict[str, Any]]) -> str:
@@ -95,6 +98,7 @@ def _short(key: str) -> str:
             "deliveries_distinct": "distinct", "effects": "effects",
             "duplicate_effects": "dup. effects", "lost": "lost", "phantom": "phantom",
             "order_violations": "order viol.", "broker_hidden": "hidden by broker",
+            "consumer_reread_hidden": "hidden, read again",
             "relay_duplicates": "relay dup.",
             "republished_copies": "republished", "faults_total": "faults"}[key]
 

@@ -27,6 +27,7 @@ from .cluster import OwnPostgres, OwnRedis, start_tansu
 from .faults import KINDS, REDIS_KINDS, Rig, schedule
 from .procs import Procs
 from .profiles import Profile
+from .trace import rereads
 from .witness import Witness
 
 SCHEMA = "torture"
@@ -231,6 +232,7 @@ async def torture(profile: Profile, seed: int, mutant: str,
         drain_s, drained = await _drain(postgres.dsn, profile)
         phases["drain_s"] = drain_s
         procs.stop_all()
+        gap_rereads, reread_hidden = rereads(workdir)
 
         conn = await _db(postgres.dsn)
         try:
@@ -269,6 +271,10 @@ async def torture(profile: Profile, seed: int, mutant: str,
             "broker_hidden": len(hidden),
             "broker_hidden_examples": [list(h) for h in hidden[:5]],
             "lost_hidden_by_broker": findings.lost_hidden,
+            # gaps the consumers read again, and the records found there (docs/ordering-and-
+            # offsets.md#gaps): what the broker hid from them, and they did not lose
+            "consumer_gap_rereads": gap_rereads,
+            "consumer_reread_hidden": reread_hidden,
             "phantom": findings.phantom,
             "order_violations": findings.order_violations,
             "projection_violations": findings.projection_violations,

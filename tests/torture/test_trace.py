@@ -11,7 +11,7 @@ import pytest
 from consumerkit._engine import _trace_fetch
 from consumerkit.envelope import Record
 
-from .trace import explain, late_starts, parse_position, read_logs
+from .trace import explain, late_starts, parse_position, read_logs, rereads
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -25,14 +25,12 @@ def _log(path: Path, stamped: list[tuple[str, str, str]]) -> None:
                             for at, name, text in stamped))
 
 
-def test_the_engine_traces_an_ownership_start_a_jump_and_a_gap(
-        caplog: pytest.LogCaptureFixture) -> None:
+def test_the_engine_traces_a_jump_and_a_gap(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.DEBUG, "consumerkit.consumer.offsets"):
-        _trace_fetch(("t", 1), 0, _records(40, 41))
+        _trace_fetch(("t", 1), None, _records(40, 41))  # where it starts is not known
         _trace_fetch(("t", 1), 42, _records(45, 46))
         _trace_fetch(("t", 1), 47, _records(47, 49))
     assert caplog.messages == [
-        "t/1: first offset of this ownership 40",
         "t/1: offsets jump from 42 to 45",
         "t/1: 2 records fetched between offsets 47 and 49",
     ]
@@ -71,8 +69,23 @@ def test_an_ownership_that_began_past_the_last_commit_is_listed(tmp_path: Path) 
     _log(tmp_path / "consumer-1.log", [
         ("00:03", offsets, "t/1: first offset of this ownership 50"),  # from the sent one
         ("00:04", offsets, "committed t/1:52"),
-        ("00:05", offsets, "t/1: first offset of this ownership 60"),  # 52..59 skipped
-    ])
+        ("00:05", offsets, "t/1: first offset of this ownership 60 (committed: 52)"),
+    ])  # 52..59 skipped
     [late] = late_starts(read_logs(tmp_path))
     assert late.endswith("consumer-1 t/1 began at 60, last commit 52 (consumer-1 at "
                          "2026-11-24 06:00:04,000)")
+
+
+def test_the_gaps_read_again_and_what_the_second_reads_found_are_counted(
+        tmp_path: Path) -> None:
+    offsets = "consumerkit.consumer.offsets"
+    _log(tmp_path / "consumer-0.log", [
+        ("00:01", offsets, "t/1: offsets missing from 40, read again"),
+        ("00:02", "consumerkit.consumer", "t/1: a second read returned 5 records at offsets "
+                                          "the first read left out (from 40): the broker had "
+                                          "hidden them"),
+    ])
+    _log(tmp_path / "consumer-1.log", [
+        ("00:03", offsets, "t/2: offsets missing from 7, read again"),  # a gap that stayed
+    ])
+    assert rereads(tmp_path) == (2, 5)

@@ -77,7 +77,8 @@ def explain(lines: Sequence[Line], topic: str, partition: int, offset: int) -> l
     return [f"{topic}/{partition}:{offset}: no commit went past it"]
 
 
-_FIRST = re.compile(r"^(\S+)/(\d+): first offset of this ownership (\d+)$")
+_FIRST = re.compile(r"^(\S+)/(\d+): first offset of this ownership (\d+)(?: \(committed: \w+\))?$")
+_HIDDEN = re.compile(r"a second read returned (\d+) records at offsets the first read left out")
 
 
 def late_starts(lines: Sequence[Line]) -> list[str]:
@@ -98,6 +99,20 @@ def late_starts(lines: Sequence[Line]) -> list[str]:
                 found.append(f"{line.at} {line.process} {part[0]}/{part[1]} began at {first}, "
                              f"last commit {off} ({by.process} at {by.at})")
     return found
+
+
+def rereads(workdir: Path) -> tuple[int, int]:
+    """How many times the consumers read a gap again, and how many records those second
+    reads returned where the first had a gap (records the broker had hidden)."""
+    again = hidden = 0
+    for path in sorted(workdir.glob("consumer-*.log")):
+        with path.open(errors="replace") as f:
+            for raw in f:
+                if raw.endswith(", read again\n"):
+                    again += 1
+                elif (m := _HIDDEN.search(raw)) is not None:
+                    hidden += int(m[1])
+    return again, hidden
 
 
 def parse_position(text: str) -> tuple[str, int, int]:
