@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from ._gaps import Sighting
 from ._offsets import PartitionOffsets
 from .transport.source import Partition
+
+if TYPE_CHECKING:
+    from ._gaps import Sighting
 
 
 @dataclass(slots=True, eq=False)

@@ -130,7 +130,7 @@ class Engine:
                 if not fetch.done():  # stopping: do not wait for a rebalance or a fetch
                     break
                 fetched, owners = fetch.result()
-                await self._first_offsets(source, fetched, owners)
+                await _gaps.first_offsets(source, fetched, owners, stop)
                 known = await self._known(fetched)
                 for part, records in fetched.items():
                     self._dispatch(part, records, owners[part], known.get(part, ()))
@@ -157,23 +157,6 @@ class Engine:
                                      return_when=asyncio.FIRST_COMPLETED)
         room.cancel()
         return bool(done)
-
-    async def _first_offsets(self, source: Source, fetched: dict[Partition, list[RecordLike]],
-                             owners: dict[Partition, PartitionState | None]) -> None:
-        """Where an ownership's first fetch should start: the group's committed offset, so a
-        gap at its very start is read again too (:mod:`~consumerkit._gaps`)."""
-        first = [(part, state) for part, state in owners.items()
-                 if state is not None and state.fetched is None]
-        if not first:
-            return
-        offsets = await asyncio.gather(*(source.committed(part) for part, _ in first),
-                                       return_exceptions=True)
-        for (part, state), offset in zip(first, offsets, strict=True):
-            if isinstance(offset, int):  # else none yet, or not known now: trust the fetch
-                state.fetched = offset
-            if trace.isEnabledFor(logging.DEBUG):
-                trace.debug("%s/%d: first offset of this ownership %d (committed: %s)", *part,
-                            fetched[part][0].offset, offset)
 
     async def _known(
         self, fetched: dict[Partition, list[RecordLike]],

@@ -15,12 +15,14 @@ fetch; a fetch without gaps costs two comparisons.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from ._commits import COMMIT_TIMEOUT
 from .envelope import RecordLike
 
 if TYPE_CHECKING:
@@ -41,9 +43,13 @@ class Sighting:
     offsets: Sequence[int]
 
     def agrees(self, first: int, after: int) -> bool:
-        """Whether this fetch also lacked ``first`` to ``after - 1`` and held ``after``."""
+        """Whether this fetch also lacked ``first`` to ``after - 1`` and held ``after``, or
+        the second read began past all it held (the client's position was reset, its
+        offset out of range: a broker never hides what it has shown)."""
         if first < self.start:
             return False
+        if first == self.start and self.offsets and after > self.offsets[-1]:
+            return True
         i = bisect_left(self.offsets, after)
         if i == len(self.offsets) or self.offsets[i] != after:
             return False
@@ -101,3 +107,38 @@ def through(part: Partition, state: PartitionState, records: Sequence[RecordLike
     stats.gap_rereads += 1
     trace.debug("%s/%d: offsets missing from %d, read again", *part, again)
     return records[:count]
+
+
+async def first_offsets(
+    source: Source, fetched: dict[Partition, list[RecordLike]],
+    owners: dict[Partition, PartitionState | None], stop: asyncio.Future[Any],
+) -> None:
+    """Where an ownership's first fetch should have started: the group's committed offset,
+    so a gap at its very start is read again too. Without an answer in time, or when
+    stopping, the fetch is taken as it came."""
+    first = [(part, state) for part, state in owners.items()
+             if state is not None and state.fetched is None]
+    if not first:
+        return
+    lookup = asyncio.gather(*(source.committed(part) for part, _ in first),
+                            return_exceptions=True)
+    await asyncio.wait({lookup, stop}, timeout=COMMIT_TIMEOUT,
+                       return_when=asyncio.FIRST_COMPLETED)
+    if not lookup.done():
+        lookup.cancel()
+        await asyncio.gather(lookup, return_exceptions=True)
+        if stop.done():
+            return  # the records are dropped: nobody dispatches while stopping
+    answers: list[object] = (
+        list(lookup.result()) if not lookup.cancelled()
+        else [TimeoutError("no answer in time")] * len(first))
+    for (part, state), offset in zip(first, answers, strict=True):
+        if isinstance(offset, int):
+            state.fetched = offset
+        elif isinstance(offset, BaseException):
+            log.warning("%s/%d: cannot read the committed offset (%r): the first fetch of this "
+                        "ownership is taken as it came", *part, offset)
+        if trace.isEnabledFor(logging.DEBUG):  # None: nothing committed yet
+            trace.debug("%s/%d: first offset of this ownership %d (committed: %s)", *part,
+                        fetched[part][0].offset,
+                        offset if offset is None or isinstance(offset, int) else "unknown")

@@ -11,6 +11,7 @@ brokers without it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import KafkaError, MessageSizeTooLargeError
+from aiokafka.errors import IllegalStateError, KafkaError, MessageSizeTooLargeError
 from aiokafka.partitioner import DefaultPartitioner
 
 from ..envelope import RecordLike
@@ -135,7 +136,9 @@ class KafkaSource:
             self._consumer.resume(*self._consumer.paused())
 
     def seek(self, part: Partition, offset: int) -> None:
-        self._consumer.seek(TopicPartition(*part), offset)
+        # revoked since its records came: the next owner reads from the committed offset
+        with contextlib.suppress(IllegalStateError):
+            self._consumer.seek(TopicPartition(*part), offset)
 
     async def commit(self, offsets: Mapping[Partition, int]) -> None:
         """Commit ``{partition: next offset to read}``; never called with implicit offsets."""

@@ -193,6 +193,18 @@ async def test_a_seek_reads_the_partition_again_from_the_offset_given(
         assert [(r.offset, r.value) for r in again] == [(n, f"v{n}".encode())
                                                         for n in range(3, 8)]
         assert await fetch_for(source, 0.5) == []  # then it goes on after them, once
+        # records fetched past the offset and not yet returned are dropped, not returned
+        source.seek((topic, 0), 0)
+        first: list[RecordLike] = []
+        async with asyncio.timeout(DEADLINE):
+            while not first:
+                first = [r for records in (await source.fetch(100, 2)).values()
+                         for r in records]
+        assert [r.offset for r in first] == [0, 1]
+        source.seek((topic, 0), 1)
+        rest = await fetch_until(source, 7)
+        assert [r.offset for r in rest] == list(range(1, 8))
+        assert await fetch_for(source, 0.5) == []
     finally:
         await source.stop()
 

@@ -7,6 +7,7 @@ store are the production ones, on a real PostgreSQL; the seam is the ``Source`` 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 
 import asyncpg
@@ -14,6 +15,7 @@ import pytest
 
 from consumerkit._engine import Engine
 from consumerkit.envelope import RecordLike
+from consumerkit.errors import TransportError
 from consumerkit.testing import TestConsumer
 from consumerkit.transport.source import Partition, RebalanceHandler, Source
 
@@ -27,8 +29,10 @@ class LeavingOut:
     inner: Source  # the consumer's source, given when the consumer makes it
     topics: list[str]
 
-    def __init__(self, once: set[int], always: set[int]) -> None:
+    def __init__(self, once: set[int], always: set[int],
+                 committed_fails: bool = False) -> None:
         self.once = set(once)
+        self.committed_fails = committed_fails
         self.always = set(always)
         self.seeks: list[int] = []
 
@@ -61,6 +65,8 @@ class LeavingOut:
         return await self.inner.end_offsets(parts)
 
     async def committed(self, part: Partition) -> int | None:
+        if self.committed_fails:
+            raise TransportError("cannot read the committed offset: the coordinator moved")
         return await self.inner.committed(part)
 
     async def stop(self) -> None:
@@ -92,9 +98,10 @@ async def run(dsn: str, schema: str, max_batch: int, once: set[int], always: set
     return kit, source, await effects(dsn)
 
 
-def leaving_out(kit: TestConsumer, once: set[int], always: set[int]) -> LeavingOut:
+def leaving_out(kit: TestConsumer, once: set[int], always: set[int],
+                committed_fails: bool = False) -> LeavingOut:
     """Have ``kit``'s consumer read through a :class:`LeavingOut` source (returned)."""
-    made = LeavingOut(once, always)
+    made = LeavingOut(once, always, committed_fails)
 
     def source(rebalance: RebalanceHandler) -> Source:
         assert isinstance(rebalance, Engine)
@@ -124,7 +131,7 @@ async def effects(dsn: str) -> list[tuple[str, int]]:
 async def test_records_a_fetch_left_out_once_are_read_again_and_applied(
     consumerkit_dsn: str, consumerkit_schema: str, effects_table: None, max_batch: int,
 ) -> None:
-    # 7-9 inside the fetch; 29 at its end: the next fetch starts past it, and shows the gap
+    # 7-9 inside the fetch; 29 at its end comes back with the second read from 7
     kit, source, effects = await run(consumerkit_dsn, consumerkit_schema, max_batch,
                                      once={7, 8, 9, 29}, always=set())
     assert sorted(effects, key=lambda e: e[1]) == [(f"k{n % 3}", n) for n in range(30)]
@@ -178,3 +185,22 @@ async def test_a_gap_at_the_first_offset_of_an_ownership_is_read_again(
     assert sorted(seq for _, seq in await effects(consumerkit_dsn)) == list(range(40))
     assert source.seeks == [30]
     assert kit.stats.hidden_records == 2
+
+
+async def test_without_the_committed_offset_an_ownerships_first_fetch_is_taken_as_it_came(
+    consumerkit_dsn: str, consumerkit_schema: str, effects_table: None,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kit = TestConsumer([registry], postgres_dsn=consumerkit_dsn, schema=consumerkit_schema,
+                       partitions=1)
+    source = leaving_out(kit, once=set(), always=set(), committed_fails=True)
+    publish(kit, range(10))
+    with caplog.at_level(logging.WARNING, "consumerkit.consumer"):
+        async with kit:
+            await kit.drain()
+    assert sorted(seq for _, seq in await effects(consumerkit_dsn)) == list(range(10))
+    assert source.seeks == []
+    assert [r.getMessage() for r in caplog.records if r.name == "consumerkit.consumer"] == [
+        "events/0: cannot read the committed offset (TransportError('cannot read the "
+        "committed offset: the coordinator moved')): the first fetch of this ownership is "
+        "taken as it came"]

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import cast
 
 import pytest
 
+from consumerkit._assignment import PartitionState
 from consumerkit._engine import _trace_fetch
+from consumerkit._gaps import through
 from consumerkit.envelope import Record
+from consumerkit.stats import ConsumerStats
+from consumerkit.transport.source import Source
 
 from .trace import explain, late_starts, parse_position, read_logs, rereads
 
@@ -77,15 +82,38 @@ def test_an_ownership_that_began_past_the_last_commit_is_listed(tmp_path: Path) 
 
 
 def test_the_gaps_read_again_and_what_the_second_reads_found_are_counted(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    class Seeking:
+        def seek(self, part: tuple[str, int], offset: int) -> None:
+            pass
+
+    state, stats = PartitionState(("t", 1)), ConsumerStats()
+    state.fetched = 40
+    source = cast(Source, Seeking())
+    with caplog.at_level(logging.DEBUG, "consumerkit.consumer"):
+        # the engine's own lines: a gap read again, which the second read fills (5
+        # records), then a gap that stays
+        through(("t", 1), state, _records(45, 46), source, stats)
+        state.fetched = through(("t", 1), state, _records(*range(40, 47), 50),
+                                source, stats)[-1].offset + 1
+        through(("t", 1), state, _records(50), source, stats)
+    (tmp_path / "consumer-0.log").write_text("".join(
+        f"2026-11-24 06:00:0{n},000 DEBUG {r.name}: {r.getMessage()}\n"
+        for n, r in enumerate(caplog.records)))
+    assert rereads(tmp_path) == (2, 5)
+    assert (stats.gap_rereads, stats.hidden_records) == (2, 5)
+
+
+def test_an_ownership_that_began_past_the_last_commit_and_read_it_again_is_not_listed(
         tmp_path: Path) -> None:
     offsets = "consumerkit.consumer.offsets"
     _log(tmp_path / "consumer-0.log", [
-        ("00:01", offsets, "t/1: offsets missing from 40, read again"),
-        ("00:02", "consumerkit.consumer", "t/1: a second read returned 5 records at offsets "
-                                          "the first read left out (from 40): the broker had "
-                                          "hidden them"),
+        ("00:01", offsets, "committed t/1:42"),
+        ("00:02", offsets, "t/1: first offset of this ownership 45 (committed: 42)"),
+        ("00:03", offsets, "t/1: offsets jump from 42 to 45"),
+        ("00:04", offsets, "t/1: offsets missing from 42, read again"),
+        ("00:05", offsets, "committed t/1:50"),
+        ("00:06", offsets, "t/1: first offset of this ownership 55 (committed: unknown)"),
     ])
-    _log(tmp_path / "consumer-1.log", [
-        ("00:03", offsets, "t/2: offsets missing from 7, read again"),  # a gap that stayed
-    ])
-    assert rereads(tmp_path) == (2, 5)
+    [late] = late_starts(read_logs(tmp_path))
+    assert " t/1 began at 55, last commit 50 " in late

@@ -78,27 +78,37 @@ def explain(lines: Sequence[Line], topic: str, partition: int, offset: int) -> l
 
 
 _FIRST = re.compile(r"^(\S+)/(\d+): first offset of this ownership (\d+)(?: \(committed: \w+\))?$")
+_AGAIN = re.compile(r"^(\S+)/(\d+): offsets missing from (\d+), read again$")
 _HIDDEN = re.compile(r"a second read returned (\d+) records at offsets the first read left out")
 
 
 def late_starts(lines: Sequence[Line]) -> list[str]:
     """Ownerships that began past the last commit of their partition, sent or answered, by
-    any consumer: on a topic without transactions the records between were skipped (a
-    commit is logged before it is sent)."""
+    any consumer, and did not read the partition again from there: on a topic without
+    transactions the records between were skipped (a commit is logged before it is sent)."""
     last: dict[tuple[str, int], tuple[int, Line]] = {}
+    pending: dict[tuple[str, tuple[str, int]], tuple[int, str]] = {}  # (process, partition)
     found = []
     for line in lines:
         for part, off in commits(line).items():
             if line.text.startswith("committed ") or off > last.get(part, (-1, line))[0]:
                 last[part] = (off, line)
-        if line.logger == "consumerkit.consumer.offsets" and (
-                m := _FIRST.match(line.text)) is not None:
+        if line.logger != "consumerkit.consumer.offsets":
+            continue
+        if (m := _FIRST.match(line.text)) is not None:
             part, first = (m[1], int(m[2])), int(m[3])
+            if (key := (line.process, part)) in pending:
+                found.append(pending.pop(key)[1])
             off, by = last.get(part, (0, line))
             if first > off:
-                found.append(f"{line.at} {line.process} {part[0]}/{part[1]} began at {first}, "
-                             f"last commit {off} ({by.process} at {by.at})")
-    return found
+                pending[key] = (off, f"{line.at} {line.process} {part[0]}/{part[1]} began at "
+                                     f"{first}, last commit {off} ({by.process} at {by.at})")
+        elif (m := _AGAIN.match(line.text)) is not None and (
+                key := (line.process, (m[1], int(m[2])))) in pending:
+            off, text = pending.pop(key)
+            if int(m[3]) > off:  # else it read the records it had skipped after all
+                found.append(text)
+    return found + [text for _, text in pending.values()]
 
 
 def rereads(workdir: Path) -> tuple[int, int]:

@@ -60,3 +60,10 @@ def test_the_records_a_second_read_adds_are_counted_as_hidden() -> None:
     assert seen.filled(fetch(6, 7, 8, 9, 10, 11, 12)) == 5  # 6, 7, 8, 11, 12
     assert seen.filled(fetch(9, 10, 14, 15)) == 0  # 15 lies past the first read
     assert sighting(6).filled(fetch(6, 7)) == 0
+
+
+def test_a_second_read_past_all_the_first_held_is_a_reset_position() -> None:
+    # offset 6 out of range (retention), the client's position reset to the log's end twice:
+    # a broker never hides records it has shown, so the second read is not a hiding broker
+    assert unbroken(fetch(20, 21), 6, sighting(6, 9, 10)) == (2, None)
+    assert unbroken(fetch(20, 21), 7, sighting(6, 9, 10)) == (0, 7)  # not from the gap
