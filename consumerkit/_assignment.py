@@ -26,8 +26,9 @@ class PartitionState:
     running: set[asyncio.Task[None]] = field(default_factory=set)
     pending: int = 0
     killed: bool = False
-    # where the next fetch should start: one past the highest offset fetched, or before the
-    # first fetch the group's committed offset (None: not known); a floor for the end offset
+    # where the next fetch should start: one past the last record handed out (a gap's first
+    # offset while the gap is read again), before the first fetch the group's committed
+    # offset, None when not known; a floor for the end offset
     fetched: int | None = None
     sighting: Sighting | None = None  # a gap the next fetch should show again
 

@@ -4,7 +4,7 @@ end offset minus the offset committed (by this member, or before it on the broke
 End offsets are asked every ``interval`` seconds in one request, never per message. Checked
 against Tansu with aiokafka 0.14: its end offset is one past the first offset of the newest
 record batch, not of the newest record, so the end used is the larger of that and one past
-the highest offset this member fetched (a real Kafka broker's end offset is never below the
+the last record this member handed out (a real Kafka broker's end offset is never below the
 latter). The lag falls to 0 once every fetched record is committed.
 """
 
