@@ -19,7 +19,7 @@ from consumerkit.errors import TransportError
 from consumerkit.testing import TestConsumer
 from consumerkit.transport.source import Partition, RebalanceHandler, Source
 
-from ..testing.handlers import TABLE_SQL, Step, registry
+from ..testing.handlers import TABLE_SQL, Step, effects, registry
 
 
 class LeavingOut:
@@ -116,15 +116,6 @@ def leaving_out(kit: TestConsumer, once: set[int], always: set[int],
 def publish(kit: TestConsumer, seqs: range) -> None:
     for n in seqs:
         kit.publish(Step(key=f"k{n % 3}", seq=n), key=f"k{n % 3}")
-
-
-async def effects(dsn: str) -> list[tuple[str, int]]:
-    conn = await asyncpg.connect(dsn)
-    try:
-        rows = await conn.fetch("SELECT key, seq FROM effects ORDER BY id")
-    finally:
-        await conn.close()
-    return [(r["key"], r["seq"]) for r in rows]
 
 
 @pytest.mark.parametrize("max_batch", [1, 500])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncpg
 from pydantic import BaseModel
 
 from consumerkit import DeadLetter, HandlerContext, HandlerRegistry
@@ -29,3 +30,13 @@ async def apply_step(event: Step, ctx: HandlerContext) -> None:
         raise ValueError(f"step {event.seq} of {event.key} failed")
     if event.fail == "dead":
         raise DeadLetter("refused by the handler")
+
+
+async def effects(dsn: str) -> list[tuple[str, int]]:
+    """The effects table's (key, seq) rows, in the order they were written."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch("SELECT key, seq FROM effects ORDER BY id")
+    finally:
+        await conn.close()
+    return [(r["key"], r["seq"]) for r in rows]

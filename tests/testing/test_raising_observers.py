@@ -14,8 +14,7 @@ from consumerkit.envelope import Envelope, RecordLike
 from consumerkit.observability import BaseObserver
 from consumerkit.testing import TestConsumer
 
-from .handlers import TABLE_SQL, Step, registry
-from .test_test_consumer import effects
+from .handlers import TABLE_SQL, Step, effects, registry
 
 
 class Raises(BaseObserver):

@@ -11,7 +11,7 @@ import pytest
 from consumerkit import ConfigurationError, RetryPolicy
 from consumerkit.testing import Outcome, TestConsumer
 
-from .handlers import TABLE_SQL, Step, Unhandled, registry
+from .handlers import TABLE_SQL, Step, Unhandled, effects, registry
 
 
 @pytest.fixture
@@ -24,15 +24,6 @@ async def kit(consumerkit_dsn: str, consumerkit_schema: str) -> AsyncIterator[Te
     async with TestConsumer([registry], postgres_dsn=consumerkit_dsn,
                             schema=consumerkit_schema) as kit:
         yield kit
-
-
-async def effects(dsn: str) -> list[tuple[str, int]]:
-    conn = await asyncpg.connect(dsn)
-    try:
-        rows = await conn.fetch("SELECT key, seq FROM effects ORDER BY id")
-    finally:
-        await conn.close()
-    return [(r["key"], r["seq"]) for r in rows]
 
 
 async def test_each_event_applied_once_and_every_partition_committed(
