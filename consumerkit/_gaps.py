@@ -69,9 +69,9 @@ def unbroken(records: Sequence[RecordLike], expected: int | None,
     """How many of ``records`` (one partition's fetch, offsets increasing) come before the
     first gap not yet confirmed, and that gap's first offset (``None``: no such gap).
 
-    ``expected`` is the offset the fetch should start at (``None`` at an ownership's first
-    fetch: it starts at the committed offset, which the engine does not know); ``seen`` is the
-    sighting of the fetch before, if that one stopped at a gap."""
+    ``expected`` is the offset the fetch should start at (``None``: not known, as at a new
+    group's first fetch); ``seen`` is the sighting of the fetch before, if that one stopped
+    at a gap."""
     if not records:
         return 0, None
     first, last = records[0].offset, records[-1].offset
