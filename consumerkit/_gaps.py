@@ -95,9 +95,9 @@ def through(part: Partition, state: PartitionState, records: Sequence[RecordLike
     seen, state.sighting = state.sighting, None
     if seen is not None and (hidden := seen.filled(records)):
         stats.hidden_records += hidden
-        log.warning("%s/%d: a second read returned %d records at offsets the first read "
-                    "left out (from %d): the broker had hidden them", *part, hidden,
-                    seen.start)
+        log.warning("%s/%d: records a second read returned where the first had a gap "
+                    "(from offset %d): %d; the broker had hidden them", *part, seen.start,
+                    hidden)
     count, again = unbroken(records, state.fetched, seen)
     if again is None:
         return records

@@ -79,7 +79,8 @@ def explain(lines: Sequence[Line], topic: str, partition: int, offset: int) -> l
 
 _FIRST = re.compile(r"^(\S+)/(\d+): first offset of this ownership (\d+)(?: \(committed: \w+\))?$")
 _AGAIN = re.compile(r"^(\S+)/(\d+): offsets missing from (\d+), read again$")
-_HIDDEN = re.compile(r"a second read returned (\d+) records at offsets the first read left out")
+_HIDDEN = re.compile(r"records a second read returned where the first had a gap "
+                     r"\(from offset \d+\): (\d+);")
 
 
 def late_starts(lines: Sequence[Line]) -> list[str]:
