@@ -9,11 +9,13 @@ from .peer_consumerkit import (
     ConsumerkitMetricsPeer,
     ConsumerkitPeer,
     ConsumerkitRedisPeer,
+    SetBasedClaimPeer,
 )
 from .peer_faststream import FastStreamPeer
 from .peers import (
     Peer,
     RawPeer,
+    SetBasedPartitionedPeer,
     SetBasedPeer,
     TextbookBatchCommitPeer,
     TextbookPeer,
@@ -21,15 +23,19 @@ from .peers import (
 )
 
 PEERS: dict[str, type[Peer]] = {p.name: p for p in (
-    RawPeer, TextbookPeer, TextbookBatchCommitPeer, TunedPeer, SetBasedPeer, FastStreamPeer,
+    RawPeer, TextbookPeer, TextbookBatchCommitPeer, TunedPeer, SetBasedPeer,
+    SetBasedPartitionedPeer, FastStreamPeer,
     ConsumerkitPeer, ConsumerkitRedisPeer, ConsumerkitBestPeer, ConsumerkitMetricsPeer,
-    ConsumerkitDeferPeer, ConsumerkitBatchPeer)}
+    ConsumerkitDeferPeer, ConsumerkitBatchPeer, SetBasedClaimPeer)}
 
 SUITE = ("raw", "textbook", "tuned", "set-based", "faststream", "consumerkit",
          "consumerkit-redis", "consumerkit-best")
 """The peers the issue asks for, in every cell unless the cell names fewer."""
 
-MAIN_PEERS = (*SUITE, "consumerkit-metrics", "consumerkit-defer", "consumerkit-batch")
+MAIN_PEERS = (*SUITE, "consumerkit-metrics", "consumerkit-defer", "consumerkit-batch",
+              "set-based-partitioned", "set-based-claim")
 """The main cell adds consumerkit with metrics on, to set beside its defaults (metrics off),
 and the two faster ways of writing a handler: per message with ``ctx.defer`` (against the
-textbook) and per batch, set-based (against the hand-written set-based loop)."""
+textbook) and per batch, set-based (against the hand-written set-based loop); and that loop
+on a table partitioned by day and on consumerkit's dedup table, which split the batch
+handler's gap to it: the partitions' share, the claim's, the engine's."""

@@ -14,19 +14,23 @@ def _x(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}x"
 
 
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:,.1f}"
+
+
 def _share(value: float | None) -> str:
     return "-" if value is None else f"{value:.2%}"
 
 
 def _peer_row(p: dict[str, Any]) -> str:
     if p["unavailable"]:
-        return f"| {p['peer']} | unavailable: {p['unavailable']} |" + " |" * 9
+        return f"| {p['peer']} | unavailable: {p['unavailable']} |" + " |" * 10
     if not p["exact"]:
         problems = "; ".join(f"run {s['run']}: {s['detail']}" for s in p["samples"]
                              if not s["exact"])
         if p["latency"] and not p["latency"].get("exact"):
             problems += f"; latency run: {p['latency'].get('detail')}"
-        return f"| {p['peer']} | **WRONG, not ranked**: {problems.strip('; ')} |" + " |" * 9
+        return f"| {p['peer']} | **WRONG, not ranked**: {problems.strip('; ')} |" + " |" * 10
     m, lat = p["metrics"], p["latency"] or {}
     dedup = m.get("dedup_bytes_per_million")
     dedup_mb = "-" if p["peer"] == "raw" or dedup is None else f"{dedup / 1e6:,.0f}"
@@ -36,12 +40,13 @@ def _peer_row(p: dict[str, Any]) -> str:
             f"{_n(lat.get('p99_ms'), '.1f')} | {_n(m.get('commits_per_msg'), '.2f')} | "
             f"{_n(m.get('wal_syncs_per_msg'), '.2f')} | "
             f"{_n(m.get('statements_per_msg'), '.1f')} | "
-            f"{dedup_mb} | {_n(m.get('cpu_s_per_1000'), '.2f')} |")
+            f"{dedup_mb} | {_ms(m.get('cpu_s_per_1000'))} | {_ms(m.get('db_cpu_s_per_1000'))} |")
 
 
 HEADER = ("| peer | msg/s median | min-max | of raw | x textbook | latency p50 / p99 ms | "
           "commits/msg | WAL syncs/msg | statements/msg | dedup MB per M msgs | "
-          "CPU s per 1k msgs |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "CPU ms per 1k msgs | database CPU ms per 1k msgs |\n"
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 
 
 def cell_section(cell: dict[str, Any]) -> str:

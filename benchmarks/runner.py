@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import resource
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -22,6 +21,7 @@ from typing import TypeVar
 import asyncpg
 from aiokafka import AIOKafkaConsumer
 
+from .cpu import per_thousand, reading
 from .effects import Cost, create_schema, drop_schema, make_effect, wait_done
 from .peers import FAST_GROUP, Peer, PeerEnv, group_name
 from .pgstats import per_message, relation_bytes, snapshot, statements_available
@@ -140,9 +140,9 @@ async def measure(peer_type: type[Peer], target: Target, run: int) -> Sample:
             peer = peer_type(env)  # the same consumer (group, schema) restarted from offset 0
         counting = await statements_available(conn)
         size_before = await relation_bytes(conn, schema, peer.dedup_table)
-        before, cpu = await snapshot(conn, counting), _cpu()
+        before, cpu = await snapshot(conn, counting), reading()
         outcome = await consume(peer, conn, deadline)
-        cpu = _cpu() - cpu
+        cpu_spent = per_thousand(cpu, reading(), workload.size)
         await asyncio.sleep(0.1)  # closed backends flush their statistics
         after = await snapshot(conn, counting)
         grown = await relation_bytes(conn, schema, peer.dedup_table) - size_before
@@ -162,7 +162,7 @@ async def measure(peer_type: type[Peer], target: Target, run: int) -> Sample:
             detail = f"not done by the deadline (or stalled short): {detail}"
         metrics = {**per_message(before, after, workload.size),
                    "dedup_bytes_per_million": grown / workload.size * 1e6,
-                   "cpu_s_per_1000": cpu / workload.size * 1000}
+                   **cpu_spent}
         return Sample(peer.name, run, workload.size, seconds,
                       outcome.finished and exact and not outcome.error,
                       outcome.error + detail, metrics)
@@ -248,8 +248,3 @@ async def rewind(bootstrap: str, topic: str, group: str, deadline: float) -> Non
         await consumer.commit(dict.fromkeys(consumer.assignment(), 0))
     finally:
         await consumer.stop()
-
-
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime

@@ -10,9 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 
-from benchmarks import acceptance, markdown, suite
+from benchmarks import acceptance, cpu, markdown, suite
 from benchmarks.cleanup import CleanupSpec
 from benchmarks.context import Services
 from benchmarks.latency import Pace
@@ -73,10 +74,17 @@ async def test_suite_reports_every_peer_and_flags_broken_ones(
         assert peer["median_msg_per_s"] > 0
         assert peer["ratio_to_textbook"] is not None
         assert set(peer["metrics"]) >= {"commits_per_msg", "wal_syncs_per_msg",
-                                        "dedup_bytes_per_million", "cpu_s_per_1000"}
+                                        "dedup_bytes_per_million", "cpu_s_per_1000",
+                                        "db_cpu_s_per_1000", "machine_cpu_s_per_1000"}
     ranked = [n for n, p in peers.items() if p["exact"]]
     assert {"raw", "textbook", "consumerkit"} <= set(ranked)
     assert peers["consumerkit"]["metrics"]["dedup_bytes_per_million"] > 0
+    for name in ("set-based-partitioned", "set-based-claim"):  # their own dedup tables
+        assert peers[name]["metrics"]["dedup_bytes_per_million"] > 0, name
+    for name in ("consumerkit", "set-based", "set-based-claim"):  # the servers run here: a
+        spent = peers[name]["metrics"]  # figure each (a few clock ticks at this size)
+        assert spent["db_cpu_s_per_1000"] >= 0, name
+        assert spent["machine_cpu_s_per_1000"] >= 0, name
     for name in ("raw", "consumerkit"):
         assert peers[name]["latency"]["p99_ms"] >= peers[name]["latency"]["p50_ms"] > 0
 
@@ -105,7 +113,7 @@ async def test_suite_reports_every_peer_and_flags_broken_ones(
     targets = [t for t in judged if t["met"] != "figure"]
     assert len(targets) == 9
     assert all(t["met"] in (True, False, None) for t in targets)
-    assert len(judged) - len(targets) == 3
+    assert len(judged) - len(targets) == 6
     relay_target = next(t for t in targets if t["target"].startswith("relay >= 2x"))
     assert relay_target["measured"] is not None or relay["faststream-outbox"]["unavailable"]
 
@@ -159,7 +167,8 @@ def test_the_new_targets_judge_the_run_s_own_figures() -> None:
     main = {"name": MAIN, "peers": [
         _peer("textbook", 700, dedup=6.1e7), _peer("set-based", 40_000),
         _peer("consumerkit", 9_000, dedup=6.0e7), _peer("consumerkit-defer", 22_000),
-        _peer("consumerkit-batch", 35_000)]}
+        _peer("consumerkit-batch", 35_000), _peer("set-based-partitioned", 32_000),
+        _peer("set-based-claim", 28_000)]}
     relay = {"peers": [
         {"peer": "consumerkit", "exact": True, "keeps_order": True,
          "median_events_per_s": 12_000.0},
@@ -180,6 +189,11 @@ def test_the_new_targets_judge_the_run_s_own_figures() -> None:
                                                "relay": relay})
                   if t["target"].startswith("relay / fastest"))
     assert figure["measured"] == 1.5
+    split = {t["target"].split(" (")[0]: t["measured"] for t in acceptance.judge(
+        {"cells": [main], "cleanup": None, "relay": relay}) if t["met"] == "figure"}
+    assert split["set-based-partitioned / set-based"] == 0.8  # the partitions' share
+    assert split["set-based-claim / set-based-partitioned"] == 0.875  # the claim's
+    assert split["consumerkit-batch / set-based-claim"] == 1.25  # the engine's
 
     unmeasured = acceptance.judge({"cells": [], "cleanup": None, "relay": None})
     assert all(t["met"] in (None, "figure") for t in unmeasured)
@@ -256,3 +270,24 @@ def test_a_revision_against_another_is_judged_on_each_round_s_ratio() -> None:
     text = table(rounds, found, "abc123", "textbook")
     assert "| 2 | head | 500 / 450 | 50 / 60 |" in text
     assert "- consumerkit: this tree / abc123 = **1.050x**" in text
+
+
+async def test_cpu_readings_split_the_database_server_s_work_from_the_peer_s(
+        postgres_dsn: str) -> None:
+    conn = await asyncpg.connect(postgres_dsn)
+    try:
+        before = cpu.reading()
+        await conn.fetchval("SELECT count(*) FROM generate_series(1, 3000000)")
+        after = cpu.reading()
+    finally:
+        await conn.close()
+    spent = cpu.per_thousand(before, after, 1000)  # one "message": seconds as they are
+    server, own = spent["db_cpu_s_per_1000"], spent["cpu_s_per_1000"]
+    assert server is not None
+    assert own is not None
+    assert server >= 0.05  # the query's time, in the server's backend
+    assert own < server  # the client only waited
+    machine = spent["machine_cpu_s_per_1000"]
+    assert machine is not None
+    assert machine >= server - 0.02  # clock ticks of 10 ms or less
+    assert cpu.per_thousand(before, after, 0)["db_cpu_s_per_1000"] is None
