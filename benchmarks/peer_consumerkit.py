@@ -9,12 +9,11 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 import asyncpg
-from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from consumerkit import BatchContext, Consumer, HandlerContext, handler
 from consumerkit.dedup import DedupPolicy, maintain
@@ -22,7 +21,7 @@ from consumerkit.dedup.rows import claim_function, lock_timeout_setting
 from consumerkit.schema import migrate
 
 from .effects import DbEffect, Effect, q
-from .peers import FAST_GROUP, Peer, PeerEnv, SetBasedPeer, decode
+from .peers import FAST_GROUP, Peer, PeerEnv, SetBasedPeer
 from .workload import EVENT_TYPE, Amount
 
 BEST: dict[str, Any] = {"max_batch": 500, "max_in_flight": 5000, "concurrency": 4}
@@ -260,6 +259,13 @@ class SetBasedClaimPeer(SetBasedPeer):
     async def prepare(self, conn: asyncpg.Connection[asyncpg.Record]) -> None:
         await migrate(conn, self.env.schema, DedupPolicy(), namespace=self.env.group)
 
+    async def prefill(self, conn: asyncpg.Connection[asyncpg.Record], rows: int) -> None:
+        policy = DedupPolicy()
+        span = policy.retention - timedelta(hours=1)
+        now: datetime = await conn.fetchval("SELECT now()")
+        await prefill_dedup(conn, self.env.schema, policy, self.env.group, rows, now - span,
+                            span)
+
     async def open(self) -> None:
         await super().open()
         policy = DedupPolicy()
@@ -273,17 +279,10 @@ class SetBasedClaimPeer(SetBasedPeer):
         self.claim_args = (policy.retention, "apply_amount",
                            lock_timeout_setting(policy.claim_lock_timeout))
 
-    async def batch(self, consumer: AIOKafkaConsumer,
-                    batches: dict[TopicPartition, Sequence[Any]]) -> None:
-        decoded = [decode(r) for records in batches.values() for r in records]
+    async def claim_many(self, event_ids: list[str]) -> set[str]:
         retention, handler_name, lock_timeout = self.claim_args
-        async with self.conn.transaction():
-            rows = await self.conn.fetch(self.claim_sql, self.env.group,
-                                         [i for i, _ in decoded], retention, handler_name,
-                                         lock_timeout)
-            items = [(event.key, event.amount) for (_, event), row in zip(decoded, rows,
-                                                                          strict=True)
-                     if row["status"] == "claimed"]
-            await self.env.effect.apply_many(self.conn, items)
-        await consumer.commit({tp: records[-1].offset + 1 for tp, records in batches.items()})
-        self.finished(len(decoded))
+        rows = await self.conn.fetch(self.claim_sql, self.env.group, event_ids, retention,
+                                     handler_name, lock_timeout)
+        # "claimed" marks an id's first occurrence in the batch only, as the loop expects
+        return {event_id for event_id, row in zip(event_ids, rows, strict=True)
+                if row["status"] == "claimed"}

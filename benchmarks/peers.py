@@ -241,12 +241,15 @@ class SetBasedPeer(TextbookPeer):
         await super().open()
         self.dedup_many = dedup_many_sql(self.env.schema)
 
+    async def claim_many(self, event_ids: list[str]) -> set[str]:
+        """Claim a batch's ids in the open transaction; returns the fresh ones."""
+        return {r["event_id"] for r in await self.conn.fetch(self.dedup_many, event_ids)}
+
     async def batch(self, consumer: AIOKafkaConsumer,
                     batches: dict[TopicPartition, Sequence[Any]]) -> None:
         decoded = [decode(r) for records in batches.values() for r in records]
         async with self.conn.transaction():
-            rows = await self.conn.fetch(self.dedup_many, [i for i, _ in decoded])
-            fresh = {r["event_id"] for r in rows}
+            fresh = await self.claim_many([i for i, _ in decoded])
             items = []
             for event_id, event in decoded:
                 if event_id in fresh:  # first occurrence only: a batch may repeat an id
@@ -303,21 +306,9 @@ class SetBasedPartitionedPeer(SetBasedPeer):
             f"(SELECT 1 FROM {s}.processed_by_day AS p WHERE p.event_id = ids.e) "
             "RETURNING event_id")
 
-    async def batch(self, consumer: AIOKafkaConsumer,
-                    batches: dict[TopicPartition, Sequence[Any]]) -> None:
-        decoded = [decode(r) for records in batches.values() for r in records]
-        ids = [i for i, _ in decoded]
-        async with self.conn.transaction():
-            await self.conn.fetchval(self.lock_many, ids)
-            fresh = {r["event_id"] for r in await self.conn.fetch(self.dedup_many, ids)}
-            items = []
-            for event_id, event in decoded:
-                if event_id in fresh:  # first occurrence only: a batch may repeat an id
-                    fresh.discard(event_id)
-                    items.append((event.key, event.amount))
-            await self.env.effect.apply_many(self.conn, items)
-        await consumer.commit({tp: records[-1].offset + 1 for tp, records in batches.items()})
-        self.finished(len(decoded))
+    async def claim_many(self, event_ids: list[str]) -> set[str]:
+        await self.conn.fetchval(self.lock_many, event_ids)
+        return await super().claim_many(event_ids)
 
 
 HAND_WRITTEN: tuple[type[Peer], ...] = (
