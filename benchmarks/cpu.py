@@ -3,11 +3,15 @@ whole machine.
 
 On a machine of two cores a peer that saves its own CPU but makes the database work harder is
 not faster, and the peer's process time alone would not show it. The server's share is the
-CPU of every process named ``postgres`` on this machine, with what its postmaster reaped from
-backends that exited during the run (their time is counted once they end); the broker's,
-that of a process whose command line names Tansu. Servers on other machines show no time;
-other work on this machine shows in ``machine`` alone. Linux only (``/proc``); elsewhere
-nothing but the process's own time is measured.
+CPU of every process named ``postgres`` on this machine, with what each reaped from children
+that exited (the postmaster reaps the backends, so a backend's time is counted once it ends
+too): server-wide, so other databases of the same server, or another server on the machine,
+are counted as well. The broker's share is that of a process named for Tansu. A server on
+another machine shows as "not measured". Linux only (``/proc``); elsewhere nothing but the
+process's own time is measured.
+
+A reading must not see a backend both alive and reaped, or neither: it lists the servers'
+processes, reads them, and lists them again, and starts over when the list changed meanwhile.
 """
 
 from __future__ import annotations
@@ -17,30 +21,35 @@ import resource
 from pathlib import Path
 
 PROC = Path("/proc")
+_ATTEMPTS = 20  # readings started over before one is taken as it is (a server forking fast)
 
 
 def reading() -> dict[str, float]:
-    """CPU seconds so far: ``process`` always; ``database``, ``broker`` and ``machine``
-    where ``/proc`` tells."""
+    """CPU seconds so far: ``process`` always; ``machine`` where ``/proc`` tells, and
+    ``database`` and ``broker`` when such processes run here."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     seconds = {"process": usage.ru_utime + usage.ru_stime}
     if not (PROC / "stat").exists():
         return seconds
     tick = os.sysconf("SC_CLK_TCK")
-    seconds["database"] = seconds["broker"] = 0.0
-    for entry in PROC.iterdir():
-        if entry.name.isdigit() and (found := _server(entry)) is not None:
-            kind, spent = found
-            seconds[kind] += spent / tick
+    for _ in range(_ATTEMPTS):
+        before = _servers()
+        spent = {pid: _ticks(pid) for pid in before}
+        if _servers() == before and None not in spent.values():
+            break
+    for pid, kind in before.items():
+        seconds[kind] = seconds.get(kind, 0.0) + (spent[pid] or 0) / tick
     fields = (PROC / "stat").read_text().split("\n", 1)[0].split()[1:]
     ticks = [int(f) for f in fields[:8]]  # user nice system idle iowait irq softirq steal
-    seconds["machine"] = (sum(ticks) - ticks[3] - ticks[4]) / tick
+    # idle, waiting for I/O, and stolen by the hypervisor for other machines: not our work
+    seconds["machine"] = (sum(ticks) - ticks[3] - ticks[4] - ticks[7]) / tick
     return seconds
 
 
 def per_thousand(before: dict[str, float], after: dict[str, float],
                  messages: int) -> dict[str, float | None]:
-    """CPU seconds per 1,000 messages between two readings, by where it went."""
+    """CPU seconds per 1,000 messages between two readings, by where it went; ``None``
+    where a reading has no figure (no such process here, or no ``/proc``)."""
     def share(name: str) -> float | None:
         if name not in before or name not in after or messages <= 0:
             return None
@@ -51,19 +60,29 @@ def per_thousand(before: dict[str, float], after: dict[str, float],
             "machine_cpu_s_per_1000": share("machine")}
 
 
-def _server(entry: Path) -> tuple[str, int] | None:
-    """("database" or "broker", CPU ticks with reaped children) for a server's process."""
-    try:
-        stat = (entry / "stat").read_text()
+def _servers() -> dict[str, str]:
+    """The servers' processes now: pid -> "database" or "broker"."""
+    found: dict[str, str] = {}
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
         name = stat[stat.index("(") + 1:stat.rindex(")")]
         if name.startswith("postgres"):
-            kind = "database"
-        elif "tansu" in name or b"tansu" in (entry / "cmdline").read_bytes():
-            kind = "broker"
-        else:
-            return None
-    except (OSError, ValueError):  # gone meanwhile, or not ours to read
+            found[entry.name] = "database"
+        elif name.startswith("tansu"):
+            found[entry.name] = "broker"
+    return found
+
+
+def _ticks(pid: str) -> int | None:
+    """A process's CPU with its reaped children's, in clock ticks; None if it is gone."""
+    try:
+        stat = (PROC / pid / "stat").read_text()
+    except OSError:
         return None
     # utime, stime, cutime, cstime: fields 14 to 17, counted after the ")" of the name
-    fields = stat[stat.rindex(")") + 2:].split()
-    return kind, sum(int(f) for f in fields[11:15])
+    return sum(int(f) for f in stat[stat.rindex(")") + 2:].split()[11:15])

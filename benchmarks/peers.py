@@ -265,9 +265,10 @@ class SetBasedPartitionedPeer(SetBasedPeer):
     be for retention to drop whole partitions: a partitioned table cannot have a unique index
     on the id alone, so the claim takes a lock per id (in sorted order) and then inserts the
     ids no partition holds. Two statements: the second must start after the locks, so that
-    its snapshot sees every claim that held one of them before. The cheapest claim with
-    consumerkit's guarantees that this suite knows, one row per id; a reference point for
-    consumerkit's own claim, not a replacement for it (no expiry, no handler, no cache)."""
+    its snapshot sees every claim that held one of them before. The same exactly-once rule
+    as consumerkit's claim at the least cost this suite knows, one row per id; a reference
+    point for that claim, not a replacement for it: no lock timeout (a stalled holder would
+    block it for good), no expiry, no handler names, and two round trips where it has one."""
 
     name = "set-based-partitioned"
     description = ("the set-based loop on a dedup table partitioned by day: sorted advisory "
@@ -303,7 +304,9 @@ class SetBasedPartitionedPeer(SetBasedPeer):
         self.dedup_many = (
             f"WITH ids AS (SELECT DISTINCT e FROM unnest($1::text[]) AS e) "
             f"INSERT INTO {s}.processed_by_day (event_id) SELECT e FROM ids WHERE NOT EXISTS "
-            f"(SELECT 1 FROM {s}.processed_by_day AS p WHERE p.event_id = ids.e) "
+            f"(SELECT 1 FROM {s}.processed_by_day AS p WHERE p.event_id = ids.e "
+            # as consumerkit's claim bounds it: the partitions made ahead are not probed
+            "AND p.seen_at <= now() + interval '1 day') "
             "RETURNING event_id")
 
     async def claim_many(self, event_ids: list[str]) -> set[str]:

@@ -7,6 +7,7 @@ duplicate effect per duplicate message) and one that skips some effects (lost ef
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -274,13 +275,19 @@ def test_a_revision_against_another_is_judged_on_each_round_s_ratio() -> None:
 
 async def test_cpu_readings_split_the_database_server_s_work_from_the_peer_s(
         postgres_dsn: str) -> None:
+    """The server's share counts a backend's work after it has exited too (its postmaster
+    reaped it), as the backends of a peer that stopped have."""
     conn = await asyncpg.connect(postgres_dsn)
+    backend = Path(f"/proc/{await conn.fetchval('SELECT pg_backend_pid()')}")
+    before = cpu.reading()
     try:
-        before = cpu.reading()
         await conn.fetchval("SELECT count(*) FROM generate_series(1, 3000000)")
-        after = cpu.reading()
     finally:
         await conn.close()
+    async with asyncio.timeout(10):
+        while await asyncio.to_thread(backend.exists):  # gone, and reaped
+            await asyncio.sleep(0.01)
+    after = cpu.reading()
     spent = cpu.per_thousand(before, after, 1000)  # one "message": seconds as they are
     server, own = spent["db_cpu_s_per_1000"], spent["cpu_s_per_1000"]
     assert server is not None
@@ -290,4 +297,6 @@ async def test_cpu_readings_split_the_database_server_s_work_from_the_peer_s(
     machine = spent["machine_cpu_s_per_1000"]
     assert machine is not None
     assert machine >= server - 0.02  # clock ticks of 10 ms or less
+    assert spent["broker_cpu_s_per_1000"] is not None or "broker" not in after
     assert cpu.per_thousand(before, after, 0)["db_cpu_s_per_1000"] is None
+    assert cpu.per_thousand({"process": 1.0}, after, 1)["db_cpu_s_per_1000"] is None
