@@ -155,11 +155,7 @@ class ConsumerkitPeer(Peer):
         await migrate(conn, self.env.schema, self.consumer.dedup, namespace=self.env.group)
 
     async def prefill(self, conn: asyncpg.Connection[asyncpg.Record], rows: int) -> None:
-        """Rows of earlier events spread over the retention window, in their partitions."""
-        span = self.consumer.dedup.retention - timedelta(hours=1)
-        now: datetime = await conn.fetchval("SELECT now()")
-        await prefill_dedup(conn, self.env.schema, self.consumer.dedup, self.env.group, rows,
-                            now - span, span)
+        await prefill_window(conn, self.env, self.consumer.dedup, rows)
 
     async def run(self) -> None:
         task = asyncio.create_task(self.consumer.run())
@@ -169,6 +165,14 @@ class ConsumerkitPeer(Peer):
         if not task.done():
             await self.consumer.stop()
         await task
+
+
+async def prefill_window(conn: asyncpg.Connection[asyncpg.Record], env: PeerEnv,
+                         policy: DedupPolicy, rows: int) -> None:
+    """Rows of earlier events spread over the retention window, in their partitions."""
+    span = policy.retention - timedelta(hours=1)
+    now: datetime = await conn.fetchval("SELECT now()")
+    await prefill_dedup(conn, env.schema, policy, env.group, rows, now - span, span)
 
 
 async def prefill_dedup(conn: asyncpg.Connection[asyncpg.Record], schema: str,
@@ -254,35 +258,31 @@ class SetBasedClaimPeer(SetBasedPeer):
     name = "set-based-claim"
     description = ("the set-based loop, its dedup one call of consumerkit's claim function "
                    "over consumerkit's dedup table (defaults) per poll batch")
-    dedup_table = DedupPolicy().table
+    policy: ClassVar[DedupPolicy] = DedupPolicy()  # frozen: safe to share
+    dedup_table = policy.table
 
     async def prepare(self, conn: asyncpg.Connection[asyncpg.Record]) -> None:
-        await migrate(conn, self.env.schema, DedupPolicy(), namespace=self.env.group)
+        await migrate(conn, self.env.schema, self.policy, namespace=self.env.group)
 
     async def prefill(self, conn: asyncpg.Connection[asyncpg.Record], rows: int) -> None:
-        policy = DedupPolicy()
-        span = policy.retention - timedelta(hours=1)
-        now: datetime = await conn.fetchval("SELECT now()")
-        await prefill_dedup(conn, self.env.schema, policy, self.env.group, rows, now - span,
-                            span)
+        await prefill_window(conn, self.env, self.policy, rows)
 
     async def open(self) -> None:
         await super().open()
-        policy = DedupPolicy()
         # the statement PostgresDedupStore sends for a batch of one handler, with no event
-        # times (all young, as the store leaves them out) and no diagnostics
+        # times (all young, as the store leaves them out) and no diagnostics: $3 to $5 are
+        # claim_args
         self.claim_sql = (
             f"SELECT ord, status FROM "
-            f"{claim_function(self.env.schema, policy.table, 'claim_many')}($1, $2, NULL, $3, "
-            "array_fill($4::text, ARRAY[cardinality($2::text[])]), NULL, NULL, NULL, NULL, "
-            "NULL, $5)")
-        self.claim_args = (policy.retention, "apply_amount",
-                           lock_timeout_setting(policy.claim_lock_timeout))
+            f"{claim_function(self.env.schema, self.policy.table, 'claim_many')}($1, $2, "
+            "NULL, $3, array_fill($4::text, ARRAY[cardinality($2::text[])]), NULL, NULL, "
+            "NULL, NULL, NULL, $5)")
+        self.claim_args = (self.policy.retention, "apply_amount",
+                           lock_timeout_setting(self.policy.claim_lock_timeout))
 
     async def claim_many(self, event_ids: list[str]) -> set[str]:
-        retention, handler_name, lock_timeout = self.claim_args
-        rows = await self.conn.fetch(self.claim_sql, self.env.group, event_ids, retention,
-                                     handler_name, lock_timeout)
+        rows = await self.conn.fetch(self.claim_sql, self.env.group, event_ids,
+                                     *self.claim_args)
         # "claimed" marks an id's first occurrence in the batch only, as the loop expects
         return {event_id for event_id, row in zip(event_ids, rows, strict=True)
                 if row["status"] == "claimed"}
