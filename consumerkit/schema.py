@@ -74,11 +74,13 @@ DEDUP_STEPS = (
     Step(3, "bulk claim function", claim_many_ddl),
     Step(4, "lean rows: ids packed per claim, UUIDs in 16 bytes, names as keys", lean_rows_ddl),
     Step(5, "bulk claim taking its locks in one statement", _lean_claim),
+    Step(6, "bulk claim telling UUIDs by a cast, not a pattern", _lean_claim),
 )
 TABLE_DEDUP_STEPS = (
     Step(1, "plain dedup table with a unique key and its bulk claim function", table_dedup_ddl),
     Step(2, "lean rows: ids packed per claim, UUIDs in 16 bytes, names as keys", lean_rows_ddl),
     Step(3, "bulk claim taking its locks in one statement", _lean_claim),
+    Step(4, "bulk claim telling UUIDs by a cast, not a pattern", _lean_claim),
 )
 
 
