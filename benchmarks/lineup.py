@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .peer_before import ConsumerkitBeforePeer
 from .peer_consumerkit import (
     ConsumerkitBatchPeer,
     ConsumerkitBestPeer,
@@ -26,16 +27,18 @@ PEERS: dict[str, type[Peer]] = {p.name: p for p in (
     RawPeer, TextbookPeer, TextbookBatchCommitPeer, TunedPeer, SetBasedPeer,
     SetBasedPartitionedPeer, FastStreamPeer,
     ConsumerkitPeer, ConsumerkitRedisPeer, ConsumerkitBestPeer, ConsumerkitMetricsPeer,
-    ConsumerkitDeferPeer, ConsumerkitBatchPeer, SetBasedClaimPeer)}
+    ConsumerkitDeferPeer, ConsumerkitBatchPeer, SetBasedClaimPeer, ConsumerkitBeforePeer)}
 
 SUITE = ("raw", "textbook", "tuned", "set-based", "faststream", "consumerkit",
          "consumerkit-redis", "consumerkit-best")
 """The peers the issue asks for, in every cell unless the cell names fewer."""
 
 MAIN_PEERS = (*SUITE, "consumerkit-metrics", "consumerkit-defer", "consumerkit-batch",
-              "set-based-partitioned", "set-based-claim")
+              "set-based-partitioned", "set-based-claim", "consumerkit-before")
 """The main cell adds consumerkit with metrics on, to set beside its defaults (metrics off),
 and the two faster ways of writing a handler: per message with ``ctx.defer`` (against the
 textbook) and per batch, set-based (against the hand-written set-based loop); and that loop
 on a table partitioned by day and on consumerkit's dedup table, which split the batch
-handler's gap to it: the partitions' share, the claim's, the engine's."""
+handler's gap to it: the partitions' share, the claim's, the engine's; and consumerkit's
+defaults as they were before batch handlers and ``ctx.defer`` (``peer_before``), which its
+defaults today must not be slower than."""

@@ -63,6 +63,9 @@ class Peer(ABC):
         self.count = 0
         self.began: float | None = None  # time.time() when the first message arrived
         self.ended = 0.0  # time.time() when the last message was finished
+        # CPU seconds a peer in a process of its own spent starting (imports, construction):
+        # counted by the reading once that process exits, not spent on the messages
+        self.startup_cpu = 0.0
 
     def handled(self) -> int:
         """Messages finished so far (effect committed or duplicate absorbed)."""

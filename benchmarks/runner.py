@@ -142,7 +142,9 @@ async def measure(peer_type: type[Peer], target: Target, run: int) -> Sample:
         size_before = await relation_bytes(conn, schema, peer.dedup_table)
         before, cpu = await snapshot(conn, counting), reading()
         outcome = await consume(peer, conn, deadline)
-        cpu_spent = per_thousand(cpu, reading(), workload.size)
+        spent = reading()
+        spent["process"] -= peer.startup_cpu
+        cpu_spent = per_thousand(cpu, spent, workload.size)
         await asyncio.sleep(0.1)  # closed backends flush their statistics
         after = await snapshot(conn, counting)
         grown = await relation_bytes(conn, schema, peer.dedup_table) - size_before

@@ -21,6 +21,7 @@ from benchmarks.latency import Pace
 from benchmarks.lineup import PEERS
 from benchmarks.outbox_peers import PEERS as RELAY_PEERS
 from benchmarks.outbox_peers import RelaySpec
+from benchmarks.peer_before import ConsumerkitBeforePeer
 from benchmarks.peer_consumerkit import ConsumerkitBatchPeer, ConsumerkitDeferPeer
 from benchmarks.peers import TextbookBatchCommitPeer
 from benchmarks.profiles import MAIN, Cell, Profile
@@ -65,7 +66,8 @@ async def test_suite_reports_every_peer_and_flags_broken_ones(
     (cell,) = document["cells"]
     peers: dict[str, dict[str, Any]] = {p["peer"]: p for p in cell["peers"]}
     assert list(peers) == [*PEERS, NoDedupPeer.name, LossyPeer.name]
-    for engine_peer in (ConsumerkitDeferPeer, ConsumerkitBatchPeer):  # run once the API is there
+    # the engine peers run once the API is there; the defaults before them, in a git clone
+    for engine_peer in (ConsumerkitDeferPeer, ConsumerkitBatchPeer, ConsumerkitBeforePeer):
         reason = engine_peer.unavailable(redis_url)
         assert peers[engine_peer.name]["unavailable"] == reason
     for name, peer in peers.items():
@@ -86,6 +88,8 @@ async def test_suite_reports_every_peer_and_flags_broken_ones(
         spent = peers[name]["metrics"]  # figure each (a few clock ticks at this size)
         assert spent["db_cpu_s_per_1000"] >= 0, name
         assert spent["machine_cpu_s_per_1000"] >= 0, name
+    if not peers["consumerkit-before"]["unavailable"]:  # its worker's CPU, once it exited
+        assert peers["consumerkit-before"]["metrics"]["cpu_s_per_1000"] > 0
     for name in ("raw", "consumerkit"):
         assert peers[name]["latency"]["p99_ms"] >= peers[name]["latency"]["p50_ms"] > 0
 
@@ -114,7 +118,7 @@ async def test_suite_reports_every_peer_and_flags_broken_ones(
     targets = [t for t in judged if t["met"] != "figure"]
     assert len(targets) == 9
     assert all(t["met"] in (True, False, None) for t in targets)
-    assert len(judged) - len(targets) == 6
+    assert len(judged) - len(targets) == 7
     relay_target = next(t for t in targets if t["target"].startswith("relay >= 2x"))
     assert relay_target["measured"] is not None or relay["faststream-outbox"]["unavailable"]
 
@@ -181,7 +185,7 @@ def test_the_new_targets_judge_the_run_s_own_figures() -> None:
         {"cells": [main], "cleanup": None, "relay": relay})}
     assert judged["consumerkit-defer"]["met"] is True  # 31.4x textbook
     assert judged["consumerkit-batch"]["met"] is False  # 0.875x
-    assert judged["consumerkit"]["met"] is False  # 0.225x of set-based, needs 0.24x
+    assert judged["consumerkit"]["met"] is None  # no consumerkit-before in this cell
     assert judged["consumerkit dedup MB per M msgs <= 1.0x textbook's"]["met"] is True
     relay_target = judged["relay >= 2x faststream-outbox"]
     assert relay_target["met"] is True
@@ -195,6 +199,7 @@ def test_the_new_targets_judge_the_run_s_own_figures() -> None:
     assert split["set-based-partitioned / set-based"] == 0.8  # the partitions' share
     assert split["set-based-claim / set-based-partitioned"] == 0.875  # the claim's
     assert split["consumerkit-batch / set-based-claim"] == 1.25  # the engine's
+    assert split["consumerkit / set-based"] == 0.225  # the share set beside target 7
 
     unmeasured = acceptance.judge({"cells": [], "cleanup": None, "relay": None})
     assert all(t["met"] in (None, "figure") for t in unmeasured)
@@ -232,6 +237,21 @@ def test_metrics_on_is_judged_on_each_round_s_ratio() -> None:
                                                "relay": None})
                   if t["target"].startswith("consumerkit-metrics"))
     assert target["met"] is None
+
+
+def test_the_awaited_handler_is_judged_against_the_defaults_before_round_by_round() -> None:
+    # round 2 was slow for both: taken apart, the medians would read 9,000 / 9,600 = 0.94x
+    def judged(*now: float) -> dict[str, Any]:
+        main = {"name": MAIN, "peers": [
+            _rounds("consumerkit", *now), _rounds("consumerkit-before", 9_600, 6_500, 9_300)]}
+        return next(t for t in acceptance.judge({"cells": [main], "cleanup": None,
+                                                 "relay": None})
+                    if t["target"].startswith("consumerkit (awaited"))
+
+    faster = judged(9_900, 7_000, 9_000)  # 1.031, 1.077, 0.968
+    assert faster["measured"] == pytest.approx(1.03125)
+    assert faster["met"] is True
+    assert judged(9_000, 6_000, 9_000)["met"] is False  # 0.938, 0.923, 0.968
 
 
 def test_no_peer_always_runs_right_after_another() -> None:
