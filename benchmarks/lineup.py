@@ -12,6 +12,7 @@ from .peer_consumerkit import (
     ConsumerkitRedisPeer,
     SetBasedClaimPeer,
 )
+from .peer_event_day import SetBasedEventDayPeer
 from .peer_faststream import FastStreamPeer
 from .peers import (
     Peer,
@@ -27,18 +28,22 @@ PEERS: dict[str, type[Peer]] = {p.name: p for p in (
     RawPeer, TextbookPeer, TextbookBatchCommitPeer, TunedPeer, SetBasedPeer,
     SetBasedPartitionedPeer, FastStreamPeer,
     ConsumerkitPeer, ConsumerkitRedisPeer, ConsumerkitBestPeer, ConsumerkitMetricsPeer,
-    ConsumerkitDeferPeer, ConsumerkitBatchPeer, SetBasedClaimPeer, ConsumerkitBeforePeer)}
+    ConsumerkitDeferPeer, ConsumerkitBatchPeer, SetBasedClaimPeer, ConsumerkitBeforePeer,
+    SetBasedEventDayPeer)}
 
 SUITE = ("raw", "textbook", "tuned", "set-based", "faststream", "consumerkit",
          "consumerkit-redis", "consumerkit-best")
 """The peers the issue asks for, in every cell unless the cell names fewer."""
 
 MAIN_PEERS = (*SUITE, "consumerkit-metrics", "consumerkit-defer", "consumerkit-batch",
-              "set-based-partitioned", "set-based-claim", "consumerkit-before")
+              "set-based-partitioned", "set-based-claim", "set-based-event-day",
+              "consumerkit-before")
 """The main cell adds consumerkit with metrics on, to set beside its defaults (metrics off),
 and the two faster ways of writing a handler: per message with ``ctx.defer`` (against the
 textbook) and per batch, set-based (against the hand-written set-based loop); and that loop
 on a table partitioned by day and on consumerkit's dedup table, which split the batch
-handler's gap to it: the partitions' share, the claim's, the engine's; and consumerkit's
-defaults as they were before batch handlers and ``ctx.defer`` (``peer_before``), which its
-defaults today must not be slower than."""
+handler's gap to it: the partitions' share, the claim's, the engine's; the loop on a table
+partitioned by the event's own day, which has a unique key but a weaker guarantee (what the
+partitions' share would be without it); and consumerkit's defaults as they were before batch
+handlers and ``ctx.defer`` (``peer_before``), which its defaults today must not be slower
+than."""

@@ -248,11 +248,17 @@ class SetBasedPeer(TextbookPeer):
         """Claim a batch's ids in the open transaction; returns the fresh ones."""
         return {r["event_id"] for r in await self.conn.fetch(self.dedup_many, event_ids)}
 
+    async def claim_records(self, records: list[Any], event_ids: list[str]) -> set[str]:
+        """Claim the ids of a batch's ``records``; a peer whose claim needs more of the
+        records than their ids reads it here."""
+        return await self.claim_many(event_ids)
+
     async def batch(self, consumer: AIOKafkaConsumer,
                     batches: dict[TopicPartition, Sequence[Any]]) -> None:
-        decoded = [decode(r) for records in batches.values() for r in records]
+        records = [r for batch in batches.values() for r in batch]
+        decoded = [decode(r) for r in records]
         async with self.conn.transaction():
-            fresh = await self.claim_many([i for i, _ in decoded])
+            fresh = await self.claim_records(records, [i for i, _ in decoded])
             items = []
             for event_id, event in decoded:
                 if event_id in fresh:  # first occurrence only: a batch may repeat an id

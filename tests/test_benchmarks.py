@@ -82,7 +82,7 @@ async def test_suite_reports_every_peer_and_flags_broken_ones(
     ranked = [n for n, p in peers.items() if p["exact"]]
     assert {"raw", "textbook", "consumerkit"} <= set(ranked)
     assert peers["consumerkit"]["metrics"]["dedup_bytes_per_million"] > 0
-    for name in ("set-based-partitioned", "set-based-claim"):  # their own dedup tables
+    for name in ("set-based-partitioned", "set-based-claim", "set-based-event-day"):  # own tables
         assert peers[name]["metrics"]["dedup_bytes_per_million"] > 0, name
     for name in ("consumerkit", "set-based", "set-based-claim"):  # the servers run here: a
         spent = peers[name]["metrics"]  # figure each (a few clock ticks at this size)
@@ -118,7 +118,7 @@ async def test_suite_reports_every_peer_and_flags_broken_ones(
     targets = [t for t in judged if t["met"] != "figure"]
     assert len(targets) == 9
     assert all(t["met"] in (True, False, None) for t in targets)
-    assert len(judged) - len(targets) == 7
+    assert len(judged) - len(targets) == 8
     relay_target = next(t for t in targets if t["target"].startswith("relay >= 2x"))
     assert relay_target["measured"] is not None or relay["faststream-outbox"]["unavailable"]
 
@@ -173,7 +173,7 @@ def test_the_new_targets_judge_the_run_s_own_figures() -> None:
         _peer("textbook", 700, dedup=6.1e7), _peer("set-based", 40_000),
         _peer("consumerkit", 9_000, dedup=6.0e7), _peer("consumerkit-defer", 22_000),
         _peer("consumerkit-batch", 35_000), _peer("set-based-partitioned", 32_000),
-        _peer("set-based-claim", 28_000)]}
+        _peer("set-based-claim", 28_000), _peer("set-based-event-day", 34_000)]}
     relay = {"peers": [
         {"peer": "consumerkit", "exact": True, "keeps_order": True,
          "median_events_per_s": 12_000.0},
@@ -200,6 +200,7 @@ def test_the_new_targets_judge_the_run_s_own_figures() -> None:
     assert split["set-based-claim / set-based-partitioned"] == 0.875  # the claim's
     assert split["consumerkit-batch / set-based-claim"] == 1.25  # the engine's
     assert split["consumerkit / set-based"] == 0.225  # the share set beside target 7
+    assert split["set-based-event-day / set-based"] == 0.85  # a unique key, a weaker rule
 
     unmeasured = acceptance.judge({"cells": [], "cleanup": None, "relay": None})
     assert all(t["met"] in (None, "figure") for t in unmeasured)

@@ -1,0 +1,64 @@
+"""The set-based loop on a dedup table partitioned by the event's own day: what a unique key
+buys back, and what it costs in guarantees (a reference point for target 6)."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from typing import Any
+
+import asyncpg
+
+from .effects import q
+from .peers import SetBasedPeer
+
+
+class SetBasedEventDayPeer(SetBasedPeer):
+    """The set-based loop on a dedup table partitioned by the day of the event's time (here
+    the record's timestamp), not the day the id was seen. Such a table can have a unique key,
+    ``(event_id, event_day)``, since the key holds the partition key, so the claim is the
+    plain table's ``INSERT ... ON CONFLICT DO NOTHING`` again: no lock per id, one partition
+    probed per id. What it gives up is the guarantee: an id that comes back with a time of
+    another day (the event published again as a new record, by a producer or a relay that
+    stamps a new time) is a new row and a second effect, and a record without a time has no
+    partition to go to. consumerkit's claim finds an id whatever time it comes with; this
+    peer measures what that costs, not a design consumerkit uses."""
+
+    name = "set-based-event-day"
+    description = ("the set-based loop on a dedup table partitioned by the day of the "
+                   "record's timestamp, unique on (event_id, event_day): one INSERT ... ON "
+                   "CONFLICT DO NOTHING RETURNING, no locks")
+    dedup_table = "processed_by_event_day"
+    days = range(-1, 4)  # partitions from yesterday to three days ahead
+
+    async def prepare(self, conn: asyncpg.Connection[asyncpg.Record]) -> None:
+        s = q(self.env.schema)
+        await conn.execute(
+            f"CREATE TABLE {s}.processed_by_event_day (event_day date NOT NULL, "
+            "event_id text NOT NULL, PRIMARY KEY (event_id, event_day)) "
+            "PARTITION BY RANGE (event_day)")
+        for day in self.days:
+            await conn.execute(
+                f"CREATE TABLE {s}.processed_by_event_day_{day + 1} PARTITION OF "
+                f"{s}.processed_by_event_day FOR VALUES FROM (current_date + {day}) "
+                f"TO (current_date + {day + 1})")
+
+    async def prefill(self, conn: asyncpg.Connection[asyncpg.Record], rows: int) -> None:
+        await conn.execute(
+            f"INSERT INTO {q(self.env.schema)}.processed_by_event_day (event_day, event_id) "
+            "SELECT current_date - 1, 'old-' || g FROM generate_series(1, $1) AS g", rows)
+        await conn.execute(f"ANALYZE {q(self.env.schema)}.processed_by_event_day")
+
+    async def open(self) -> None:
+        await super().open()
+        self.dedup_many = (
+            f"INSERT INTO {q(self.env.schema)}.processed_by_event_day (event_id, event_day) "
+            "SELECT * FROM unnest($1::text[], $2::date[]) ON CONFLICT DO NOTHING "
+            "RETURNING event_id")
+
+    async def claim_records(self, records: list[Any], event_ids: list[str]) -> set[str]:
+        days = [_day(r.timestamp) for r in records]
+        return {r["event_id"] for r in await self.conn.fetch(self.dedup_many, event_ids, days)}
+
+
+def _day(timestamp_ms: int) -> date:
+    return datetime.fromtimestamp(timestamp_ms / 1000, UTC).date()
