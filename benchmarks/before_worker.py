@@ -1,7 +1,7 @@
 """consumerkit of an earlier revision consuming the benchmark topic, in a process of its own.
 
-    python benchmarks/before_worker.py migrate --dsn DSN --schema S --group G
-    python benchmarks/before_worker.py consume --dsn DSN --schema S --group G
+    CK_BEFORE_DSN=DSN python benchmarks/before_worker.py migrate --schema S --group G
+    CK_BEFORE_DSN=DSN python benchmarks/before_worker.py consume --schema S --group G
         --bootstrap HOST:PORT --topic T --event-type TYPE --sql UPSERT --kafka-options JSON
         [--young N] [--uvloop]
 
@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import gc
 import json
+import os
 import resource
 import signal
 import time
@@ -31,6 +32,8 @@ from pydantic import BaseModel
 
 from consumerkit import Consumer, HandlerContext, handler, migrate
 
+DSN_VARIABLE = "CK_BEFORE_DSN"
+"""Where the worker reads the database's DSN (an argument would show its password to ``ps``)."""
 REPORT_EVERY = 0.005
 """Seconds between two looks at the consumer's counts (the runner samples its peers so)."""
 
@@ -43,7 +46,7 @@ class Amount(BaseModel):
 
 
 async def prepare(args: argparse.Namespace) -> None:
-    conn = await asyncpg.connect(args.dsn)
+    conn = await asyncpg.connect(os.environ[DSN_VARIABLE])
     try:
         await migrate(conn, args.schema, namespace=args.group)
     finally:
@@ -64,7 +67,8 @@ async def consume(args: argparse.Namespace) -> None:
 
     consumer = Consumer(
         name=args.group, handlers=[apply_amount], topics=[args.topic],
-        kafka_bootstrap=args.bootstrap, postgres_dsn=args.dsn, schema=args.schema,
+        kafka_bootstrap=args.bootstrap, postgres_dsn=os.environ[DSN_VARIABLE],
+        schema=args.schema,
         handle_signals=False, kafka_consumer_options=json.loads(args.kafka_options))
     stopping = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
@@ -96,7 +100,7 @@ async def consume(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="benchmarks/before_worker.py")
     p.add_argument("command", choices=("migrate", "consume"))
-    for name in ("--dsn", "--schema", "--group"):
+    for name in ("--schema", "--group"):
         p.add_argument(name, required=True)
     for name in ("--bootstrap", "--topic", "--event-type", "--sql", "--kafka-options"):
         p.add_argument(name)

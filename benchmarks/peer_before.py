@@ -33,6 +33,7 @@ import asyncpg
 
 from consumerkit import _loop
 
+from .before_worker import DSN_VARIABLE
 from .effects import DbEffect
 from .peers import FAST_GROUP, Peer, PeerEnv
 from .workload import EVENT_TYPE
@@ -57,7 +58,10 @@ def tree(revision: str = BEFORE) -> Path:
             raise RuntimeError(f"git archive {revision}: {archive.stderr.decode().strip()}")
         made = tempfile.TemporaryDirectory(prefix=f"ck-{revision}-")
         with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-            tar.extractall(made.name, filter="data")
+            if hasattr(tarfile, "data_filter"):  # Python 3.11.4 and later
+                tar.extractall(made.name, filter="data")
+            else:  # our own repository's archive
+                tar.extractall(made.name)
         _trees[revision] = made
     return Path(_trees[revision].name)
 
@@ -93,14 +97,15 @@ class ConsumerkitBeforePeer(Peer):
 
     def _command(self, command: str, *extra: str) -> list[str]:
         e = self.env
-        return [sys.executable, str(WORKER), command, "--dsn", e.dsn, "--schema", e.schema,
-                "--group", e.group, *extra]
+        return [sys.executable, str(WORKER), command, "--schema", e.schema, "--group", e.group,
+                *extra]
 
     async def _spawn(self, command: list[str]) -> asyncio.subprocess.Process:
         # cwd and PYTHONPATH at the old tree: its consumerkit comes before this one's
         where = tree()
         return await asyncio.create_subprocess_exec(
-            *command, cwd=where, env={**os.environ, "PYTHONPATH": str(where)},
+            *command, cwd=where,  # the DSN in the environment: no password in a process list
+            env={**os.environ, "PYTHONPATH": str(where), DSN_VARIABLE: self.env.dsn},
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
 
     async def prepare(self, conn: asyncpg.Connection[asyncpg.Record]) -> None:
