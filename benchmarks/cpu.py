@@ -25,13 +25,10 @@ _ATTEMPTS = 20  # readings started over before one is taken as it is (a server f
 
 
 def reading() -> dict[str, float]:
-    """CPU seconds so far: ``process`` (this process and its reaped children) always;
-    ``machine`` where ``/proc`` tells, and ``database`` and ``broker`` when such processes
-    run here."""
-    # the peer's process, and the children it reaped: a peer that runs in a process of its
-    # own (peer_before) is counted once it has exited and been waited for
-    seconds = {"process": sum(u.ru_utime + u.ru_stime for u in (
-        resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)))}
+    """CPU seconds so far: ``process`` always; ``machine`` where ``/proc`` tells, and
+    ``database`` and ``broker`` when such processes run here."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    seconds = {"process": usage.ru_utime + usage.ru_stime}
     if not (PROC / "stat").exists():
         return seconds
     tick = os.sysconf("SC_CLK_TCK")
