@@ -18,12 +18,14 @@ consumerkit measured against the other ways of consuming the same topic, in one 
 same PostgreSQL and broker: a raw consumer (the ceiling), the textbook per-message
 transaction, a tuned and a set-based hand-written loop, FastStream with a hand-written dedup,
 and consumerkit with its defaults, with the Redis cache, with its best settings, with
-`ctx.defer` and with a batch handler; the set-based loop again on a table partitioned by day
-and on consumerkit's dedup table, which tell the dedup table's cost from the engine's; and
-consumerkit's outbox relay against faststream-outbox's. omni-box, which needs Python 3.12,
-is compared from its code at the end. Every peer gets its own consumer group and a fresh
-schema; every run checks that each distinct event had exactly one effect, and a peer that lost
-or duplicated one is marked WRONG and not ranked.
+`ctx.defer` and with a batch handler, and its defaults of the day before batch handlers and
+`ctx.defer` (an earlier revision, in a process of its own); the set-based loop again on a
+table partitioned by the day ids were seen, on one partitioned by the event's own day (a
+unique key, a weaker guarantee) and on consumerkit's dedup table, which tell the dedup
+table's cost from the engine's; and consumerkit's outbox relay against faststream-outbox's.
+omni-box, which needs Python 3.12, is compared from its code at the end. Every peer gets its
+own consumer group and a fresh schema; every run checks that each distinct event had exactly
+one effect, and a peer that lost or duplicated one is marked WRONG and not ranked.
 
 This page is written by the suite itself:
 

@@ -12,17 +12,16 @@ from .peer_consumerkit import (
     ConsumerkitRedisPeer,
     SetBasedClaimPeer,
 )
-from .peer_event_day import SetBasedEventDayPeer
 from .peer_faststream import FastStreamPeer
 from .peers import (
     Peer,
     RawPeer,
-    SetBasedPartitionedPeer,
     SetBasedPeer,
     TextbookBatchCommitPeer,
     TextbookPeer,
     TunedPeer,
 )
+from .peers_partitioned import SetBasedEventDayPeer, SetBasedPartitionedPeer
 
 PEERS: dict[str, type[Peer]] = {p.name: p for p in (
     RawPeer, TextbookPeer, TextbookBatchCommitPeer, TunedPeer, SetBasedPeer,

@@ -6,8 +6,8 @@ that day were worked on). One process cannot import two consumerkits, so this pe
 revision's ``Consumer`` in a process of its own (:mod:`benchmarks.before_worker`), with its
 own migrations and dedup table, on the footing of the peers in the runner's process: the same
 event loop and the same collector settings. Its counts reach the runner over the worker's
-standard output; its CPU is counted as the process's once the worker has exited
-(:func:`benchmarks.cpu.reading` adds reaped children), less what its start-up took.
+standard output, and so does its CPU: what it spent from the end of its start-up to its exit,
+which the runner adds to its own process's share.
 
 The worker does one thing the in-process peers do not: the runner's progress sampling and
 effect polling run in the runner's process, not beside the consumer. The difference favours
@@ -40,9 +40,13 @@ from .workload import EVENT_TYPE
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().parent / "before_worker.py"
-BEFORE = "b0bee64"
-"""The revision whose defaults target 7 is measured against: main when issue 12 was opened."""
-STOP_TIMEOUT = 60.0
+BEFORE = "b0bee64014c3791d6d7f8c1dd388682af4d3f27a"
+"""The revision whose defaults target 7 is measured against: main when the engine issue was
+opened."""
+STOP_TIMEOUT = 30.0  # the runner waits 60 s for a peer to end: the worker's errors come first
+SHORT = BEFORE[:7]
+"""The revision as reports name it."""
+MIGRATE_TIMEOUT = 120.0
 _trees: dict[str, tempfile.TemporaryDirectory[str]] = {}
 
 
@@ -68,7 +72,7 @@ def tree(revision: str = BEFORE) -> Path:
 
 class ConsumerkitBeforePeer(Peer):
     name = "consumerkit-before"
-    description = (f"consumerkit's defaults at {BEFORE} (before batch handlers and ctx.defer), "
+    description = (f"consumerkit's defaults at {SHORT} (before batch handlers and ctx.defer), "
                    "the same awaited upsert in a handler, in a process of its own")
     dedup_table = "processed_events"
 
@@ -77,9 +81,9 @@ class ConsumerkitBeforePeer(Peer):
         try:
             found = _git("cat-file", "-e", f"{BEFORE}^{{commit}}")
         except OSError as exc:
-            return f"no git to read revision {BEFORE}: {exc}"
+            return f"no git to read revision {SHORT}: {exc}"
         if found.returncode:
-            return f"revision {BEFORE} is not in this checkout's history (a git clone is needed)"
+            return f"revision {SHORT} is not in this checkout's history (a git clone is needed)"
         return None
 
     def __init__(self, env: PeerEnv) -> None:
@@ -88,6 +92,7 @@ class ConsumerkitBeforePeer(Peer):
             raise RuntimeError(f"{self.name} measures database effects only")
         self.effect = env.effect
         self._counts = (0, 0)
+        self._startup = 0.0
 
     def handled(self) -> int:
         return self._counts[1]
@@ -97,11 +102,13 @@ class ConsumerkitBeforePeer(Peer):
 
     def _command(self, command: str, *extra: str) -> list[str]:
         e = self.env
-        return [sys.executable, str(WORKER), command, "--schema", e.schema, "--group", e.group,
-                *extra]
+        # -P: neither the worker's directory nor the working directory on sys.path
+        return [sys.executable, "-P", str(WORKER), command, "--schema", e.schema,
+                "--group", e.group, *extra]
 
     async def _spawn(self, command: list[str]) -> asyncio.subprocess.Process:
-        # cwd and PYTHONPATH at the old tree: its consumerkit comes before this one's
+        # PYTHONPATH at the old tree: its consumerkit comes before this one's (the editable
+        # install's path comes after it)
         where = tree()
         return await asyncio.create_subprocess_exec(
             *command, cwd=where,  # the DSN in the environment: no password in a process list
@@ -110,9 +117,17 @@ class ConsumerkitBeforePeer(Peer):
 
     async def prepare(self, conn: asyncpg.Connection[asyncpg.Record]) -> None:
         process = await self._spawn(self._command("migrate"))
-        _, err = await process.communicate()
+        try:
+            out, err = await asyncio.wait_for(process.communicate(), MIGRATE_TIMEOUT)
+        except TimeoutError as exc:
+            process.kill()
+            await process.wait()
+            raise RuntimeError(
+                f"{SHORT} migrate did not finish in {MIGRATE_TIMEOUT:g}s") from exc
         if process.returncode:
-            raise RuntimeError(f"{BEFORE} migrate failed: {err.decode().strip()[-500:]}")
+            raise RuntimeError(f"{SHORT} migrate failed: {err.decode().strip()[-500:]}")
+        for line in out.splitlines():
+            self._read(line)
 
     async def prefill(self, conn: asyncpg.Connection[asyncpg.Record], rows: int) -> None:
         raise RuntimeError(f"{self.name} runs in the main cell only (no pre-filled table)")
@@ -126,6 +141,23 @@ class ConsumerkitBeforePeer(Peer):
             flags += ["--young", str(gc.get_threshold()[0])]
         return flags
 
+    def _read(self, line: bytes) -> None:
+        """One line of the worker's (see :mod:`benchmarks.before_worker`)."""
+        word, _, rest = line.decode().rstrip("\n").partition(" ")
+        if word == "module":  # the consumerkit it imported must be the old tree's
+            if not Path(rest).resolve().is_relative_to(tree().resolve()):
+                raise RuntimeError(f"the {SHORT} worker imported consumerkit from {rest}")
+        elif word == "startup":
+            self._startup = float(rest)
+        elif word == "cpu":
+            self.cpu_elsewhere = max(0.0, float(rest) - self._startup)
+        elif len(fields := line.split()) == 3:
+            self._counts = (int(fields[0]), int(fields[1]))
+            if float(fields[2]) and self.began is None:
+                self.began = float(fields[2])
+        else:
+            raise RuntimeError(f"the {SHORT} worker printed {line[:200]!r}")
+
     async def run(self) -> None:
         e = self.env
         process = await self._spawn(self._command(
@@ -138,22 +170,18 @@ class ConsumerkitBeforePeer(Peer):
         stopper = asyncio.create_task(self._stop_on_request(process))
         try:
             async for line in process.stdout:
-                if line.startswith(b"startup "):
-                    self.startup_cpu = float(line.split()[1])
-                    continue
-                received, handled, first = line.split()
-                self._counts = (int(received), int(handled))
-                if float(first) and self.began is None:
-                    self.began = float(first)
+                self._read(line)
             await process.wait()
         finally:
             stopper.cancel()
             if process.returncode is None:
                 process.kill()
                 await process.wait()
-        err = (await errors).decode().strip()
-        if process.returncode:
-            raise RuntimeError(f"{BEFORE} consumer exited {process.returncode}: {err[-500:]}")
+            err = (await errors).decode().strip()
+        # a SIGTERM before the worker's handler was in place ends it this way: a stop all the same
+        stopped = self.stop.is_set() and process.returncode == -signal.SIGTERM
+        if process.returncode and not stopped:
+            raise RuntimeError(f"{SHORT} consumer exited {process.returncode}: {err[-500:]}")
 
     async def _stop_on_request(self, process: asyncio.subprocess.Process) -> None:
         await self.stop.wait()
@@ -163,4 +191,3 @@ class ConsumerkitBeforePeer(Peer):
             await asyncio.wait_for(process.wait(), STOP_TIMEOUT)
         except TimeoutError:
             process.kill()
-

@@ -1,5 +1,6 @@
 """The hand-written peers: ways of consuming the same topic, each with its own group and
-schema. FastStream and consumerkit peers live in their own modules; ``lineup`` lists them all.
+schema. FastStream, consumerkit and the loops on partitioned tables live in their own modules;
+``lineup`` lists them all.
 
 Every peer decodes the same way (the ``id`` header and the pydantic model ``Amount``), reads
 with the same consumer settings as consumerkit (``read_committed``, no auto-commit, polls of up
@@ -63,9 +64,9 @@ class Peer(ABC):
         self.count = 0
         self.began: float | None = None  # time.time() when the first message arrived
         self.ended = 0.0  # time.time() when the last message was finished
-        # CPU seconds a peer in a process of its own spent starting (imports, construction):
-        # counted by the reading once that process exits, not spent on the messages
-        self.startup_cpu = 0.0
+        # CPU seconds spent on the messages in a process of the peer's own, which this
+        # process's CPU reading does not see (peer_before's worker)
+        self.cpu_elsewhere = 0.0
 
     def handled(self) -> int:
         """Messages finished so far (effect committed or duplicate absorbed)."""
@@ -267,62 +268,3 @@ class SetBasedPeer(TextbookPeer):
             await self.env.effect.apply_many(self.conn, items)
         await consumer.commit({tp: records[-1].offset + 1 for tp, records in batches.items()})
         self.finished(len(decoded))
-
-
-class SetBasedPartitionedPeer(SetBasedPeer):
-    """The set-based loop on the textbook's table partitioned by day, as the dedup table must
-    be for retention to drop whole partitions: a partitioned table cannot have a unique index
-    on the id alone, so the claim takes a lock per id (in sorted order) and then inserts the
-    ids no partition holds. Two statements: the second must start after the locks, so that
-    its snapshot sees every claim that held one of them before. The same exactly-once rule
-    as consumerkit's claim at the least cost this suite knows, one row per id; a reference
-    point for that claim, not a replacement for it: no lock timeout (a stalled holder would
-    block it for good), no expiry, no handler names, and two round trips where it has one."""
-
-    name = "set-based-partitioned"
-    description = ("the set-based loop on a dedup table partitioned by day: sorted advisory "
-                   "locks on the batch's ids, then one INSERT ... WHERE NOT EXISTS RETURNING")
-    dedup_table = "processed_by_day"
-    days = range(-1, 4)  # partitions from yesterday to three days ahead
-
-    async def prepare(self, conn: asyncpg.Connection[asyncpg.Record]) -> None:
-        s = q(self.env.schema)
-        await conn.execute(
-            f"CREATE TABLE {s}.processed_by_day (seen_at timestamptz NOT NULL DEFAULT now(), "
-            "event_id text NOT NULL) PARTITION BY RANGE (seen_at)")
-        await conn.execute(f"CREATE INDEX ON {s}.processed_by_day (event_id)")
-        for day in self.days:
-            await conn.execute(
-                f"CREATE TABLE {s}.processed_by_day_{day + 1} PARTITION OF "
-                f"{s}.processed_by_day FOR VALUES FROM (date_trunc('day', now()) + "
-                f"interval '{day} day') TO (date_trunc('day', now()) + interval '{day + 1} day')")
-
-    async def prefill(self, conn: asyncpg.Connection[asyncpg.Record], rows: int) -> None:
-        await conn.execute(
-            f"INSERT INTO {q(self.env.schema)}.processed_by_day (seen_at, event_id) "
-            "SELECT date_trunc('day', now()) - interval '12 hours', 'old-' || g "
-            "FROM generate_series(1, $1) AS g", rows)
-        await conn.execute(f"ANALYZE {q(self.env.schema)}.processed_by_day")
-
-    async def open(self) -> None:
-        await super().open()
-        s = q(self.env.schema)
-        self.lock_many = (
-            "SELECT count(pg_advisory_xact_lock(h)) FROM unnest(ARRAY("
-            "SELECT DISTINCT hashtextextended(e, 0) FROM unnest($1::text[]) AS e ORDER BY 1)) AS h")
-        self.dedup_many = (
-            f"WITH ids AS (SELECT DISTINCT e FROM unnest($1::text[]) AS e) "
-            f"INSERT INTO {s}.processed_by_day (event_id) SELECT e FROM ids WHERE NOT EXISTS "
-            f"(SELECT 1 FROM {s}.processed_by_day AS p WHERE p.event_id = ids.e "
-            # as consumerkit's claim bounds it: the partitions made ahead are not probed
-            "AND p.seen_at <= now() + interval '1 day') "
-            "RETURNING event_id")
-
-    async def claim_many(self, event_ids: list[str]) -> set[str]:
-        await self.conn.fetchval(self.lock_many, event_ids)
-        return await super().claim_many(event_ids)
-
-
-HAND_WRITTEN: tuple[type[Peer], ...] = (
-    RawPeer, TextbookPeer, TextbookBatchCommitPeer, TunedPeer, SetBasedPeer,
-    SetBasedPartitionedPeer)

@@ -143,7 +143,7 @@ async def measure(peer_type: type[Peer], target: Target, run: int) -> Sample:
         before, cpu = await snapshot(conn, counting), reading()
         outcome = await consume(peer, conn, deadline)
         spent = reading()
-        spent["process"] -= peer.startup_cpu
+        spent["process"] += peer.cpu_elsewhere
         cpu_spent = per_thousand(cpu, spent, workload.size)
         await asyncio.sleep(0.1)  # closed backends flush their statistics
         after = await snapshot(conn, counting)

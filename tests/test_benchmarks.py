@@ -14,19 +14,22 @@ from typing import Any
 import asyncpg
 import pytest
 
-from benchmarks import acceptance, cpu, markdown, suite
+import benchmarks
+from benchmarks import acceptance, cpu, markdown, peer_before, suite
 from benchmarks.cleanup import CleanupSpec
 from benchmarks.context import Services
+from benchmarks.effects import DbEffect
 from benchmarks.latency import Pace
 from benchmarks.lineup import PEERS
 from benchmarks.outbox_peers import PEERS as RELAY_PEERS
 from benchmarks.outbox_peers import RelaySpec
 from benchmarks.peer_before import ConsumerkitBeforePeer
 from benchmarks.peer_consumerkit import ConsumerkitBatchPeer, ConsumerkitDeferPeer
-from benchmarks.peers import TextbookBatchCommitPeer
+from benchmarks.peers import PeerEnv, TextbookBatchCommitPeer
 from benchmarks.profiles import MAIN, Cell, Profile
 from benchmarks.relay_check import PARTITIONS, check
 from benchmarks.runner import Settings
+from benchmarks.workload import Workload
 
 
 class NoDedupPeer(TextbookBatchCommitPeer):
@@ -88,8 +91,6 @@ async def test_suite_reports_every_peer_and_flags_broken_ones(
         spent = peers[name]["metrics"]  # figure each (a few clock ticks at this size)
         assert spent["db_cpu_s_per_1000"] >= 0, name
         assert spent["machine_cpu_s_per_1000"] >= 0, name
-    if not peers["consumerkit-before"]["unavailable"]:  # its worker's CPU, once it exited
-        assert peers["consumerkit-before"]["metrics"]["cpu_s_per_1000"] > 0
     for name in ("raw", "consumerkit"):
         assert peers[name]["latency"]["p99_ms"] >= peers[name]["latency"]["p50_ms"] > 0
 
@@ -253,6 +254,25 @@ def test_the_awaited_handler_is_judged_against_the_defaults_before_round_by_roun
     assert faster["measured"] == pytest.approx(1.03125)
     assert faster["met"] is True
     assert judged(9_000, 6_000, 9_000)["met"] is False  # 0.938, 0.923, 0.968
+
+
+def test_the_earlier_revision_s_worker_is_read_line_by_line(tmp_path: Path) -> None:
+    if ConsumerkitBeforePeer.unavailable(None):
+        pytest.skip("no git history here")
+    env = PeerEnv("postgresql://unused", "unused:9092", "t", "g", "s",
+                  Workload((), {}, {}), DbEffect("s"))
+    peer = ConsumerkitBeforePeer(env)
+    peer._read(f"module {peer_before.tree() / 'consumerkit' / '__init__.py'}\n".encode())
+    peer._read(b"startup 1.5\n")
+    peer._read(b"3 2 1700000000.25\n")
+    peer._read(b"cpu 4.0\n")
+    assert (peer.received(), peer.handled()) == (3, 2)
+    assert peer.began == 1700000000.25
+    assert peer.cpu_elsewhere == 2.5  # its life's CPU less its start-up, for the runner
+    with pytest.raises(RuntimeError, match="imported consumerkit from"):  # this tree's
+        peer._read(f"module {Path(benchmarks.__file__).parent.parent}/consumerkit/x.py".encode())
+    with pytest.raises(RuntimeError, match="printed"):
+        peer._read(b"Traceback (most recent call last):\n")
 
 
 def test_no_peer_always_runs_right_after_another() -> None:
