@@ -6,7 +6,7 @@ points that split the batch handler's gap to the loop on a plain table (target 6
 from __future__ import annotations
 
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import Any, ClassVar
 
 import asyncpg
 
@@ -14,7 +14,42 @@ from .effects import q
 from .peers import SetBasedPeer
 
 
-class SetBasedPartitionedPeer(SetBasedPeer):
+class _DayPartitionedLoop(SetBasedPeer):
+    """The set-based loop on a dedup table of one partition per day, from yesterday to three
+    days ahead; subclasses say what the table holds and how it is claimed."""
+
+    dedup_table: ClassVar[str]
+    columns: ClassVar[str]  # the table's columns and keys
+    key: ClassVar[str]  # the partition key
+    indexes: ClassVar[tuple[str, ...]] = ()  # columns of the table's plain indexes
+    yesterday: ClassVar[str]  # a value of the key in yesterday's partition, for prefill
+    days = range(-1, 4)
+
+    @staticmethod
+    def bound(day: int) -> str:
+        """The partition key's value at the start of ``day`` days from today, in SQL."""
+        raise NotImplementedError
+
+    async def prepare(self, conn: asyncpg.Connection[asyncpg.Record]) -> None:
+        table = f"{q(self.env.schema)}.{self.dedup_table}"
+        await conn.execute(f"CREATE TABLE {table} ({self.columns}) PARTITION BY RANGE "
+                           f"({self.key})")
+        for columns in self.indexes:
+            await conn.execute(f"CREATE INDEX ON {table} ({columns})")
+        for day in self.days:
+            await conn.execute(
+                f"CREATE TABLE {table}_{day + 1} PARTITION OF {table} FOR VALUES FROM "
+                f"({self.bound(day)}) TO ({self.bound(day + 1)})")
+
+    async def prefill(self, conn: asyncpg.Connection[asyncpg.Record], rows: int) -> None:
+        table = f"{q(self.env.schema)}.{self.dedup_table}"
+        await conn.execute(
+            f"INSERT INTO {table} ({self.key}, event_id) SELECT {self.yesterday}, 'old-' || g "
+            "FROM generate_series(1, $1) AS g", rows)
+        await conn.execute(f"ANALYZE {table}")
+
+
+class SetBasedPartitionedPeer(_DayPartitionedLoop):
     """The set-based loop on the textbook's table partitioned by day, as the dedup table must
     be for retention to drop whole partitions: a partitioned table cannot have a unique index
     on the id alone, so the claim takes a lock per id (in sorted order) and then inserts the
@@ -28,26 +63,14 @@ class SetBasedPartitionedPeer(SetBasedPeer):
     description = ("the set-based loop on a dedup table partitioned by day: sorted advisory "
                    "locks on the batch's ids, then one INSERT ... WHERE NOT EXISTS RETURNING")
     dedup_table = "processed_by_day"
-    days = range(-1, 4)  # partitions from yesterday to three days ahead
+    columns = "seen_at timestamptz NOT NULL DEFAULT now(), event_id text NOT NULL"
+    key = "seen_at"
+    indexes = ("event_id",)
+    yesterday = "date_trunc('day', now()) - interval '12 hours'"
 
-    async def prepare(self, conn: asyncpg.Connection[asyncpg.Record]) -> None:
-        s = q(self.env.schema)
-        await conn.execute(
-            f"CREATE TABLE {s}.processed_by_day (seen_at timestamptz NOT NULL DEFAULT now(), "
-            "event_id text NOT NULL) PARTITION BY RANGE (seen_at)")
-        await conn.execute(f"CREATE INDEX ON {s}.processed_by_day (event_id)")
-        for day in self.days:
-            await conn.execute(
-                f"CREATE TABLE {s}.processed_by_day_{day + 1} PARTITION OF "
-                f"{s}.processed_by_day FOR VALUES FROM (date_trunc('day', now()) + "
-                f"interval '{day} day') TO (date_trunc('day', now()) + interval '{day + 1} day')")
-
-    async def prefill(self, conn: asyncpg.Connection[asyncpg.Record], rows: int) -> None:
-        await conn.execute(
-            f"INSERT INTO {q(self.env.schema)}.processed_by_day (seen_at, event_id) "
-            "SELECT date_trunc('day', now()) - interval '12 hours', 'old-' || g "
-            "FROM generate_series(1, $1) AS g", rows)
-        await conn.execute(f"ANALYZE {q(self.env.schema)}.processed_by_day")
+    @staticmethod
+    def bound(day: int) -> str:
+        return f"date_trunc('day', now()) + interval '{day} day'"
 
     async def open(self) -> None:
         await super().open()
@@ -68,7 +91,7 @@ class SetBasedPartitionedPeer(SetBasedPeer):
         return await super().claim_many(event_ids)
 
 
-class SetBasedEventDayPeer(SetBasedPeer):
+class SetBasedEventDayPeer(_DayPartitionedLoop):
     """The set-based loop on a dedup table partitioned by the day of the event's time (here
     the record's timestamp), not the day the id was seen. Such a table can have a unique key,
     ``(event_id, event_day)``, since the key holds the partition key, so the claim is the
@@ -84,25 +107,14 @@ class SetBasedEventDayPeer(SetBasedPeer):
                    "record's timestamp, unique on (event_id, event_day): one INSERT ... ON "
                    "CONFLICT DO NOTHING RETURNING, no locks")
     dedup_table = "processed_by_event_day"
-    days = range(-1, 4)  # partitions from yesterday to three days ahead
+    columns = ("event_day date NOT NULL, event_id text NOT NULL, "
+               "PRIMARY KEY (event_id, event_day)")
+    key = "event_day"
+    yesterday = "current_date - 1"
 
-    async def prepare(self, conn: asyncpg.Connection[asyncpg.Record]) -> None:
-        s = q(self.env.schema)
-        await conn.execute(
-            f"CREATE TABLE {s}.processed_by_event_day (event_day date NOT NULL, "
-            "event_id text NOT NULL, PRIMARY KEY (event_id, event_day)) "
-            "PARTITION BY RANGE (event_day)")
-        for day in self.days:
-            await conn.execute(
-                f"CREATE TABLE {s}.processed_by_event_day_{day + 1} PARTITION OF "
-                f"{s}.processed_by_event_day FOR VALUES FROM (current_date + {day}) "
-                f"TO (current_date + {day + 1})")
-
-    async def prefill(self, conn: asyncpg.Connection[asyncpg.Record], rows: int) -> None:
-        await conn.execute(
-            f"INSERT INTO {q(self.env.schema)}.processed_by_event_day (event_day, event_id) "
-            "SELECT current_date - 1, 'old-' || g FROM generate_series(1, $1) AS g", rows)
-        await conn.execute(f"ANALYZE {q(self.env.schema)}.processed_by_event_day")
+    @staticmethod
+    def bound(day: int) -> str:
+        return f"current_date + {day}"
 
     async def open(self) -> None:
         await super().open()
