@@ -95,13 +95,18 @@ async def consume(args: argparse.Namespace) -> None:
     stop = asyncio.create_task(stopping.wait())
     parent = os.getppid()
     last, first_at = (-1, -1), 0.0
-    while not (task.done() or stopping.is_set()):
+
+    def report() -> None:
+        nonlocal last, first_at
         now = counts(consumer)
         if now[0] and not first_at:
             first_at = time.time()
         if now != last:
             print(now[0], now[1], first_at, flush=True)
             last = now
+
+    while not (task.done() or stopping.is_set()):
+        report()
         if os.getppid() != parent:  # the runner is gone: nobody will stop us
             break
         await asyncio.wait({task, stop}, timeout=REPORT_EVERY)
@@ -109,7 +114,7 @@ async def consume(args: argparse.Namespace) -> None:
         await consumer.stop()
     await task
     stop.cancel()
-    print(*counts(consumer), first_at, flush=True)
+    report()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -36,9 +36,9 @@ from consumerkit import _loop
 from .before_worker import DSN_VARIABLE
 from .effects import DbEffect
 from .peers import FAST_GROUP, Peer, PeerEnv
+from .versus import ROOT
 from .workload import EVENT_TYPE
 
-ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().parent / "before_worker.py"
 BEFORE = "b0bee64014c3791d6d7f8c1dd388682af4d3f27a"
 """The revision whose defaults target 7 is measured against: main when the engine issue was

@@ -280,7 +280,7 @@ class SetBasedClaimPeer(SetBasedPeer):
         self.claim_args = (self.policy.retention, "apply_amount",
                            lock_timeout_setting(self.policy.claim_lock_timeout))
 
-    async def claim_many(self, event_ids: list[str]) -> set[str]:
+    async def claim_many(self, event_ids: list[str], records: list[Any]) -> set[str]:
         rows = await self.conn.fetch(self.claim_sql, self.env.group, event_ids,
                                      *self.claim_args)
         # "claimed" marks an id's first occurrence in the batch only, as the loop expects

@@ -245,21 +245,17 @@ class SetBasedPeer(TextbookPeer):
         await super().open()
         self.dedup_many = dedup_many_sql(self.env.schema)
 
-    async def claim_many(self, event_ids: list[str]) -> set[str]:
-        """Claim a batch's ids in the open transaction; returns the fresh ones."""
+    async def claim_many(self, event_ids: list[str], records: list[Any]) -> set[str]:
+        """Claim a batch's ids (those of its ``records``, in order) in the open transaction;
+        returns the fresh ones."""
         return {r["event_id"] for r in await self.conn.fetch(self.dedup_many, event_ids)}
-
-    async def claim_records(self, records: list[Any], event_ids: list[str]) -> set[str]:
-        """Claim the ids of a batch's ``records``; a peer whose claim needs more of the
-        records than their ids reads it here."""
-        return await self.claim_many(event_ids)
 
     async def batch(self, consumer: AIOKafkaConsumer,
                     batches: dict[TopicPartition, Sequence[Any]]) -> None:
         records = [r for batch in batches.values() for r in batch]
         decoded = [decode(r) for r in records]
         async with self.conn.transaction():
-            fresh = await self.claim_records(records, [i for i, _ in decoded])
+            fresh = await self.claim_many([i for i, _ in decoded], records)
             items = []
             for event_id, event in decoded:
                 if event_id in fresh:  # first occurrence only: a batch may repeat an id

@@ -86,9 +86,9 @@ class SetBasedPartitionedPeer(_DayPartitionedLoop):
             "AND p.seen_at <= now() + interval '1 day') "
             "RETURNING event_id")
 
-    async def claim_many(self, event_ids: list[str]) -> set[str]:
+    async def claim_many(self, event_ids: list[str], records: list[Any]) -> set[str]:
         await self.conn.fetchval(self.lock_many, event_ids)
-        return await super().claim_many(event_ids)
+        return await super().claim_many(event_ids, records)
 
 
 class SetBasedEventDayPeer(_DayPartitionedLoop):
@@ -123,7 +123,7 @@ class SetBasedEventDayPeer(_DayPartitionedLoop):
             "SELECT * FROM unnest($1::text[], $2::date[]) ON CONFLICT DO NOTHING "
             "RETURNING event_id")
 
-    async def claim_records(self, records: list[Any], event_ids: list[str]) -> set[str]:
+    async def claim_many(self, event_ids: list[str], records: list[Any]) -> set[str]:
         days = [_day(r.timestamp) for r in records]
         return {r["event_id"] for r in await self.conn.fetch(self.dedup_many, event_ids, days)}
 
