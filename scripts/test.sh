@@ -19,7 +19,7 @@ echo "== mypy"
 .venv/bin/mypy
 
 echo "== mkdocs build --strict"
-NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
+bash scripts/docs.sh
 
 echo "== pytest"
 status=0
