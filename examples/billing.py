@@ -3,14 +3,11 @@
 Run it against your services. The consumer creates consumerkit's own tables; ``main`` also
 creates the ``charges`` table the handlers write to (``SCHEMA_SQL``). The topic ``orders`` must
 exist: the consumer creates no topics, and stops at start-up with a one-line error naming a
-missing one. Create it with your broker's tools, for instance::
-
-    kafka-topics.sh --bootstrap-server 127.0.0.1:9092 --create --topic orders --partitions 4
-
-(or, on a local test broker, ``await consumerkit.transport.kafka.create_topic(bootstrap,
-"orders", 4)``). Then::
+missing one. On a local or test broker, create it with ``consumerkit topics create`` (on a
+production cluster, with your broker's tools)::
 
     export CONSUMERKIT_KAFKA_BOOTSTRAP=127.0.0.1:9092 CONSUMERKIT_POSTGRES_DSN=postgresql://...
+    consumerkit topics create orders --partitions 4
     python -m examples.billing
 
 It stops gracefully on SIGTERM or Ctrl-C.

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from .. import _loop
 from ..logs import configure_logging
 from ..settings import SETTINGS, ConsumerSettings
-from . import admin, check, config, migrate, parked, relay, run
+from . import admin, check, config, migrate, parked, relay, run, topics
 from .common import HelpFormatter, duration, sub
 from .errors import database_error, one_line, scrub
 from .options import load_settings
@@ -58,6 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     migrate.add_parser(commands)
     admin.add_parsers(commands)
     parked.add_parser(commands)
+    topics.add_parser(commands)
     demo = sub(commands, "demo", "run the pizza shop on embedded services: outbox, relays, "
                "three consumers, duplicates and two kills")
     demo.add_argument("--orders", default="500",
