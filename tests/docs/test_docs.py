@@ -57,6 +57,9 @@ PAGES = sorted(DOCS.rglob("*.md"))
 EXAMPLE_FILES = sorted(p for p in EXAMPLES.iterdir()
                        if p.suffix in (".py", ".json") and p.name != "__init__.py")
 EXAMPLE_MODULES = [p.stem for p in EXAMPLE_FILES if p.suffix == ".py"]
+# every file under examples/, the service's folder included: the snippets' sources
+EXAMPLE_SOURCES = sorted(p for p in EXAMPLES.rglob("*")
+                         if p.is_file() and "__pycache__" not in p.parts)
 HANDLER_MODULES = [p.stem for p in EXAMPLE_FILES if p.suffix == ".py"
                    and re.search(r"^@(\w+\.)?handler\(", p.read_text(), re.MULTILINE)]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
@@ -68,7 +71,7 @@ EXPECTED_PAGES = {
     "webhooks.md", "benchmarks.md", "configuration.md", "security.md",
     "demo.md", "observability.md", "operations/index.md", "testing.md",
     "operations/metrics.md", "operations/alerts.md", "operations/runbooks.md", "parking.md",
-    "torture.md", "torture-long.md",
+    "torture.md", "torture-long.md", "service.md", "deployment.md",
 }
 KAFKA = "127.0.0.1:9092"
 DSN = "postgresql://app@db.invalid/app"
@@ -171,7 +174,7 @@ def test_the_index_lists_every_example_file() -> None:
 # -- snippets are examples ---------------------------------------------------------------------
 
 def test_every_python_block_is_copied_from_an_example() -> None:
-    sources = {p.name: p.read_text() for p in EXAMPLE_FILES if p.suffix == ".py"}
+    sources = {p.name: p.read_text() for p in EXAMPLE_SOURCES if p.suffix == ".py"}
     blocks = code_blocks("python")
     assert len(blocks) >= 15
     for name, block in blocks:
@@ -185,6 +188,18 @@ def test_every_json_block_is_copied_from_an_example() -> None:
     assert blocks
     for name, block in blocks:
         assert any(block in text for text in sources), f"a json block in docs/{name} drifted"
+
+
+@pytest.mark.parametrize(("language", "suffix"), [
+    ("toml", ".toml"), ("yaml", ".yaml"), ("dockerfile", "Dockerfile")])
+def test_every_config_block_is_copied_from_an_example(language: str, suffix: str) -> None:
+    # the service's files (operations/alerts.md's Prometheus configuration is its own)
+    sources = [p.read_text() for p in EXAMPLE_SOURCES if p.name.endswith(suffix)]
+    blocks = [(n, b) for n, b in code_blocks(language) if n in ("service.md", "deployment.md")]
+    assert blocks
+    for name, block in blocks:
+        assert any(block in text for text in sources), (
+            f"a {language} block in docs/{name} is not verbatim in any examples/ file:\n{block}")
 
 
 def test_no_untagged_code_blocks() -> None:
@@ -525,7 +540,7 @@ def test_cli_commands_are_documented() -> None:
                       if isinstance(a, argparse._SubParsersAction))
     commands = list(subparsers.choices)
     assert set(commands) == {"run", "relay", "config", "check", "demo", "migrate", "dedup",
-                             "dead-letters", "outbox", "parked"}
+                             "dead-letters", "outbox", "parked", "topics"}
     usage = section(page("operations/index.md"), "Command line")
     for command in commands:
         assert f"consumerkit {command}" in usage
@@ -592,7 +607,8 @@ def test_the_top_level_help_describes_the_tool(capsys: pytest.CaptureFixture[str
 @pytest.mark.parametrize("argv", [["--help"], ["dedup", "--help"], ["migrate", "--help"],
                                   ["dead-letters", "--help"], ["demo", "--help"],
                                   ["run", "--help"], ["relay", "--help"], ["check", "--help"],
-                                  ["config", "relay", "--help"]])
+                                  ["config", "relay", "--help"],
+                                  ["topics", "create", "--help"]])
 def test_cli_help_exits_zero(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         cli_main(argv)

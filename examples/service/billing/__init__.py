@@ -1,0 +1,1 @@
+"""The billing service: it charges every created order once (see ``billing.app``)."""
