@@ -20,10 +20,12 @@ import urllib.request
 import uuid
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import asyncpg
 import orjson
 import pytest
+import yaml
 
 from consumerkit.transport.kafka import KafkaProducer
 
@@ -52,6 +54,23 @@ def load_app() -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def deployment() -> dict[str, Any]:
+    documents = list(yaml.safe_load_all((SERVICE / "kubernetes.yaml").read_text()))
+    (found,) = [d for d in documents if d["kind"] == "Deployment"]
+    return found  # type: ignore[no-any-return]
+
+
+def container() -> dict[str, Any]:
+    (found,) = deployment()["spec"]["template"]["spec"]["containers"]
+    return found  # type: ignore[no-any-return]
+
+
+def probe_paths() -> tuple[str, str]:
+    """(liveness, readiness) paths of the manifest."""
+    c = container()
+    return c["livenessProbe"]["httpGet"]["path"], c["readinessProbe"]["httpGet"]["path"]
 
 
 def with_search_path(dsn: str, schema: str) -> str:
@@ -141,6 +160,7 @@ async def test_the_pages_commands_run_the_service(
                                          ["consumerkit", "run"]]
     dsn = with_search_path(postgres_dsn, pg_schema)  # the service's own table goes there
     port = free_port()
+    liveness, readiness = probe_paths()  # the manifest's probes, on the live consumer
     env = environment({"CONSUMERKIT_KAFKA_BOOTSTRAP": kafka_bootstrap,
                        "CONSUMERKIT_POSTGRES_DSN": dsn, "CONSUMERKIT_METRICS_PORT": str(port)})
     conn = await asyncpg.connect(dsn)
@@ -158,7 +178,7 @@ async def test_the_pages_commands_run_the_service(
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         try:
             async with asyncio.timeout(90):
-                while (await probe(port, "/readyz"))[0] != 200:
+                while (await probe(port, readiness))[0] != 200:
                     assert run.returncode is None, "consumerkit run exited before it was ready"
                     await asyncio.sleep(0.2)
             order = f"o-{uuid.uuid4().hex[:8]}"
@@ -181,7 +201,7 @@ async def test_the_pages_commands_run_the_service(
                         found := metric.search((await probe(port, "/metrics"))[1])) or float(
                         found.group(1)) < 1:
                     await asyncio.sleep(0.1)
-            assert (await probe(port, "/healthz"))[0] == 200
+            assert (await probe(port, liveness))[0] == 200
         finally:
             if run.returncode is None:
                 run.send_signal(signal.SIGTERM)
