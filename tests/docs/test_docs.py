@@ -195,7 +195,8 @@ def test_every_json_block_is_copied_from_an_example() -> None:
 def test_every_config_block_is_copied_from_an_example(language: str, suffix: str) -> None:
     # the service's files (operations/alerts.md's Prometheus configuration is its own)
     sources = [p.read_text() for p in EXAMPLE_SOURCES if p.name.endswith(suffix)]
-    blocks = [(n, b) for n, b in code_blocks(language) if n in ("service.md", "deployment.md")]
+    pages = ("service.md", "deployment.md", "testing.md")
+    blocks = [(n, b) for n, b in code_blocks(language) if n in pages]
     assert blocks
     for name, block in blocks:
         assert any(block in text for text in sources), (
