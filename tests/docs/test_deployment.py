@@ -37,7 +37,7 @@ def manifest_settings(monkeypatch: pytest.MonkeyPatch) -> ConsumerSettings:
         monkeypatch.delenv(name)
     for var in container()["env"]:
         monkeypatch.setenv(var["name"], var.get("value", SECRET_DSN))
-    return ConsumerSettings(_env_file=None)  # type: ignore[call-arg]
+    return ConsumerSettings(_env_file=None)
 
 
 def dockerfile() -> list[tuple[str, str]]:
