@@ -15,6 +15,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import yaml
 from prometheus_client import CollectorRegistry
 
 from consumerkit import Consumer
@@ -147,3 +148,14 @@ def test_the_entrypoint_runs_the_service_consumer() -> None:
         assert module == "billing.app"
         assert (SERVICE / "billing" / "app.py").exists()
         assert isinstance(getattr(load_app(), attr), Consumer)
+
+
+def test_the_migration_job_runs_migrate_with_the_same_image() -> None:
+    documents = list(yaml.safe_load_all((SERVICE / "kubernetes.yaml").read_text()))
+    (job,) = [d for d in documents if d["kind"] == "Job"]
+    (step,) = job["spec"]["template"]["spec"]["containers"]
+    assert step["image"] == container()["image"]
+    args = _parser().parse_args(step["command"][1:])
+    assert args.command == "migrate"
+    names = {f"CONSUMERKIT_{f.upper()}" for f in ConsumerSettings.model_fields}
+    assert {var["name"] for var in step["env"]} <= names
