@@ -58,3 +58,12 @@ def test_a_link_to_a_missing_file_fails_the_build(site: Path) -> None:
     result = build(site)
     assert result.returncode != 0
     assert "'notes/missing.md', but the target is not found" in result.stderr
+
+
+def test_the_test_script_builds_the_docs_with_this_script() -> None:
+    script = (ROOT / "scripts" / "test.sh").read_text()
+    commands = [line.strip() for line in script.splitlines()
+                if line.strip() and not line.lstrip().startswith(("#", "echo"))]
+    assert "bash scripts/docs.sh" in commands
+    assert not [c for c in commands if "mkdocs" in c]  # no second build that could hide one
+    assert "--quiet" not in (ROOT / "scripts" / "docs.sh").read_text().split("\nset ")[1]
