@@ -19,12 +19,14 @@ from .errors import (
     Retry,
     StartupError,
     TransportError,
+    UpcasterChainError,
 )
 from .outbox import KafkaSink, Outbox, OutboxSink, Relay, migrate_outbox
 from .registry import HandlerRegistry, handler
 from .retry import RetryPolicy
 from .schema import migrate
 from .stats import ConsumerStats
+from .versions import upcaster
 from .webhook import WebhookError, WebhookReceiver
 
 if TYPE_CHECKING:
@@ -42,6 +44,7 @@ __all__ = [
     "HandlerRegistry",
     "handler",
     "tune_gc",
+    "upcaster",
     # wire format and events
     "Envelope",
     "Record",
@@ -79,6 +82,7 @@ __all__ = [
     "Retry",
     "StartupError",
     "TransportError",
+    "UpcasterChainError",
     "__version__",
 ]
 

@@ -14,6 +14,7 @@ from ._frozen import maker
 from .envelope import Envelope, IdSource, RecordLike, WireFormat
 from .errors import DecodeError
 from .registry import Route, RouteTable
+from .versions import read_version, upcast_json
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +89,16 @@ class Decoder:
                 )
             raise DecodeError("unknown_event_type", f"no handler for event type {event_type!r}")
         event_id, id_source = self._event_id(record, headers, value)
+        version = read_version(headers.get(wire.event_version_header), wire.event_version_header)
         try:
-            event = route.model.model_validate_json(value)
+            if version == route.version:
+                event = route.model.model_validate_json(value)
+            else:  # the upcasters run on the JSON document, before validation
+                event = route.model.model_validate(upcast_json(
+                    value, event_type, version, route.version,
+                    self.routes.chains.get(route.event_type or "")))
+        except DecodeError:
+            raise
         except ValidationError as exc:
             kind = exc.errors()[0]["type"] if exc.error_count() else ""
             reason = "invalid_json" if kind == "json_invalid" else "invalid_payload"

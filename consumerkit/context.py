@@ -72,6 +72,7 @@ class HandlerContext:
         self, *, event_type: str, aggregate_type: str, aggregate_id: str,
         payload: BaseModel | Mapping[str, Any], headers: Mapping[str, str] | None = None,
         occurred_at: datetime | None = None, dedup_key: str | None = None,
+        version: int | None = None,
     ) -> UUID | None:
         """Emit an event through the consumer's outbox, in this delivery's transaction: it is
         published once the transaction commits, and never if it rolls back. Since a committed
@@ -84,7 +85,7 @@ class HandlerContext:
         return await _publish(
             self._outbox, self.tx, self.envelope, event_type=event_type,
             aggregate_type=aggregate_type, aggregate_id=aggregate_id, payload=payload,
-            headers=headers, occurred_at=occurred_at, dedup_key=dedup_key)
+            headers=headers, occurred_at=occurred_at, dedup_key=dedup_key, version=version)
 
 
 class BatchContext:
@@ -134,6 +135,7 @@ class BatchContext:
         self, *, caused_by: Envelope, event_type: str, aggregate_type: str, aggregate_id: str,
         payload: BaseModel | Mapping[str, Any], headers: Mapping[str, str] | None = None,
         occurred_at: datetime | None = None, dedup_key: str | None = None,
+        version: int | None = None,
     ) -> UUID | None:
         """Emit an event through the consumer's outbox in the batch's transaction, as
         :meth:`HandlerContext.publish` does; ``caused_by`` (one of :attr:`envelopes`) is the
@@ -141,13 +143,14 @@ class BatchContext:
         return await _publish(
             self._outbox, self.tx, caused_by, event_type=event_type,
             aggregate_type=aggregate_type, aggregate_id=aggregate_id, payload=payload,
-            headers=headers, occurred_at=occurred_at, dedup_key=dedup_key)
+            headers=headers, occurred_at=occurred_at, dedup_key=dedup_key, version=version)
 
 
 async def _publish(
     outbox: Outbox | None, tx: DbConnection, cause: Envelope, *, event_type: str,
     aggregate_type: str, aggregate_id: str, payload: BaseModel | Mapping[str, Any],
     headers: Mapping[str, str] | None, occurred_at: datetime | None, dedup_key: str | None,
+    version: int | None,
 ) -> UUID | None:
     if outbox is None:
         raise ConfigurationError(
@@ -157,4 +160,4 @@ async def _publish(
     return await outbox.add(
         tx, event_type=event_type, aggregate_type=aggregate_type,
         aggregate_id=aggregate_id, payload=payload, headers=linked,
-        occurred_at=occurred_at, dedup_key=dedup_key)
+        occurred_at=occurred_at, dedup_key=dedup_key, version=version)

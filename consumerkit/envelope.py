@@ -3,7 +3,8 @@
 Wire format (what a transactional outbox publishes, e.g. Debezium's EventRouter configured as
 in docs/wire-format.md): record key = aggregate id (UTF-8); value = the JSON payload; headers ``id``
 (event id), ``event_type``, optional ``occurred_at`` (RFC 3339), ``aggregate_type``,
-``correlation_id``, ``causation_id``, ``traceparent``. Header names are set by :class:`WireFormat`.
+``correlation_id``, ``causation_id``, ``traceparent``, ``event_version`` (the payload's schema
+version, absent = 1; see :mod:`consumerkit.versions`). Header names are set by :class:`WireFormat`.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ class WireFormat:
     id_payload_field: str | None = None
     id_from_position: bool = False
     max_event_id_length: int = 200
+    event_version_header: str = "event_version"
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ Every exception the library raises derives from :class:`ConsumerKitError`::
     ConsumerKitError
     ├── ConfigurationError        a setting, identifier or handler definition is invalid
     │   └── HandlerDefinitionError    a handler cannot be registered or resolved
+    │       └── UpcasterChainError        the upcasters of an event type leave a gap
     ├── MissingExtraError         an optional dependency is not installed (also an ImportError)
     ├── StartupError              a service is unreachable, a topic is missing, a migration failed
     ├── TransportError            the broker failed an operation (commit, fetch); retriable
@@ -41,6 +42,11 @@ class ConfigurationError(ConsumerKitError):
 
 class HandlerDefinitionError(ConfigurationError):
     """A handler cannot be registered: not ``async def``, a bad payload annotation, a clash."""
+
+
+class UpcasterChainError(HandlerDefinitionError):
+    """The upcasters of an event type do not carry every version from 1 to its handler's
+    (a step is missing, doubled, or starts at or beyond the handler's version)."""
 
 
 class MissingExtraError(ConsumerKitError, ImportError):

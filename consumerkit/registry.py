@@ -13,13 +13,24 @@ import inspect
 import types
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias, TypeVar, cast
 
 from pydantic import BaseModel
 
 from .context import BatchContext, HandlerContext
 from .errors import HandlerDefinitionError
+from .versions import (
+    Chain,
+    U,
+    Upcaster,
+    UpcasterSpec,
+    build_chains,
+    check_version,
+    model_version,
+    upcaster,
+    upcaster_spec,
+)
 
 HandlerFunc = Callable[[Any, HandlerContext], Awaitable[None]]
 BatchHandlerFunc = Callable[[list[Any], BatchContext], Awaitable[None]]
@@ -40,6 +51,7 @@ class RouteSpec:
     topic: str | None
     batch: bool = False
     on_exhausted: OnExhausted | None = None
+    version: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +67,12 @@ class Route:
     name: str
     batch: bool = False
     on_exhausted: OnExhausted | None = None  # None: the consumer's RetryPolicy decides
+    version: int = 1  # the event schema version the handler takes (see consumerkit.versions)
 
 
 def handler(event_type: str | None = None, *, topic: str | None = None,
-            batch: bool = False, on_exhausted: OnExhausted | None = None) -> Callable[[F], F]:
+            batch: bool = False, on_exhausted: OnExhausted | None = None,
+            version: int | None = None) -> Callable[[F], F]:
     """Mark an ``async def`` as the handler of ``event_type`` (or of every event on ``topic``).
 
     The function's first parameter must be annotated with a pydantic model (the payload) and
@@ -72,7 +86,12 @@ def handler(event_type: str | None = None, *, topic: str | None = None,
     (the record and every later one of its key on the partition wait, in order, for
     ``consumerkit parked replay``). ``None`` follows the consumer's
     :class:`~consumerkit.RetryPolicy`.
+
+    ``version`` is the event schema version the handler takes (default: the payload model's
+    ``__event_version__``, else 1); older versions reach it through upcasters.
     """
+    if version is not None:
+        check_version(version, "@handler version")
     if on_exhausted not in (None, "dead_letter", "park"):
         raise HandlerDefinitionError(
             f"on_exhausted must be 'dead_letter' or 'park', not {on_exhausted!r}")
@@ -84,7 +103,8 @@ def handler(event_type: str | None = None, *, topic: str | None = None,
 
     def attach(func: F) -> F:
         _check_async(func)
-        setattr(func, _ROUTE_ATTR, RouteSpec(event_type, topic, bool(batch), on_exhausted))
+        setattr(func, _ROUTE_ATTR,
+                RouteSpec(event_type, topic, bool(batch), on_exhausted, version))
         return func
 
     return attach
@@ -140,15 +160,21 @@ def resolve(func: Callable[..., Awaitable[None]]) -> Route:
                 f"pydantic model, got {annotation!r}{hint}"
             )
     assert isinstance(model, type)
+    declared = model_version(model)
+    if spec.version is not None and declared is not None and spec.version != declared:
+        raise HandlerDefinitionError(
+            f"handler {_name(func)} takes version {spec.version}, but its model "
+            f"{model.__qualname__} declares version {declared}")
     return Route(spec.event_type, spec.topic, model, func, _name(func), spec.batch,
-                 spec.on_exhausted)
+                 spec.on_exhausted, spec.version or declared or 1)
 
 
 def _is_model(annotation: object) -> bool:
     return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
-HandlerSource: TypeAlias = "Callable[..., Awaitable[None]] | HandlerRegistry | types.ModuleType"
+HandlerSource: TypeAlias = (
+    "Callable[..., Awaitable[None]] | Upcaster | HandlerRegistry | types.ModuleType")
 
 
 class HandlerRegistry:
@@ -160,24 +186,32 @@ class HandlerRegistry:
 
     def __init__(self, handlers: Iterable[HandlerSource] = ()) -> None:
         self._funcs: list[Callable[..., Awaitable[None]]] = []
+        self._upcasters: list[tuple[UpcasterSpec, Upcaster]] = []
         self._frozen = False
         for item in handlers:
             self.include(item)
 
     def include(self, source: HandlerSource) -> HandlerRegistry:
-        """Add a handler function, every handler of a module, or every handler of a registry."""
+        """Add a handler function, every handler of a module, or every handler of a registry
+        (with their upcasters)."""
         if self._frozen:
             raise HandlerDefinitionError("this registry is frozen: a consumer is using it")
         if isinstance(source, HandlerRegistry):
             self._funcs.extend(source._funcs)
+            self._upcasters.extend(source._upcasters)
         elif isinstance(source, types.ModuleType):
             found = [v for v in vars(source).values() if hasattr(v, _ROUTE_ATTR)]
             if not found:
                 raise HandlerDefinitionError(f"module {source.__name__} defines no handlers")
             self._funcs.extend(found)
+            self._upcasters.extend((spec, v) for v in vars(source).values()
+                                   if (spec := upcaster_spec(v)) is not None)
+        elif (spec := upcaster_spec(source)) is not None:
+            self._upcasters.append((spec, source))  # type: ignore[arg-type]  # marked above
         elif callable(source):
-            resolve(source) if hasattr(source, _ROUTE_ATTR) else _reject(source)
-            self._funcs.append(source)
+            func = cast("Callable[..., Awaitable[None]]", source)
+            resolve(func) if hasattr(source, _ROUTE_ATTR) else _reject(source)
+            self._funcs.append(func)
         else:
             raise HandlerDefinitionError(f"cannot collect handlers from {source!r}")
         return self
@@ -191,6 +225,19 @@ class HandlerRegistry:
             self.include(func)
             return func
         return attach
+
+    def upcaster(self, event_type: str, *, from_version: int) -> Callable[[U], U]:
+        """``@registry.upcaster("x", from_version=1)``: a plain function turning the JSON
+        document of version ``from_version`` of ``x`` into the next version's (see
+        :mod:`consumerkit.versions`)."""
+        def attach(func: U) -> U:
+            upcaster(event_type, from_version=from_version)(func)
+            self.include(func)
+            return func
+        return attach
+
+    def upcasters(self) -> list[tuple[UpcasterSpec, Upcaster]]:
+        return list(self._upcasters)
 
     def freeze(self) -> None:
         """Refuse further changes (a consumer freezes its registry when it starts)."""
@@ -218,6 +265,7 @@ class RouteTable:
 
     by_type: dict[str, Route]
     by_topic: dict[str, Route]
+    chains: dict[str, Chain] = field(default_factory=dict)  # upcasters by event type
 
     @classmethod
     def build(cls, sources: Iterable[HandlerSource]) -> RouteTable:
@@ -239,7 +287,8 @@ class RouteTable:
             table[key] = route
         if not by_type and not by_topic:
             raise HandlerDefinitionError("no handlers given")
-        return cls(by_type, by_topic)
+        versions = {key: route.version for key, route in by_type.items()}
+        return cls(by_type, by_topic, build_chains(versions, registry.upcasters()))
 
     def find(self, event_type: str | None, topic: str) -> Route | None:
         if event_type is not None and (route := self.by_type.get(event_type)) is not None:

@@ -13,7 +13,8 @@ class DeadLetterEntry:
 
     ``reason`` is a stable code (``empty_value``, ``oversized``, ``invalid_header``,
     ``missing_event_type``, ``unknown_event_type``, ``missing_event_id``, ``invalid_event_id``,
-    ``invalid_timestamp``, ``invalid_json``, ``invalid_payload``, ``invalid_key``,
+    ``invalid_timestamp``, ``unknown_version``, ``upcast_failed``, ``invalid_json``,
+    ``invalid_payload``, ``invalid_key``,
     ``handler_failed``, ``dead_lettered_by_handler``, ``expired``);
     ``detail`` is the human-readable explanation. A header value may be ``None``: Kafka
     allows null header values, and the entry keeps the record as it was.

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from ..errors import ConfigurationError, ConsumerKitError
 from ..observability.tracing import inject
 from ..types import DbConnection
+from ..versions import check_version, model_version
 from ._uuid7 import uuid7
 from .table import OutboxTable
 
@@ -45,6 +46,7 @@ class NewEvent:
     occurred_at: datetime | None = None
     dedup_key: str | None = None
     event_id: UUID | None = None
+    version: int | None = None  # default: the payload model's __event_version__, if any
 
 
 class Outbox:
@@ -53,12 +55,16 @@ class Outbox:
     ``notify`` sends one ``pg_notify`` per statement (PostgreSQL folds identical
     notifications of one transaction into one, delivered at commit). ``delete_after_insert``
     deletes each row in the same transaction right after inserting it: for Debezium, which
-    reads the insert from the WAL, with no built-in relay.
+    reads the insert from the WAL, with no built-in relay. An event's schema version (the
+    ``version`` given, else its payload model's ``__event_version__``) is written as the
+    ``version_header`` header; an event with neither goes without it (version 1).
     """
 
     def __init__(self, schema: str = "consumerkit", table: str = "outbox", *,
-                 notify: bool = True, delete_after_insert: bool = False) -> None:
+                 notify: bool = True, delete_after_insert: bool = False,
+                 version_header: str = "event_version") -> None:
         self.table = OutboxTable(schema, table)
+        self.version_header = version_header
         self.notify = notify
         self.delete_after_insert = delete_after_insert
         self._sql = _insert_sql(self.table, notify)
@@ -67,12 +73,12 @@ class Outbox:
         self, conn: DbConnection, *, event_type: str, aggregate_type: str, aggregate_id: str,
         payload: BaseModel | Mapping[str, Any], headers: Mapping[str, str] | None = None,
         occurred_at: datetime | None = None, dedup_key: str | None = None,
-        event_id: UUID | None = None,
+        event_id: UUID | None = None, version: int | None = None,
     ) -> UUID | None:
         """Add one event; returns its id, or ``None`` if ``dedup_key`` was already used."""
         added = await self.add_many(conn, [NewEvent(
             event_type, aggregate_type, aggregate_id, payload, headers or {}, occurred_at,
-            dedup_key, event_id)])
+            dedup_key, event_id, version)])
         return added[0] if added else None
 
     async def add_many(self, conn: DbConnection, events: Sequence[NewEvent]) -> list[UUID]:
@@ -89,7 +95,7 @@ class Outbox:
         columns: list[list[Any]] = [[] for _ in range(8)]
         locks: set[int] = set()
         for e in events:
-            row = _row(e, now)
+            row = _row(e, now, self.version_header)
             for column, value in zip(columns, row, strict=True):
                 column.append(value)
             locks.add(self.table.aggregate_lock(e.aggregate_type, str(e.aggregate_id)))
@@ -101,7 +107,7 @@ class Outbox:
         return ids
 
 
-def _row(e: NewEvent, now: datetime) -> tuple[Any, ...]:
+def _row(e: NewEvent, now: datetime, version_header: str) -> tuple[Any, ...]:
     for name, value in (("event_type", e.event_type), ("aggregate_type", e.aggregate_type)):
         if not isinstance(value, str) or not value:
             raise ConfigurationError(f"outbox event: {name} must be a non-empty string")
@@ -118,12 +124,24 @@ def _row(e: NewEvent, now: datetime) -> tuple[Any, ...]:
     if at.tzinfo is None:
         raise ConfigurationError("outbox event: occurred_at needs a time zone")
     headers = inject(e.headers)  # the writer's trace goes on with the event
+    version = _version(e)
+    if version_header in e.headers:
+        raise ConfigurationError(f"outbox event: the {version_header!r} header is written "
+                                 "from version= or the payload model's __event_version__")
+    if version is not None:
+        headers = {**headers, version_header: str(version)}
     if isinstance(e.payload, BaseModel):
         payload = e.payload.model_dump_json()
     else:
         payload = orjson.dumps(e.payload).decode()
     return (e.dedup_key, e.event_id or uuid7(), e.aggregate_type, aggregate_id, e.event_type,
             payload, at, orjson.dumps(dict(headers)).decode())
+
+
+def _version(e: NewEvent) -> int | None:
+    if e.version is not None:
+        return check_version(e.version, "outbox event: version")
+    return model_version(type(e.payload)) if isinstance(e.payload, BaseModel) else None
 
 
 def _insert_sql(t: OutboxTable, notify: bool) -> str:

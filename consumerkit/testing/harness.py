@@ -30,6 +30,7 @@ from ..retry import RetryPolicy
 from ..stats import ConsumerStats
 from ..transport.memory import MemoryBroker
 from ..transport.source import Partition, RebalanceHandler, Source
+from ..versions import model_version
 from .observe import DeadLetterRecorder, OutcomeRecorder, Settled, observe_handlers
 
 FAST_RETRY = RetryPolicy(max_attempts=3, initial_delay=0.01, max_delay=0.05)
@@ -176,9 +177,10 @@ class TestConsumer:
         """Publish one record as a producer (an outbox relay, say) would and return it.
 
         A pydantic ``event`` is sent in the wire format: JSON value and the ``id`` and
-        ``event_type`` headers (the type found from the handler whose model it is, unless
-        ``event_type`` is given; the id a new UUID unless ``event_id`` is given). ``bytes``
-        (or ``None``, a tombstone) are sent as they are, with ``headers`` only: a raw record.
+        ``event_type`` headers, and ``event_version`` if its model declares one (the type
+        found from the handler whose model it is, unless ``event_type`` is given; the id a
+        new UUID unless ``event_id`` is given). ``bytes`` (or ``None``, a tombstone) are
+        sent as they are, with ``headers`` only: a raw record.
         """
         wire = self.consumer.wire
         sent: list[tuple[str, bytes | None]] = []
@@ -187,6 +189,8 @@ class TestConsumer:
                     (wire.event_type_header, self._event_type(event, event_type).encode())]
             if occurred_at is not None:
                 sent.append((wire.occurred_at_header, occurred_at.isoformat().encode()))
+            if (version := model_version(type(event))) is not None:
+                sent.append((wire.event_version_header, str(version).encode()))
             value: bytes | None = event.model_dump_json().encode()
         else:
             if event_id is not None or event_type is not None:

@@ -71,7 +71,7 @@ EXPECTED_PAGES = {
     "webhooks.md", "benchmarks.md", "configuration.md", "security.md",
     "demo.md", "observability.md", "operations/index.md", "testing.md",
     "operations/metrics.md", "operations/alerts.md", "operations/runbooks.md", "parking.md",
-    "torture.md", "torture-long.md", "service.md", "deployment.md",
+    "torture.md", "torture-long.md", "service.md", "deployment.md", "event-versions.md",
 }
 KAFKA = "127.0.0.1:9092"
 DSN = "postgresql://app@db.invalid/app"
@@ -473,7 +473,7 @@ def _reason_codes_in_code() -> set[str]:
     the batcher; ``_dead_letter`` in older code), the third of ``self.exhausted(...)``, and
     string constants assigned to a variable ``reason``."""
     codes: set[str] = set()
-    for module in ("_decode.py", "_pipeline.py", "_batch.py"):
+    for module in ("_decode.py", "versions.py", "_pipeline.py", "_batch.py"):
         for node in ast.walk(ast.parse((PACKAGE / module).read_text())):
             if isinstance(node, ast.Call) and node.args:
                 func = node.func

@@ -140,3 +140,28 @@ async def test_delete_after_insert_leaves_no_row(
                                      aggregate_id="1", payload={"x": 1})
             assert added is not None
         assert await conn.fetchval(f"SELECT count(*) FROM {outbox_table.events}") == 0
+
+
+async def test_the_version_header_comes_from_the_call_or_the_model(
+    pg_pool: asyncpg.Pool[asyncpg.Record], outbox: Outbox, outbox_table: OutboxTable,
+) -> None:
+    from examples.event_versions import OrderCreated
+
+    order = OrderCreated(order_id="o-1", total_cents=5, first_name="A", last_name="L")
+    async with pg_pool.acquire() as conn, conn.transaction():
+        await outbox.add(conn, event_type="order.created", aggregate_type="order",
+                         aggregate_id="1", payload=order)
+        await outbox.add(conn, event_type="order.created", aggregate_type="order",
+                         aggregate_id="2", payload={"n": 1}, version=2)
+        await outbox.add(conn, event_type="order.created", aggregate_type="order",
+                         aggregate_id="3", payload={"n": 1})
+        with pytest.raises(ConfigurationError, match="'event_version' header is written from"):
+            await outbox.add(conn, event_type="e", aggregate_type="a", aggregate_id="4",
+                             payload={}, headers={"event_version": "2"})
+        with pytest.raises(ConfigurationError, match="version must be an integer from 1"):
+            await outbox.add(conn, event_type="e", aggregate_type="a", aggregate_id="4",
+                             payload={}, version=0)
+    rows = await pg_pool.fetch(
+        f"SELECT aggregateid, headers->>'event_version' AS v FROM {outbox_table.events} "
+        "ORDER BY seq")
+    assert [(r["aggregateid"], r["v"]) for r in rows] == [("1", "3"), ("2", "2"), ("3", None)]
