@@ -3,6 +3,7 @@
 from typing import TYPE_CHECKING
 
 from ._heap import tune_gc
+from .catalog import EventCatalog, Receives, Sends
 from .consumer import Consumer
 from .context import BatchContext, HandlerContext
 from .deadletter import DeadLetterEntry, DeadLetterTable, DeadLetterTopic
@@ -46,6 +47,9 @@ __all__ = [
     "tune_gc",
     "upcaster",
     # wire format and events
+    "EventCatalog",
+    "Receives",
+    "Sends",
     "Envelope",
     "Record",
     "WireFormat",

@@ -2,6 +2,7 @@
 
 The handler takes version 3; two upcasters carry version 1 and version 2 documents there
 before validation (quoted by docs/event-versions.md, run by tests/unit/test_versions.py).
+``catalog`` is what ``consumerkit asyncapi examples.event_versions:catalog`` documents.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from consumerkit import HandlerContext, HandlerRegistry
+from consumerkit import EventCatalog, HandlerContext, HandlerRegistry, Receives, Sends
 
 orders = HandlerRegistry()
 
@@ -44,3 +45,12 @@ def rename_amount(doc: dict[str, Any]) -> dict[str, Any]:
 def split_customer(doc: dict[str, Any]) -> dict[str, Any]:
     first, _, last = doc.pop("customer").partition(" ")
     return {**doc, "first_name": first, "last_name": last}
+
+
+# What this service receives and sends, for `consumerkit asyncapi examples.event_versions:catalog`
+catalog = EventCatalog(
+    title="Orders",
+    receives=[Receives("orders", ["orders"], [orders])],
+    sends=[Sends("orders", "order.created", OrderCreated, aggregate_type="order",
+                 topic="orders")],
+)

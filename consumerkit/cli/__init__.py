@@ -1,7 +1,8 @@
 """The ``consumerkit`` command line (also ``python -m consumerkit``).
 
 One module per command: :mod:`.run`, :mod:`.relay`, :mod:`.config`, :mod:`.check`,
-:mod:`.migrate`, :mod:`.admin` (dead letters, dedup, outbox), :mod:`.parked`; :mod:`.errors`
+:mod:`.migrate`, :mod:`.admin` (dead letters, dedup, outbox), :mod:`.parked`,
+:mod:`.asyncapi`; :mod:`.errors`
 turns failures into one line, :mod:`.options` makes flags of the settings models.
 """
 
@@ -21,7 +22,7 @@ from urllib.parse import urlsplit
 from .. import _loop
 from ..logs import configure_logging
 from ..settings import SETTINGS, ConsumerSettings
-from . import admin, check, config, migrate, parked, relay, run, topics
+from . import admin, asyncapi, check, config, migrate, parked, relay, run, topics
 from .common import HelpFormatter, duration, sub
 from .errors import database_error, one_line, scrub
 from .options import load_settings
@@ -59,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     admin.add_parsers(commands)
     parked.add_parser(commands)
     topics.add_parser(commands)
+    asyncapi.add_parser(commands)
     demo = sub(commands, "demo", "run the pizza shop on embedded services: outbox, relays, "
                "three consumers, duplicates and two kills")
     demo.add_argument("--orders", default="500",

@@ -15,6 +15,16 @@ from .errors import CommandError
 
 async def load_consumer(target: str) -> Consumer:
     """The :class:`Consumer` ``target`` names; a one-line :class:`CommandError` otherwise."""
+    value = await load_target(target, Consumer)
+    if not isinstance(value, Consumer):
+        raise CommandError(f"{target} is a {type(value).__name__}, not a Consumer nor a "
+                           "function returning one")
+    return value
+
+
+async def load_target(target: str, *kinds: type) -> object:
+    """The object ``target`` names, called when it is a function and not one of ``kinds``;
+    a one-line :class:`CommandError` when it cannot be loaded."""
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise CommandError(f"{target!r}: write MODULE:ATTR, e.g. billing.app:consumer")
@@ -38,7 +48,7 @@ async def load_consumer(target: str) -> Consumer:
             value = getattr(value, part)
         except AttributeError:
             raise CommandError(f"module {module_name!r} has no attribute {attr!r}") from None
-    if not isinstance(value, Consumer) and callable(value):
+    if not isinstance(value, kinds) and callable(value):
         try:
             value = value()
             if inspect.isawaitable(value):
@@ -48,7 +58,4 @@ async def load_consumer(target: str) -> Consumer:
         except Exception as exc:
             raise CommandError(f"{target}() failed: {type(exc).__name__}: {exc} (--debug "
                                "shows the traceback)") from exc
-    if not isinstance(value, Consumer):
-        raise CommandError(f"{target} is a {type(value).__name__}, not a Consumer nor a "
-                           "function returning one")
     return value

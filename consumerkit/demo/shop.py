@@ -46,6 +46,8 @@ def payments_topic(run: str) -> str:
 
 
 class OrderPlaced(BaseModel):
+    """An order was placed, with its pizza; the first event of an order (seq 1)."""
+
     order_id: str
     seq: int
     pizza: str
@@ -53,6 +55,8 @@ class OrderPlaced(BaseModel):
 
 
 class ToppingAdded(BaseModel):
+    """A topping was added to an order (seq 2, 3, ...)."""
+
     order_id: str
     seq: int
     topping: str
@@ -60,12 +64,16 @@ class ToppingAdded(BaseModel):
 
 
 class OrderSubmitted(BaseModel):
+    """The order is complete: its total, in euros, is to be charged (the last seq)."""
+
     order_id: str
     seq: int
     total: int
 
 
 class PaymentCompleted(BaseModel):
+    """Billing charged the order's total."""
+
     order_id: str
     seq: int
     amount: int
