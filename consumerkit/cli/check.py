@@ -3,7 +3,9 @@
 PostgreSQL: reachable, ``synchronous_commit`` on, every table migrated, dedup partitions
 created at least one interval ahead. The broker: reachable, every topic present, no topic
 keeping records longer than the dedup window. With ``MODULE:ATTR`` the consumer's own schema,
-dedup policy, topics, retries and outbox are checked. Exit status 1 when anything is wrong,
+dedup policy, topics, retries and outbox are checked. With ``--handlers MODULE:ATTR`` the
+parked records, dead letters and unpublished outbox rows are decoded by that consumer's
+handlers (see :mod:`.check_handlers`). Exit status 1 when anything is wrong,
 else 0 and a short all-clear.
 """
 
@@ -25,6 +27,8 @@ from ..retry import RetryPolicy
 from ..schema import VERSION_TABLE
 from ..settings import CommonSettings, ConsumerSettings
 from ..transport.kafka import KafkaProducer
+from .check_handlers import add_arguments as add_handlers_arguments
+from .check_handlers import check_handlers
 from .common import policy_args, sub
 from .errors import MIGRATE_HINT, database, one_line
 from .options import add_settings_arguments, load_settings, sources
@@ -50,6 +54,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--outbox-table", dest="outbox_tables", action="append", default=None,
                         metavar="TABLE", help="an outbox table to look for (repeat; "
                         "default: none)")
+    add_handlers_arguments(parser)
     parser.set_defaults(handler=check_command)
 
 
@@ -90,6 +95,11 @@ async def check_command(args: argparse.Namespace) -> int:
     report = Report()
     await check_postgres(deployment, report)
     await check_broker(deployment, report)
+    if args.handlers is not None:  # the events waiting in the database, decoded by new code
+        try:
+            await check_handlers(args, deployment.dsn, report)
+        except ConsumerKitError as exc:
+            report.problem(one_line(exc) or str(exc))
     if report.problems:
         print(f"{len(report.problems)} problem{'s' if len(report.problems) > 1 else ''} found")
         return 1

@@ -1,0 +1,214 @@
+"""``consumerkit check --handlers MODULE:ATTR``: would the code about to be deployed take the
+events that wait for it?
+
+Every parked record not yet replayed, every dead letter (a row still in the table: not yet
+deleted after a replay, nor discarded) and every outbox row not yet published goes through the
+new consumer's decoder, upcasters included, as it will at run time. What would fail is listed
+with why; exit status 1 if anything would. Outbox rows of event types the consumer has no
+handler for are meant for other services and only counted.
+
+Read-only (a read-only transaction per page) and bounded: the tables are read in pages of
+``--page-size`` rows in key order, at most ``--max-records`` rows of each source, with a
+statement timeout, and only the first failures of each source are printed in full.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import asyncpg
+import orjson
+
+from .._decode import Decoder
+from .._identifiers import qualified
+from ..consumer import Consumer
+from ..deadletter.table import TABLE as DEAD_LETTERS
+from ..deadletter.table import decode_headers
+from ..envelope import Record
+from ..errors import DecodeError
+from ..outbox.event import OutboxEvent
+from ..outbox.kafka import wire_record
+from ..outbox.table import OutboxTable
+from ..parking.tables import RECORDS as PARKED
+from .errors import database
+from .target import load_consumer
+
+SHOWN = 20  # failures printed in full per source; the rest are counted by reason
+STATEMENT_TIMEOUT = "60s"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--handlers", metavar="MODULE:ATTR", default=None,
+                        help="decode the parked records, dead letters and unpublished outbox "
+                        "rows with this consumer's handlers and upcasters (default: not done)")
+    parser.add_argument("--page-size", type=_positive, default=500, metavar="N",
+                        help="rows read per query by --handlers")
+    parser.add_argument("--max-records", type=_positive, default=1_000_000, metavar="N",
+                        help="rows of each source read at most by --handlers")
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number from 1, not {text!r}")
+    return int(text)
+
+
+class Findings(Protocol):
+    """Where the lines go (``cli.check.Report``): each problem makes the exit status 1."""
+
+    def ok(self, text: str) -> None: ...
+    def note(self, text: str) -> None: ...
+    def problem(self, text: str) -> None: ...
+
+
+@dataclass
+class Tally:
+    """What one source gave: records read and decoded, failures by reason, the first ones."""
+
+    source: str
+    read: int = 0
+    skipped: int = 0
+    failures: Counter[str] = field(default_factory=Counter)
+    shown: list[str] = field(default_factory=list)
+    stopped: bool = False
+
+
+async def check_handlers(args: argparse.Namespace, dsn: str | None,
+                         report: Findings) -> None:
+    """Decode what waits in the database with the handlers of ``args.handlers``."""
+    consumer = await load_consumer(args.handlers)
+    decoder = Decoder(consumer.routes, consumer.wire, consumer.max_message_bytes)
+    outboxes = [consumer.outbox.table] if consumer.outbox is not None else []
+    outboxes += [OutboxTable(consumer.schema, t) for t in args.outbox_tables or []
+                 if not any(o.table == t for o in outboxes)]
+    async with database(dsn or consumer.postgres_dsn) as conn:
+        pages = _Pages(conn, args.page_size, args.max_records)
+        tallies = [
+            await _decode_all(f"parked records of {consumer.name}", decoder,
+                              pages.parked(consumer), None),
+            await _decode_all(f"dead letters of {consumer.name}", decoder,
+                              pages.dead_letters(consumer), None),
+        ]
+        for table in outboxes:
+            tallies.append(await _decode_all(
+                f"unpublished rows of outbox {table.schema}.{table.table}", decoder,
+                pages.outbox(table), lambda r: _handled(consumer, r)))
+    for tally in tallies:
+        _report(tally, args.page_size, args.max_records, report)
+
+
+def _handled(consumer: Consumer, record: Record) -> bool:
+    types = dict(record.headers).get(consumer.wire.event_type_header)
+    return types is not None and types.decode(errors="replace") in consumer.routes.by_type
+
+
+async def _decode_all(source: str, decoder: Decoder, records: _Paged,
+                      wanted: Callable[[Record], bool] | None) -> Tally:
+    tally = Tally(source)
+    async for where, record in records:
+        if wanted is not None and not wanted(record):
+            tally.skipped += 1
+            continue
+        tally.read += 1
+        try:
+            decoder.decode(record)
+        except DecodeError as exc:
+            tally.failures[exc.reason] += 1
+            if len(tally.shown) < SHOWN:
+                tally.shown.append(f"{where}: {exc.reason}: {exc.detail}")
+    tally.stopped = records.stopped
+    return tally
+
+
+def _report(tally: Tally, page_size: int, max_records: int, report: Findings) -> None:
+    how = f"read in pages of {page_size}"
+    if tally.stopped:
+        report.note(f"{tally.source}: stopped after {max_records} rows (--max-records); the "
+                    "rest were not checked")
+    others = f"; {tally.skipped} for other consumers' event types" if tally.skipped else ""
+    failed = sum(tally.failures.values())
+    if not failed:
+        report.ok(f"{tally.source}: {tally.read} decode with the new handlers ({how}{others})")
+        return
+    for line in tally.shown:
+        report.problem(f"{tally.source}: {line}")
+    reasons = ", ".join(f"{n} {reason}" for reason, n in tally.failures.most_common())
+    more = f" ({failed - len(tally.shown)} not shown)" if failed > len(tally.shown) else ""
+    report.problem(f"{tally.source}: {failed} of {tally.read} would fail with the new "
+                   f"handlers: {reasons}{more} ({how}{others})")
+
+
+@dataclass
+class _Paged:
+    """Rows of one query, page by page in key order: ``(where, record)``."""
+
+    pages: _Pages
+    sql: str
+    args: tuple[Any, ...]
+    make: Callable[[asyncpg.Record], tuple[str, Record]]
+    stopped: bool = False
+
+    async def __aiter__(self) -> AsyncIterator[tuple[str, Record]]:
+        after, seen = -1, 0
+        while True:
+            async with self.pages.conn.transaction(readonly=True):
+                await self.pages.conn.execute(
+                    f"SET LOCAL statement_timeout = '{STATEMENT_TIMEOUT}'")
+                rows = await self.pages.conn.fetch(self.sql, *self.args, after,
+                                                   self.pages.size)
+            for row in rows:
+                if seen >= self.pages.limit:
+                    self.stopped = True
+                    return
+                seen += 1
+                yield self.make(row)
+            if len(rows) < self.pages.size:
+                return
+            after = rows[-1]["k"]
+
+
+@dataclass
+class _Pages:
+    conn: asyncpg.Connection[Any]
+    size: int
+    limit: int
+
+    def parked(self, consumer: Consumer) -> _Paged:
+        return _Paged(self, (
+            'SELECT id AS k, topic, "partition", "offset", key, value, headers::text, '
+            f"timestamp_ms FROM {qualified(consumer.schema, PARKED)} "
+            "WHERE consumer = $1 AND replayed_at IS NULL AND id > $2 ORDER BY id LIMIT $3"),
+            (consumer.name,), lambda r: _stored(r, r["timestamp_ms"]))
+
+    def dead_letters(self, consumer: Consumer) -> _Paged:
+        return _Paged(self, (
+            'SELECT id AS k, topic, "partition", "offset", key, value, headers::text '
+            f"FROM {qualified(consumer.schema, DEAD_LETTERS)} "
+            "WHERE consumer = $1 AND id > $2 ORDER BY id LIMIT $3"),
+            (consumer.name,), lambda r: _stored(r, None))
+
+    def outbox(self, table: OutboxTable) -> _Paged:
+        return _Paged(self, (
+            "SELECT seq AS k, id, type, aggregatetype, aggregateid, payload::text, "
+            f"occurred_at, headers::text FROM {table.events} "
+            "WHERE seq > $1 ORDER BY seq LIMIT $2"), (), _outbox_row)
+
+
+def _stored(row: asyncpg.Record, timestamp: int | None) -> tuple[str, Record]:
+    where = f"{row['topic']}/{row['partition']}/{row['offset']}"
+    return where, Record(row["topic"], row["partition"], row["offset"], row["key"],
+                         row["value"], decode_headers(row["headers"]), timestamp=timestamp)
+
+
+def _outbox_row(row: asyncpg.Record) -> tuple[str, Record]:
+    """The record the relay would publish for ``row`` (its headers, key and value)."""
+    event = OutboxEvent(row["k"], row["id"], row["type"], row["aggregatetype"],
+                        row["aggregateid"], row["payload"].encode(), row["occurred_at"],
+                        orjson.loads(row["headers"]))
+    key, value, timestamp, headers = wire_record(event)
+    return (f"seq {row['k']} (event {row['id']})",
+            Record("", 0, row["k"], key, value, list(headers), timestamp=timestamp))
