@@ -23,6 +23,7 @@ from consumerkit import (
     upcaster,
 )
 from consumerkit._decode import Decoder
+from consumerkit.cli import main
 from consumerkit.registry import RouteTable
 from examples.event_versions import OrderCreated, orders
 
@@ -110,6 +111,18 @@ def test_a_gap_in_the_chain_is_a_startup_error_naming_it() -> None:
     registry = HandlerRegistry([ship, ship_1, ship_3]).include(
         upcaster("order.shipped", from_version=2)(lambda doc: doc))
     assert len(RouteTable.build([registry]).chains["order.shipped"].steps) == 3
+
+
+def gapped() -> Consumer:
+    """A consumer whose chain has a gap, for the command line below."""
+    return Consumer(name="gap", handlers=[ship, ship_1, ship_3], topics=["orders"])
+
+
+def test_a_gap_stops_a_command_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["asyncapi", "tests.unit.test_versions:gapped"]) == 1
+    assert capsys.readouterr().err == (
+        "consumerkit: upcaster chain: 'order.shipped' (handler takes version 4) has no "
+        "upcaster from version 2\n")
 
 
 def test_stray_doubled_and_useless_upcasters_are_named() -> None:
