@@ -1,11 +1,11 @@
 """``consumerkit check --handlers MODULE:ATTR``: would the code about to be deployed take the
 events that wait for it?
 
-Every parked record not yet replayed, every dead letter (a row still in the table: not yet
-deleted after a replay, nor discarded) and every outbox row not yet published goes through the
-new consumer's decoder, upcasters included, as it will at run time. What would fail is listed
-with why; exit status 1 if anything would. Outbox rows of event types the consumer has no
-handler for are meant for other services and only counted.
+Every parked record not yet replayed, every dead letter not yet replayed or discarded (a row
+still in the table whose event id the consumer has not applied since) and every outbox row not
+yet published goes through the new consumer's decoder, upcasters included, as it will at run
+time. What would fail is listed with why; exit status 1 if anything would. Outbox rows of event
+types the consumer has no handler for are meant for other services and only counted.
 
 Read-only (a read-only transaction per page) and bounded: the tables are read in pages of
 ``--page-size`` rows in key order, at most ``--max-records`` rows of each source, with a
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -28,6 +28,7 @@ from .._identifiers import qualified
 from ..consumer import Consumer
 from ..deadletter.table import TABLE as DEAD_LETTERS
 from ..deadletter.table import decode_headers
+from ..dedup.postgres import PostgresDedupStore
 from ..envelope import Record
 from ..errors import DecodeError
 from ..outbox.event import OutboxEvent
@@ -71,7 +72,7 @@ class Tally:
 
     source: str
     read: int = 0
-    skipped: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)  # left out, by why
     failures: Counter[str] = field(default_factory=Counter)
     shown: list[str] = field(default_factory=list)
     stopped: bool = False
@@ -85,33 +86,45 @@ async def check_handlers(args: argparse.Namespace, dsn: str | None,
     outboxes = [consumer.outbox.table] if consumer.outbox is not None else []
     outboxes += [OutboxTable(consumer.schema, t) for t in args.outbox_tables or []
                  if not any(o.table == t for o in outboxes)]
+    store = PostgresDedupStore(consumer.schema, consumer.dedup)  # where applied ids are
     async with database(dsn or consumer.postgres_dsn) as conn:
+        await conn.execute("SET default_transaction_read_only = on")
+
+        async def replayed(record: Record) -> str | None:
+            event_id = decoder.event_id(record)
+            applied = event_id is not None and await store.seen(conn, consumer.name, event_id)
+            return "applied since (replayed)" if applied else None
+
+        async def others(record: Record) -> str | None:
+            raw = dict(record.headers).get(consumer.wire.event_type_header)
+            mine = raw is not None and raw.decode(errors="replace") in consumer.routes.by_type
+            return None if mine else "for other consumers' event types"
+
         pages = _Pages(conn, args.page_size, args.max_records)
         tallies = [
             await _decode_all(f"parked records of {consumer.name}", decoder,
                               pages.parked(consumer), None),
             await _decode_all(f"dead letters of {consumer.name}", decoder,
-                              pages.dead_letters(consumer), None),
+                              pages.dead_letters(consumer), replayed),
         ]
         for table in outboxes:
             tallies.append(await _decode_all(
                 f"unpublished rows of outbox {table.schema}.{table.table}", decoder,
-                pages.outbox(table), lambda r: _handled(consumer, r)))
+                pages.outbox(table), others))
     for tally in tallies:
         _report(tally, args.page_size, args.max_records, report)
 
 
-def _handled(consumer: Consumer, record: Record) -> bool:
-    types = dict(record.headers).get(consumer.wire.event_type_header)
-    return types is not None and types.decode(errors="replace") in consumer.routes.by_type
+Skip = Callable[[Record], Awaitable[str | None]]  # why a record is left out, or None
 
 
 async def _decode_all(source: str, decoder: Decoder, records: _Paged,
-                      wanted: Callable[[Record], bool] | None) -> Tally:
+                      skip: Skip | None) -> Tally:
     tally = Tally(source)
     async for where, record in records:
-        if wanted is not None and not wanted(record):
-            tally.skipped += 1
+        why = None if skip is None else await skip(record)
+        if why is not None:
+            tally.skipped[why] += 1
             continue
         tally.read += 1
         try:
@@ -129,7 +142,7 @@ def _report(tally: Tally, page_size: int, max_records: int, report: Findings) ->
     if tally.stopped:
         report.note(f"{tally.source}: stopped after {max_records} rows (--max-records); the "
                     "rest were not checked")
-    others = f"; {tally.skipped} for other consumers' event types" if tally.skipped else ""
+    others = "".join(f"; {n} {why}" for why, n in tally.skipped.items())
     failed = sum(tally.failures.values())
     if not failed:
         report.ok(f"{tally.source}: {tally.read} decode with the new handlers ({how}{others})")

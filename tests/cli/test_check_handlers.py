@@ -1,19 +1,22 @@
 """``consumerkit check --handlers``: before a deploy, a parked record, a dead letter and an
 unpublished outbox row that the new model cannot take are each named with why (exit status
 1); with the upcaster added, the same rows pass. Only what waits is read: a replayed parked
-record, another consumer's dead letter and another event type's outbox row are left out."""
+record, a dead letter whose event was applied since, another consumer's dead letter and
+another event type's outbox row are left out."""
 
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 import asyncpg
 import orjson
 import pytest
 
-from consumerkit import DeadLetterEntry, DeadLetterTable, Outbox
+from consumerkit import DeadLetterEntry, DeadLetterTable, DedupPolicy, Envelope, Outbox
 from consumerkit.cli import main
 from consumerkit.deadletter.table import encode_headers
+from consumerkit.dedup.postgres import PostgresDedupStore
 from consumerkit.types import SinkResources
 
 V1 = orjson.dumps({"order_id": "o-1", "amount": 1250})
@@ -50,6 +53,14 @@ async def test_check_finds_what_the_new_model_cannot_take_and_passes_with_an_upc
     for consumer in ("orders", "billing"):  # billing's dead letter is not ours to check
         await sink.send(DeadLetterEntry(consumer, "orders", 0, 9, b"o-1", V1, HEADERS,
                                         "dead_lettered_by_handler", "not yet"))
+    # a dead letter replayed and applied since: its event id is claimed by the consumer
+    await sink.send(DeadLetterEntry("orders", "orders", 0, 11, b"o-1", V1, [
+        ("id", b"evt-applied"), ("event_type", b"order.created")], "handler_failed", "then"))
+    store = PostgresDedupStore(pg_schema, DedupPolicy())
+    async with pg_pool.acquire() as conn, conn.transaction():
+        await store.claim(conn, "orders", Envelope(
+            "evt-applied", "header", "order.created", "o-1", "orders", 0, 12,
+            datetime.now(UTC)), "take")
     outbox = Outbox(pg_schema, "shop_outbox")
     async with pg_pool.acquire() as conn, conn.transaction():
         await outbox.add(conn, event_type="order.created", aggregate_type="order",
@@ -64,6 +75,9 @@ async def test_check_finds_what_the_new_model_cannot_take_and_passes_with_an_upc
     problems = [line for line in out.splitlines() if line.startswith("PROBLEM")]
     assert problems[0] == f"PROBLEM  parked records of orders: orders/0/7: {missing}"
     assert problems[2] == f"PROBLEM  dead letters of orders: orders/0/9: {missing}"
+    assert problems[3] == (
+        "PROBLEM  dead letters of orders: 1 of 1 would fail with the new handlers: 1 "
+        "invalid_payload (read in pages of 1; 1 applied since (replayed))")
     assert problems[4].startswith(
         f"PROBLEM  unpublished rows of outbox {pg_schema}.shop_outbox: seq ")
     assert problems[4].endswith(missing)
@@ -81,7 +95,7 @@ async def test_check_finds_what_the_new_model_cannot_take_and_passes_with_an_upc
     assert out.splitlines()[-1] == "all clear"
     # read-only: the rows are all still there
     assert await pg_pool.fetchval(f'SELECT count(*) FROM "{pg_schema}".shop_outbox') == 2
-    assert await pg_pool.fetchval(f'SELECT count(*) FROM "{pg_schema}".dead_letters') == 2
+    assert await pg_pool.fetchval(f'SELECT count(*) FROM "{pg_schema}".dead_letters') == 3
 
 
 async def test_a_cap_on_rows_is_said(
