@@ -218,10 +218,11 @@ class HandlerRegistry:
 
     def handler(self, event_type: str | None = None, *, topic: str | None = None,
                 batch: bool = False, on_exhausted: OnExhausted | None = None,
-                ) -> Callable[[F], F]:
+                version: int | None = None) -> Callable[[F], F]:
         """``@registry.handler("x")``: like :func:`handler`, and add the function here."""
         def attach(func: F) -> F:
-            handler(event_type, topic=topic, batch=batch, on_exhausted=on_exhausted)(func)
+            handler(event_type, topic=topic, batch=batch, on_exhausted=on_exhausted,
+                    version=version)(func)
             self.include(func)
             return func
         return attach

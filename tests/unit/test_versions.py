@@ -142,6 +142,27 @@ def test_stray_doubled_and_useless_upcasters_are_named() -> None:
             RouteTable.build(sources)
 
 
+def test_a_registry_handler_declares_its_version() -> None:
+    registry = HandlerRegistry()
+
+    @registry.handler("order.created", version=2)
+    async def take(event: OrderCreatedV2, ctx: HandlerContext) -> None:
+        del event, ctx
+
+    @registry.upcaster("order.created", from_version=1)
+    def rename(doc: dict[str, Any]) -> dict[str, Any]:
+        return {"order_id": doc["order_id"], "total_cents": doc["amount"]}
+
+    routes = RouteTable.build([registry])
+    assert routes.by_type["order.created"].version == 2
+    assert decode(record(V1, None), routes) == OrderCreatedV2(order_id="o-1", total_cents=1250)
+
+
+class OrderCreatedV2(BaseModel):
+    order_id: str
+    total_cents: int
+
+
 def test_definitions_are_checked_where_they_are_written() -> None:
     with pytest.raises(HandlerDefinitionError, match="version must be an integer from 1"):
         handler("x", version=0)
