@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, Concatenate, ParamSpec
 
 import asyncpg
 from prometheus_client import CollectorRegistry
@@ -41,6 +42,26 @@ from .types import DeadLetterSink, DedupCache, SinkResources
 
 log = logging.getLogger("consumerkit.consumer")
 
+_P = ParamSpec("_P")
+CONFIGURABLE = frozenset({
+    "postgres_dsn", "kafka_bootstrap", "schema", "concurrency", "max_batch", "max_in_flight",
+    "handler_timeout", "shutdown_timeout", "metrics_port", "metrics_host"})
+"""What :meth:`Consumer.configure` may change (the fields of ``consumerkit run``'s settings)."""
+
+
+def _records_given(
+    init: Callable[Concatenate[Consumer, _P], None],
+) -> Callable[Concatenate[Consumer, _P], None]:
+    """Keep the names of the keyword arguments the code passed (:attr:`Consumer.given`):
+    what it chose, told apart from what it left at the default."""
+
+    @functools.wraps(init)
+    def wrapper(self: Consumer, /, *args: _P.args, **kwargs: _P.kwargs) -> None:
+        init(self, *args, **kwargs)
+        self.given = frozenset(kwargs)
+
+    return wrapper
+
 
 class Consumer:
     """Consumes ``topics`` as group ``name`` and applies every event's effect exactly once.
@@ -56,7 +77,14 @@ class Consumer:
     """
 
     source_factory: Callable[[RebalanceHandler], Source] | None = None
+    given: frozenset[str] = frozenset()
+    """The keyword arguments the code passed: those it chose, not left at their defaults."""
+    max_batch: int
+    max_in_flight: int
+    handler_timeout: float | None
+    shutdown_timeout: float
 
+    @_records_given
     def __init__(
         self, *, name: str, handlers: Iterable[HandlerSource], topics: Sequence[str],
         kafka_bootstrap: str | None = None, postgres_dsn: str | None = None,
@@ -80,16 +108,7 @@ class Consumer:
         self.topics = [check_name(t, "topic") for t in topics]
         if not self.topics:
             raise ConfigurationError("at least one topic is required")
-        identifier(schema, "schema name")
-        # batches: a few at once, so they fill while PostgreSQL works; one record per
-        # transaction: more at once, so handlers that wait on I/O overlap
-        if concurrency is None:
-            concurrency = 4 if max_batch > 1 else 16
-        if min(concurrency, max_batch, max_in_flight, max_message_bytes) < 1:
-            raise ConfigurationError(
-                "concurrency, max_batch, max_in_flight and max_message_bytes must be at least 1")
         self.routes = RouteTable.build(handlers)
-        self.schema = schema
         self.dedup = dedup or DedupPolicy()
         self.dedup_cache = dedup_cache
         if dedup_cache is not None:
@@ -105,9 +124,6 @@ class Consumer:
         # None: given later (``consumerkit run`` fills them from its settings)
         self.kafka_bootstrap = kafka_bootstrap
         self.postgres_dsn = postgres_dsn
-        self.concurrency = concurrency
-        self.max_batch = max_batch
-        self.max_in_flight = max_in_flight
         self.max_message_bytes = max_message_bytes
         self.auto_migrate = migrate
         self.kafka_options = dict(kafka_options or {})
@@ -115,27 +131,19 @@ class Consumer:
         # refuse unsafe settings now; the fetch size follows max_poll_records
         options = consumer_options(self.kafka_consumer_options)
         self.batch_size = int(options["max_poll_records"])
-        # a revocation must end well within the group's rebalance timeout, or the member is
-        # thrown out of the group mid-revoke and every partition rebalances again
-        self.revoke_timeout = min(shutdown_timeout, options["rebalance_timeout_ms"] / 2000)
         # while full, poll (with partitions paused) well within max_poll_interval_ms
         self.keepalive = options.get("max_poll_interval_ms", 300_000) / 4000
-        if handler_timeout is not None and handler_timeout <= 0:
-            raise ConfigurationError("handler_timeout must be positive (or None for no limit)")
-        if shutdown_timeout <= 0:
-            raise ConfigurationError("shutdown_timeout must be positive")
+        self._rebalance_timeout = options["rebalance_timeout_ms"] / 1000
+        self._running = False
+        self.configure(schema=schema, concurrency=concurrency, max_batch=max_batch,
+                       max_in_flight=max_in_flight, handler_timeout=handler_timeout,
+                       shutdown_timeout=shutdown_timeout)
         try:
             producer_options(self.kafka_options)  # dead-letter producers share these
         except ConfigurationError as exc:
             raise ConfigurationError(
                 f"{exc} (kafka_options go to every Kafka client; options of the consumer "
                 "alone belong in kafka_consumer_options)") from None
-        self.handler_timeout = handler_timeout
-        for finding in horizon_findings(self.dedup, retry=self.retry, topic_retention={},
-                                        handler_timeout=handler_timeout):
-            if finding.level == "error":
-                raise ConfigurationError(finding.message)
-        self.shutdown_timeout = shutdown_timeout
         self.handle_signals = handle_signals
         self.maintenance_interval = maintenance_interval or min(
             self.dedup.partition_interval / 4, timedelta(hours=1))
@@ -150,11 +158,50 @@ class Consumer:
         self._observed: Observed | None = None  # made when run() knows the DSN
         self.started = asyncio.Event()
         self._engine: Engine | None = None
-        self._running = False
         self._stop_requested = asyncio.Event()  # a stop was asked (stop(), a signal)
         self._ending = False  # the run ended, asked to or not: no longer ready
         self._force = asyncio.Event()
         self._finished = asyncio.Event()
+
+    def configure(self, **values: Any) -> None:
+        """Change values of the constructor's ``CONFIGURABLE`` arguments before :meth:`run`,
+        checked, and what depends on them derived again, as the constructor does
+        (``consumerkit run`` sets this way what the code left at its defaults)."""
+        unknown = set(values) - CONFIGURABLE
+        if unknown:
+            raise ConfigurationError(f"cannot configure {', '.join(sorted(unknown))}")
+        if self._running:
+            raise ConfigurationError("a running consumer cannot be configured")
+        schema = values.pop("schema", None)
+        if schema is not None:
+            identifier(schema, "schema name")
+            self.schema: str = schema
+        if "concurrency" in values:
+            concurrency = values.pop("concurrency")
+            self._auto_concurrency = concurrency is None
+            if concurrency is not None:
+                self.concurrency: int = concurrency
+        for name, value in values.items():
+            setattr(self, name, value)
+        # batches: a few at once, so they fill while PostgreSQL works; one record per
+        # transaction: more at once, so handlers that wait on I/O overlap
+        if self._auto_concurrency:
+            self.concurrency = 4 if self.max_batch > 1 else 16
+        if min(self.concurrency, self.max_batch, self.max_in_flight,
+               self.max_message_bytes) < 1:
+            raise ConfigurationError(
+                "concurrency, max_batch, max_in_flight and max_message_bytes must be at least 1")
+        if self.handler_timeout is not None and self.handler_timeout <= 0:
+            raise ConfigurationError("handler_timeout must be positive (or None for no limit)")
+        if self.shutdown_timeout <= 0:
+            raise ConfigurationError("shutdown_timeout must be positive")
+        # a revocation must end well within the group's rebalance timeout, or the member is
+        # thrown out of the group mid-revoke and every partition rebalances again
+        self.revoke_timeout = min(self.shutdown_timeout, self._rebalance_timeout / 2)
+        for finding in horizon_findings(self.dedup, retry=self.retry, topic_retention={},
+                                        handler_timeout=self.handler_timeout):
+            if finding.level == "error":
+                raise ConfigurationError(finding.message)
 
     def __repr__(self) -> str:
         dsn = None if self.postgres_dsn is None else redact_dsn(self.postgres_dsn)

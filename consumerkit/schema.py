@@ -99,11 +99,7 @@ async def migrate(
     """
     identifier(schema, "schema name")
     check_dedup_names(schema, policy)
-    if await conn.fetchval("SELECT rolsuper FROM pg_catalog.pg_roles "
-                           "WHERE rolname = current_user"):
-        log.warning("consumerkit migrate runs as a superuser: the partition maintenance "
-                    "functions it creates run with their owner's rights (SECURITY DEFINER); "
-                    "run migrate as an owner role that is not a superuser (docs/security.md)")
+    created = False
     versions = qualified(schema, VERSION_TABLE)
     dedup_steps = TABLE_DEDUP_STEPS if policy.layout == "table" else DEDUP_STEPS
     components = (("core", CORE_STEPS), (f"dedup:{policy.table}", dedup_steps))
@@ -135,6 +131,7 @@ async def migrate(
                     await conn.execute(
                         f"INSERT INTO {versions} (component, version, description) "
                         "VALUES ($1, $2, $3)", component, step.version, step.description)
+                    created = True
             await migrate_parking(conn, schema)
             if policy.layout == "partitioned":
                 await record_interval(conn, schema, policy.table, policy.partition_interval)
@@ -146,6 +143,13 @@ async def migrate(
                 "consumerkit migrate (docs/security.md)"
                 if isinstance(exc, asyncpg.InsufficientPrivilegeError) else "")
         raise StartupError(f"migration of schema {schema!r} failed: {exc}{hint}") from exc
+    # once, when it matters: the functions were created (or replaced) by this call, and are
+    # owned by its role; a migrated schema found again (every start of a consumer) warns not
+    if created and await conn.fetchval("SELECT rolsuper FROM pg_catalog.pg_roles "
+                                       "WHERE rolname = current_user"):
+        log.warning("consumerkit migrate runs as a superuser: the partition maintenance "
+                    "functions it creates run with their owner's rights (SECURITY DEFINER); "
+                    "run migrate as an owner role that is not a superuser (docs/security.md)")
 
 
 async def applied_versions(conn: DbConnection, schema: str = "consumerkit") -> dict[str, int]:

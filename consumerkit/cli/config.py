@@ -1,6 +1,6 @@
 """``consumerkit config run [MODULE:ATTR]`` / ``consumerkit config relay``: the effective
 settings, secrets redacted, and where each value came from (flag, env, the ``.env`` file,
-default, or the consumer's code)."""
+default, or the consumer's code: an argument it passes to ``Consumer(...)``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from .._identifiers import redact_dsn
 from ..settings import SETTINGS, CommonSettings, ConsumerSettings, env_name
 from .common import HelpFormatter
 from .options import add_settings_arguments, load_settings, shown, sources
-from .run import ATTRIBUTES, apply_settings
+from .run import ARGUMENTS, settle_settings
 from .target import load_consumer
 
 
@@ -40,12 +40,9 @@ async def config_command(args: argparse.Namespace) -> int:
     if getattr(args, "target", None):
         assert isinstance(settings, ConsumerSettings)
         consumer = await load_consumer(args.target)
-        from_code = apply_settings(consumer, settings, origin)
-        for name, where in from_code.items():
-            if where != "code":
-                continue
-            origin[name] = "code"
-            value = getattr(consumer, ATTRIBUTES.get(name, name))
+        origin.update(settle_settings(consumer, settings, origin))
+        for name, argument in ARGUMENTS.items():  # the consumer's values, whatever their source
+            value = getattr(consumer, argument)
             values[name] = redact_dsn(value) if name == "postgres_dsn" and value else shown(value)
     width = max(len(n) for n in values)
     print(f"{'setting':<{width}}  {'source':<8}  {'variable':<36}  value")

@@ -21,7 +21,7 @@ from ..outbox.sink import OutboxSink
 from ..outbox.table import OutboxTable
 from ..settings import RelaySettings
 from .common import run_until_signalled, sub
-from .errors import MIGRATE_HINT, CommandError, database
+from .errors import CommandError, database
 from .options import add_settings_arguments, load_settings
 
 log = logging.getLogger("consumerkit.cli")
@@ -47,7 +47,8 @@ def make_sink(settings: RelaySettings) -> OutboxSink:
         raise CommandError("no Kafka bootstrap servers: pass --kafka or set "
                            "CONSUMERKIT_KAFKA_BOOTSTRAP (or --webhook-url for a webhook)")
     options = {**settings.kafka_options(), "enable_idempotence": settings.enable_idempotence}
-    return KafkaSink(settings.kafka_bootstrap, route=settings.route, kafka_options=options)
+    return KafkaSink(settings.kafka_bootstrap, route=settings.route, kafka_options=options,
+                     auto_create_topics=settings.auto_create_topics)
 
 
 async def relay_command(args: argparse.Namespace) -> int:
@@ -59,7 +60,10 @@ async def relay_command(args: argparse.Namespace) -> int:
     async with database(dsn) as conn:
         if await conn.fetchval("SELECT to_regclass($1)",
                                f"{table.schema}.{table.table}") is None:
-            raise CommandError(f"no outbox table {table.schema}.{table.table}: {MIGRATE_HINT}")
+            raise CommandError(
+                f"no outbox table {table.schema}.{table.table}: run `consumerkit migrate "
+                f"--outbox-table {table.table}` (with the same --postgres and --schema) to "
+                "create it")
     assert dsn is not None
     relay = Relay(dsn, make_sink(settings), schema=table.schema, table=table.table,
                   batch_size=settings.batch_size, notify=settings.notify,

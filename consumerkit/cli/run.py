@@ -1,8 +1,9 @@
 """``consumerkit run MODULE:ATTR``: run a consumer until SIGTERM or SIGINT.
 
-The settings (flags, ``CONSUMERKIT_*`` variables, ``.env``) fill what the consumer's code
-leaves unset: the DSN, the bootstrap servers, the metrics port, the TLS and SASL options. A
-value the code sets wins; a setting given for it anyway is reported in a warning. The first
+The settings (flags, ``CONSUMERKIT_*`` variables, ``.env``) give the consumer every value its
+code left at the default: the DSN, the bootstrap servers, the schema, the batch size, the
+metrics port, the TLS and SASL options... A value the code passes to ``Consumer(...)`` wins; a
+setting given for it anyway is reported in a warning. The first
 signal drains in-flight work, commits and exits with 0; a second one abandons what is in
 flight (rolled back, redelivered later).
 """
@@ -15,6 +16,7 @@ import logging
 import signal
 
 from .. import _loop
+from .._identifiers import redact_dsn
 from ..consumer import Consumer
 from ..logs import configure_logging
 from ..settings import ConsumerSettings, flag
@@ -25,12 +27,14 @@ from .target import load_consumer
 
 log = logging.getLogger("consumerkit.cli")
 
-FILLED = ("postgres_dsn", "kafka_bootstrap", "metrics_port")
-"""Consumer attributes the settings fill when the code leaves them ``None``."""
-ATTRIBUTES = {"db_schema": "schema", "concurrency": "concurrency", "max_batch": "max_batch",
-              "max_in_flight": "max_in_flight", "handler_timeout": "handler_timeout",
-              "shutdown_timeout": "shutdown_timeout", "metrics_host": "metrics_host"}
-"""Settings the code always sets: a setting given anyway is ignored, with a warning."""
+ARGUMENTS = {"postgres_dsn": "postgres_dsn", "kafka_bootstrap": "kafka_bootstrap",
+             "db_schema": "schema", "concurrency": "concurrency", "max_batch": "max_batch",
+             "max_in_flight": "max_in_flight", "handler_timeout": "handler_timeout",
+             "shutdown_timeout": "shutdown_timeout", "metrics_port": "metrics_port",
+             "metrics_host": "metrics_host"}
+"""The settings that are :class:`Consumer` arguments: the setting's name, the argument's."""
+UNSET_BY_NONE = frozenset({"postgres_dsn", "kafka_bootstrap", "metrics_port", "concurrency"})
+"""Arguments whose ``None`` means "not chosen" (the settings fill them), even when passed."""
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,36 +46,47 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(handler=run_command)
 
 
+def code_chose(consumer: Consumer, argument: str) -> bool:
+    """Whether the consumer's code chose ``argument`` (passed it to the constructor), rather
+    than leaving it at its default."""
+    if argument in UNSET_BY_NONE:
+        return getattr(consumer, argument) is not None
+    return argument in consumer.given
+
+
+def settle_settings(consumer: Consumer, settings: ConsumerSettings,
+                    given: dict[str, str]) -> dict[str, str]:
+    """Give ``consumer`` every setting its code left at the default; a value the code chose
+    wins, and a setting given for it anyway is reported in a warning. Returns where each of
+    its values came from: ``code`` or the setting's source (``default`` too)."""
+    origin = {}
+    changes: dict[str, object] = {}
+    for name, argument in ARGUMENTS.items():
+        ours = getattr(consumer, argument)
+        value = settings.dsn() if name == "postgres_dsn" else getattr(settings, name)
+        if not code_chose(consumer, argument):
+            origin[name] = given[name]
+            if given[name] != "default":
+                changes[argument] = value
+            continue
+        origin[name] = "code"
+        if given[name] != "default" and value != ours:
+            shown = repr(redact_dsn(ours) if name == "postgres_dsn" else ours)
+            log.warning("%s (%s) ignored: the consumer's code passes %s=%s", flag(name),
+                        given[name], argument, shown)
+    consumer.configure(**changes)
+    return origin
+
+
 def apply_settings(consumer: Consumer, settings: ConsumerSettings,
                    given: dict[str, str]) -> dict[str, str]:
-    """Fill what ``consumer`` leaves unset from ``settings``; return where each of its
-    values came from (``code`` or the setting's source)."""
-    origin = {}
-    if consumer.postgres_dsn is None:
-        consumer.postgres_dsn = settings.dsn()
-        origin["postgres_dsn"] = given["postgres_dsn"]
-    if consumer.kafka_bootstrap is None:
-        consumer.kafka_bootstrap = settings.kafka_bootstrap
-        origin["kafka_bootstrap"] = given["kafka_bootstrap"]
-    if consumer.metrics_port is None:
-        consumer.metrics_port = settings.metrics_port
-        origin["metrics_port"] = given["metrics_port"]
-    if given["metrics_host"] != "default":
-        consumer.metrics_host = settings.metrics_host
-        origin["metrics_host"] = given["metrics_host"]
+    """:func:`settle_settings`, then the TLS and SASL options the code's Kafka options leave
+    out."""
+    origin = settle_settings(consumer, settings, given)
     for key, value in settings.kafka_options().items():
         if key not in consumer.kafka_options:
             consumer.kafka_options[key] = value
             consumer.kafka_consumer_options.setdefault(key, value)
-    for name, attribute in ATTRIBUTES.items():
-        if name in origin:
-            continue
-        origin.setdefault(name, "code")
-        if given[name] != "default" and getattr(settings, name) != getattr(consumer, attribute):
-            log.warning("%s (%s) ignored: the consumer's code sets %s=%r", flag(name),
-                        given[name], attribute, getattr(consumer, attribute))
-    for name in FILLED:
-        origin.setdefault(name, "code")
     return origin
 
 

@@ -79,8 +79,8 @@ class InMemoryDedupStore:
                 claims.append(Claim(ClaimStatus.DUPLICATE, self._pending[key].seen_at))
             elif event_time is not None and event_time < now - self.retention:
                 claims.append(Claim(ClaimStatus.EXPIRED))
-            elif key in claimed_now:
-                claims.append(Claim(ClaimStatus.DUPLICATE))
+            elif key in claimed_now:  # claimed by this very call: its original is applied now
+                claims.append(Claim(ClaimStatus.DUPLICATE, now))
             else:
                 self._pending[key] = _Hold(tx, now)
                 held.add(key)

@@ -124,7 +124,13 @@ class PostgresDedupStore:
             [e.partition for e in envs] if diagnostics else None,
             [e.offset for e in envs] if diagnostics else None, self._lock_timeout)
         assert len(rows) == len(requests)  # one row per request, in request order
-        return [_claim(row["status"], row["original_seen_at"]) for row in rows]
+        claims = [_claim(row["status"], row["original_seen_at"]) for row in rows]
+        if any(c is _IN_BATCH for c in claims):
+            # a duplicate of an id this very batch claims: its original is applied now, in
+            # this transaction (the function has no committed time to give for it)
+            now = Claim(ClaimStatus.DUPLICATE, datetime.now(UTC))
+            claims = [now if c is _IN_BATCH else c for c in claims]
+        return claims
 
     def _young(self, times: list[datetime | None]) -> bool:
         """Whether every time of ``times`` is within half the retention of now, by this
@@ -153,6 +159,7 @@ class PostgresDedupStore:
 
 _STATUSES = {status.value: status for status in ClaimStatus}
 _PLAIN = {status.value: Claim(status) for status in ClaimStatus}
+_IN_BATCH = _PLAIN[ClaimStatus.DUPLICATE.value]
 
 
 def _claim(status: str, seen_at: datetime | None) -> Claim:

@@ -15,6 +15,7 @@ does, see ``tests/outbox/test_broker_restart.py``.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -29,6 +30,10 @@ SINK_DEFAULTS: dict[str, Any] = {
     "linger_ms": 0,
     "request_timeout_ms": 15_000,
 }
+
+CREATE_IT = ("create it (the relay creates no topic), or let the broker create topics on "
+             "first use with auto_create_topics=True (consumerkit relay --auto-create-topics)")
+log = logging.getLogger("consumerkit.outbox")
 
 _Record = tuple[bytes | None, bytes | None, int | None, Sequence[tuple[str, bytes]]]
 
@@ -60,16 +65,38 @@ class KafkaSink:
 
     ``kafka_options`` go to aiokafka's producer (TLS, SASL, sizes); the idempotent producer is
     on unless ``enable_idempotence=False`` (needed for brokers without it, such as Tansu).
+
+    The route's topics must exist: a fixed route's topic is checked by :meth:`open` (a
+    :class:`StartupError` naming it), and an event routed to a missing topic fails, naming
+    it, and is retried as any failed send is (nothing is skipped or lost; the relay sends
+    it once the topic is created). ``auto_create_topics=True`` lets a broker that creates
+    topics on first use (``auto.create.topics.enable``) do so instead.
     """
 
     def __init__(self, bootstrap: str, *, route: TopicRoute | str = "{aggregate_type}",
-                 kafka_options: Mapping[str, Any] | None = None) -> None:
+                 kafka_options: Mapping[str, Any] | None = None,
+                 auto_create_topics: bool = False) -> None:
         self.route = route if isinstance(route, TopicRoute) else TopicRoute(route)
+        self.auto_create_topics = auto_create_topics
         self._producer = KafkaProducer(bootstrap, {**SINK_DEFAULTS, **(kafka_options or {})})
         self._suspect = False  # a send failed: check the topics before trusting metadata again
+        self._known: set[str] = set()  # topics the broker listed when last asked
+        self._reported: set[str] = set()  # missing topics already logged as errors
 
     async def open(self) -> None:
         await self._producer.start()
+        topic = self.route.fixed
+        if topic is None or self.auto_create_topics:
+            return
+        try:
+            self._known = await self._producer.topics()
+        except StartupError:
+            await self._producer.stop()
+            raise
+        if topic not in self._known:
+            await self._producer.stop()
+            raise StartupError(f"topics missing on the broker: {topic} (the relay's route): "
+                               f"{CREATE_IT}")
 
     async def close(self) -> None:
         await self._producer.stop()
@@ -90,7 +117,7 @@ class KafkaSink:
                 continue
             try:
                 if topic in missing:
-                    raise TransportError(f"topic {topic} is not on the broker")
+                    raise TransportError(f"topic {topic} is not on the broker: {CREATE_IT}")
                 partition = await self._producer.partition_for(
                     topic, event.aggregate_id.encode())
             except TransportError as exc:
@@ -108,15 +135,23 @@ class KafkaSink:
         return results
 
     async def _missing(self, topics: set[str]) -> set[str]:
-        """After a failed send, the topics that fresh metadata does not list (every one when
-        the broker cannot be asked); else none, without asking."""
-        if not self._suspect or not topics:
+        """The topics that fresh metadata does not list (every one when the broker cannot be
+        asked), asked after a failed send or for a topic not known yet; else none, without
+        asking. With ``auto_create_topics`` only after a failed send: the broker creates the
+        topics a send names."""
+        if not topics or not (self._suspect or (
+                not self.auto_create_topics and not topics <= self._known)):
             return set()
         try:
-            known = await self._producer.topics()
+            self._known = await self._producer.topics()
         except StartupError:
             return topics
-        return topics - known
+        missing = topics - self._known
+        for topic in sorted(missing - self._reported):  # once each: the retries log the rest
+            log.error("outbox events routed to topic %s, which is not on the broker, wait "
+                      "(retried with back-off): %s", topic, CREATE_IT)
+        self._reported |= missing
+        return missing
 
     async def _lane(self, topic: str, partition: int, indexes: list[int],
                     records: list[_Record], results: list[BaseException | None]) -> None:

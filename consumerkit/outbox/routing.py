@@ -41,6 +41,12 @@ class TopicRoute:
                 f"use {sorted(FIELDS)}")
         check_topic(self.template.format(event_type="x", aggregate_type="x"))
 
+    @property
+    def fixed(self) -> str | None:
+        """The one topic of a template without fields; None for a template with some."""
+        parsed = string.Formatter().parse(self.template)
+        return None if any(f is not None for _, f, _, _ in parsed) else self.template
+
     def topic(self, event: OutboxEvent) -> str:
         """The event's topic; :class:`PermanentSendError` if the result is no valid topic
         name (retrying cannot change it)."""

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from .._identifiers import identifier
+from .._identifiers import identifier, redact_dsn
 
 PREFIX = "CONSUMERKIT_"
 
@@ -82,9 +82,13 @@ class CommonSettings(BaseSettings):
     def secret_values(self) -> list[str]:
         """Every secret in clear, the DSN whole and its password: what output must never
         show, whatever the source (flag, variable, ``.env``)."""
-        values = [s.get_secret_value() for s in (self.postgres_dsn, self.sasl_plain_password,
-                                                  self.ssl_password) if s is not None]
+        values = [s.get_secret_value() for s in (self.sasl_plain_password, self.ssl_password)
+                  if s is not None]
         dsn = self.dsn()
+        # a DSN without a password is no secret: the errors show it as they show any other
+        # (user, host, port, database)
+        if dsn and redact_dsn(dsn) != dsn:
+            values.append(dsn)
         if dsn:
             try:
                 password = urlsplit(dsn.strip()).password
@@ -164,6 +168,9 @@ class RelaySettings(CommonSettings):
     name: str | None = Field(None, description="the relay's name in logs (unset: host:pid)")
     enable_idempotence: bool = Field(
         True, description="Kafka's idempotent producer (off for brokers without it)")
+    auto_create_topics: bool = Field(
+        False, description="let the broker create a topic the route names on first use "
+        "(off: a missing topic is an error naming it, and its events wait until it exists)")
     webhook_url: str | None = Field(
         None, description="post each event to this URL instead of publishing it to Kafka")
     webhook_headers: dict[str, SecretStr] = Field(

@@ -25,11 +25,13 @@ a `CONSUMERKIT_*` variable, a `.env` file in the current directory (`--env-file`
 another), the default. `consumerkit config run [MODULE:ATTR]` and `consumerkit config relay`
 print the effective values and where each came from; secrets show as `**********`.
 
-For `run`, the settings fill what the consumer's code leaves unset (`None`): the DSN, the
-bootstrap servers, the metrics port and the Kafka TLS and SASL options. The other consumer
-settings are for code that builds its consumer from them:
+For `run`, the settings give the consumer every value its code leaves at the default: the
+DSN, the bootstrap servers, the schema, `max_batch` and the other consumer settings, the
+metrics port and the Kafka TLS and SASL options. A value the code passes to `Consumer(...)`
+wins: a setting given for it anyway is ignored, with a warning saying so, and `config run`
+shows its source as `code` (else `flag`, `env`, the `.env` file or `default`). Code that
+builds its consumer from the settings passes them all:
 `Consumer(name=..., handlers=..., topics=..., **ConsumerSettings().consumer_kwargs())`.
-A setting given for a value the code sets is ignored, with a warning.
 
 Secrets (DSNs, passwords, webhook headers and secrets) are `SecretStr`: never printed, never logged.
 """

@@ -161,7 +161,7 @@ async def test_a_broker_outage_pauses_the_relay_and_loses_nothing(
 ) -> None:
     broker = await asyncio.to_thread(start_tansu)
     topic, stopped = "ck-outage", False
-    sink = KafkaSink(broker.bootstrap, route=topic, kafka_options={
+    sink = KafkaSink(broker.bootstrap, route=topic, auto_create_topics=True, kafka_options={
         "enable_idempotence": False, "request_timeout_ms": 2000, "metadata_max_age_ms": 1000})
     relay = Relay(postgres_dsn, sink, schema=outbox_table.schema, handle_signals=False,
                   retry=RetryPolicy(max_attempts=3, initial_delay=0.2, max_delay=1.0))

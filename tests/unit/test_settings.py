@@ -85,7 +85,7 @@ def test_run_fills_what_the_code_leaves_unset_and_keeps_the_rest(
     assert consumer.kafka_bootstrap == "k:9092"
     assert consumer.metrics_port == 9100
     assert consumer.max_batch == 20  # the code's value wins ...
-    assert "--max-batch (env) ignored: the consumer's code sets max_batch=20" in caplog.text
+    assert "--max-batch (env) ignored: the consumer's code passes max_batch=20" in caplog.text
     assert consumer.kafka_options["client_id"] == "billing-1"
     assert consumer.kafka_consumer_options["sasl_mechanism"] == "PLAIN"
     assert consumer.kafka_options["security_protocol"] == "SASL_PLAINTEXT"
