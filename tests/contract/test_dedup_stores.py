@@ -42,7 +42,9 @@ async def test_duplicates_within_one_batch(subject: Subject, conn: Conn) -> None
         conn, envelope("a"), envelope("b"), envelope("a", offset=9),
         envelope("o", old), envelope("o", now), envelope("p", now), envelope("p", old))
     assert statuses(claims) == [CLAIMED, CLAIMED, DUPLICATE, EXPIRED, CLAIMED, CLAIMED, EXPIRED]
-    assert claims[2].original_seen_at is None  # the original is in the same batch
+    # the original is in the same batch: applied now, in this transaction
+    assert claims[2].original_seen_at is not None
+    assert claims[2].original_seen_at >= now
 
     seen = {i: await subject.seen(conn, i) for i in "abop"}
     assert None not in seen.values()
