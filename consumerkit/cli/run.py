@@ -33,8 +33,9 @@ ARGUMENTS = {"postgres_dsn": "postgres_dsn", "kafka_bootstrap": "kafka_bootstrap
              "shutdown_timeout": "shutdown_timeout", "metrics_port": "metrics_port",
              "metrics_host": "metrics_host"}
 """The settings that are :class:`Consumer` arguments: the setting's name, the argument's."""
-UNSET_BY_NONE = frozenset({"postgres_dsn", "kafka_bootstrap", "metrics_port", "concurrency"})
-"""Arguments whose ``None`` means "not chosen" (the settings fill them), even when passed."""
+UNSET_BY_NONE = frozenset({"postgres_dsn", "kafka_bootstrap", "metrics_port"})
+"""Arguments whose ``None`` means "not given yet" (the settings fill them), even when passed
+or set after the constructor."""
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
