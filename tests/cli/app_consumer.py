@@ -9,7 +9,14 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from consumerkit import Consumer, DeadLetter, DeadLetterTable, HandlerContext, handler
+from consumerkit import (
+    Consumer,
+    DeadLetter,
+    DeadLetterTable,
+    HandlerContext,
+    HandlerRegistry,
+    handler,
+)
 from consumerkit.types import SinkResources
 
 SCHEMA = os.environ.get("CLI_TEST_SCHEMA", "consumerkit")
@@ -32,6 +39,9 @@ async def charge(event: Charge, ctx: HandlerContext) -> None:
         event.order_id, event.amount)
     if DELAY:  # holds the transaction open, so a signal finds work in flight
         await asyncio.sleep(DELAY)
+
+
+registry = HandlerRegistry([charge])  # not a consumer: `consumerkit run` says so
 
 
 class GatedDeadLetters(DeadLetterTable):

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 
 from consumerkit.cli import main
+from consumerkit.cli.target import EXPECTED
 
 from .conftest import PASSWORD, cli, with_password
 
@@ -105,8 +106,15 @@ def test_usage_errors_exit_two(capsys: pytest.CaptureFixture[str], argv: list[st
      "PYTHONPATH"),
     ("app_consumer:no_such_attr", "module 'app_consumer' has no attribute 'no_such_attr'"),
     ("app_consumer", "'app_consumer': write MODULE:ATTR, e.g. billing.app:consumer"),
-    ("app_consumer:SCHEMA", "app_consumer:SCHEMA is a str, not a Consumer nor a function "
-     "returning one"),
+    ("app_consumer:SCHEMA", f"app_consumer:SCHEMA is a str, not a Consumer: {EXPECTED}"),
+    ("app_consumer:charge", "app_consumer:charge is a handler (of event type 'charge'), not "
+     f"a Consumer: {EXPECTED}"),
+    ("app_consumer:registry", f"app_consumer:registry is a HandlerRegistry, not a Consumer: "
+     f"{EXPECTED}"),
+    ("app_consumer:GatedDeadLetters", "app_consumer:GatedDeadLetters is a class that needs "
+     f"arguments (gate), not a Consumer: {EXPECTED}"),
+    ("app_consumer:Consumer", f"app_consumer:Consumer is the Consumer class, not a Consumer: "
+     f"{EXPECTED}"),
 ])
 async def test_run_names_a_missing_module_or_attribute(
     app_dir: Path, target: str, expected: str,
@@ -160,3 +168,18 @@ def test_a_setting_that_does_not_validate_names_flag_and_variable(
     assert code == 1
     assert one_line(err) == ("consumerkit: invalid schema name 'Bad-Schema': use 1-63 characters "
                              "of a-z, 0-9 and _, starting with a letter or _")
+
+
+@pytest.mark.parametrize("user", ["postgres", "app"])
+async def test_run_shows_the_address_it_cannot_reach_as_check_does(
+    app_dir: Path, user: str,
+) -> None:
+    """User, host, port and database; only a password is hidden (here: none to hide)."""
+    dsn = f"postgresql://{user}@127.0.0.1:1/billing"
+    done = await cli("run", "app_consumer:build", "--postgres", dsn, cwd=app_dir)
+    assert done.code == 1
+    assert one_line(done.err) == (f"consumerkit: cannot connect to PostgreSQL at {dsn}: "
+                                  "connection refused (is PostgreSQL listening on that host "
+                                  "and port?)")
+    checked = await cli("check", "--postgres", dsn, cwd=app_dir)
+    assert f"cannot connect to PostgreSQL at {dsn}: connection refused" in checked.out
