@@ -69,8 +69,8 @@ async def test_relay_without_its_table_names_the_command_that_creates_it(
                      "--kafka", "127.0.0.1:1", cwd=tmp_path)
     assert done.code == 1
     assert done.err.strip() == (
-        f"consumerkit: no outbox table {pg_schema}.outbox: run `consumerkit migrate` (with the "
-        "same --postgres and --schema) to create it")
+        f"consumerkit: no outbox table {pg_schema}.outbox: run `consumerkit migrate "
+        "--outbox-table outbox` (with the same --postgres and --schema) to create it")
 
 
 class Hook(BaseHTTPRequestHandler):
