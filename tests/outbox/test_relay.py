@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay
 from consumerkit.testing.services import MakeTopic
+from consumerkit.transport.kafka import create_topic
 
 from .conftest import RelayRunning, pending, read_all, wait_until
 
@@ -106,6 +107,8 @@ async def test_routes_by_template_and_polls_without_notify(
     outbox_table: OutboxTable,
 ) -> None:
     prefix = f"ck-route-{outbox_table.schema}"
+    for kind in ("placed", "paid"):  # the relay creates no topic
+        await create_topic(kafka_bootstrap, f"{prefix}.order.{kind}", 1)
     writer = Outbox(outbox_table.schema, outbox_table.table, notify=False)
     async with pg_pool.acquire() as conn, conn.transaction():
         for kind in ("placed", "paid"):
