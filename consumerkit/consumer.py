@@ -172,6 +172,14 @@ class Consumer:
             raise ConfigurationError(f"cannot configure {', '.join(sorted(unknown))}")
         if self._running:
             raise ConfigurationError("a running consumer cannot be configured")
+        before = dict(vars(self))
+        try:
+            self._configure(values)
+        except ConfigurationError:
+            vars(self).update(before)  # all or nothing
+            raise
+
+    def _configure(self, values: dict[str, Any]) -> None:
         schema = values.pop("schema", None)
         if schema is not None:
             identifier(schema, "schema name")

@@ -18,7 +18,7 @@ from consumerkit.testing.services import MakeTopic
 from consumerkit.transport.kafka import create_topic
 
 from ..outbox.conftest import pending, read_all, wait_until
-from .conftest import PASSWORD, cli, finish, start, terminate, with_password
+from .conftest import PASSWORD, cli, start, terminate, with_password
 
 NO_IDEMPOTENCE = {"CONSUMERKIT_ENABLE_IDEMPOTENCE": "false"}  # Tansu has none
 

@@ -114,3 +114,23 @@ def test_relay_headers_from_flags() -> None:
     bad = parse(RelaySettings, "--webhook-header", "no colon")
     with pytest.raises(ConfigurationError, match="write 'Name: value'"):
         load_settings(bad, RelaySettings)
+
+
+def test_configure_derives_again_what_depends_on_the_values() -> None:
+    """What ``consumerkit run`` changes is checked and derived as the constructor does it."""
+    auto = Consumer(name="billing", handlers=[charge], topics=["orders"])
+    assert auto.given == frozenset({"name", "handlers", "topics"})
+    assert auto.concurrency == 4  # batches: a few at once
+    auto.configure(max_batch=1, shutdown_timeout=0.5)
+    assert (auto.max_batch, auto.concurrency) == (1, 16)  # one record each: more at once
+    assert auto.revoke_timeout == 0.5
+    chosen = Consumer(name="billing", handlers=[charge], topics=["orders"], concurrency=3)
+    assert "concurrency" in chosen.given
+    chosen.configure(max_batch=1)
+    assert chosen.concurrency == 3  # the code's own choice is not derived
+    for bad in ({"max_batch": 0}, {"shutdown_timeout": 0}, {"handler_timeout": -1.0},
+                {"schema": "Bad-Name"}, {"name": "other"}):
+        with pytest.raises(ConfigurationError):
+            auto.configure(**bad)
+        assert (auto.max_batch, auto.concurrency, auto.shutdown_timeout, auto.schema,
+                auto.handler_timeout) == (1, 16, 0.5, "consumerkit", 60.0)  # all or nothing
