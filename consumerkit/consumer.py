@@ -4,27 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import signal
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, Concatenate, ParamSpec
+from typing import Any
 
 import asyncpg
 from prometheus_client import CollectorRegistry
 
 from . import _signals
+from ._configure import configure, records_given
 from ._decode import Decoder
 from ._engine import Engine
-from ._identifiers import check_name, identifier, redact_dsn
+from ._identifiers import check_name, redact_dsn
 from ._lifecycle import bounded, cancel, connect, open_pool
 from ._observing import Observed, observe_consumer
 from ._pipeline import Pipeline
 from ._upkeep import DedupUpkeep, check_horizon
 from .deadletter.table import DeadLetterTable
 from .deadletter.writer import DeadLetterWriter
-from .dedup.horizon import horizon_findings
 from .dedup.policy import DedupPolicy
 from .dedup.stores import store_for
 from .envelope import WireFormat
@@ -42,27 +41,6 @@ from .types import DeadLetterSink, DedupCache, SinkResources
 
 log = logging.getLogger("consumerkit.consumer")
 
-_P = ParamSpec("_P")
-CONFIGURABLE = frozenset({
-    "postgres_dsn", "kafka_bootstrap", "schema", "concurrency", "max_batch", "max_in_flight",
-    "handler_timeout", "shutdown_timeout", "metrics_port", "metrics_host"})
-"""What :meth:`Consumer.configure` may change (the fields of ``consumerkit run``'s settings)."""
-
-
-def _records_given(
-    init: Callable[Concatenate[Consumer, _P], None],
-) -> Callable[Concatenate[Consumer, _P], None]:
-    """Keep the names of the keyword arguments the code passed (:attr:`Consumer.given`):
-    what it chose, told apart from what it left at the default."""
-
-    @functools.wraps(init)
-    def wrapper(self: Consumer, /, *args: _P.args, **kwargs: _P.kwargs) -> None:
-        init(self, *args, **kwargs)
-        self.given = frozenset(kwargs)
-
-    return wrapper
-
-
 class Consumer:
     """Consumes ``topics`` as group ``name`` and applies every event's effect exactly once.
 
@@ -79,12 +57,17 @@ class Consumer:
     source_factory: Callable[[RebalanceHandler], Source] | None = None
     given: frozenset[str] = frozenset()
     """The keyword arguments the code passed: those it chose, not left at their defaults."""
+    # set by configure(), from the constructor too
+    schema: str
+    concurrency: int
+    auto_concurrency: bool  # concurrency follows max_batch
     max_batch: int
     max_in_flight: int
     handler_timeout: float | None
     shutdown_timeout: float
+    revoke_timeout: float
 
-    @_records_given
+    @records_given
     def __init__(
         self, *, name: str, handlers: Iterable[HandlerSource], topics: Sequence[str],
         kafka_bootstrap: str | None = None, postgres_dsn: str | None = None,
@@ -133,7 +116,8 @@ class Consumer:
         self.batch_size = int(options["max_poll_records"])
         # while full, poll (with partitions paused) well within max_poll_interval_ms
         self.keepalive = options.get("max_poll_interval_ms", 300_000) / 4000
-        self._rebalance_timeout = options["rebalance_timeout_ms"] / 1000
+        self.rebalance_timeout = options["rebalance_timeout_ms"] / 1000
+        self.auto_concurrency = True
         self._running = False
         self.configure(schema=schema, concurrency=concurrency, max_batch=max_batch,
                        max_in_flight=max_in_flight, handler_timeout=handler_timeout,
@@ -167,49 +151,14 @@ class Consumer:
         """Change values of the constructor's ``CONFIGURABLE`` arguments before :meth:`run`,
         checked, and what depends on them derived again, as the constructor does
         (``consumerkit run`` sets this way what the code left at its defaults)."""
-        unknown = set(values) - CONFIGURABLE
-        if unknown:
-            raise ConfigurationError(f"cannot configure {', '.join(sorted(unknown))}")
         if self._running:
             raise ConfigurationError("a running consumer cannot be configured")
         before = dict(vars(self))
         try:
-            self._configure(values)
+            configure(self, values)
         except ConfigurationError:
             vars(self).update(before)  # all or nothing
             raise
-
-    def _configure(self, values: dict[str, Any]) -> None:
-        schema = values.pop("schema", None)
-        if schema is not None:
-            identifier(schema, "schema name")
-            self.schema: str = schema
-        if "concurrency" in values:
-            concurrency = values.pop("concurrency")
-            self._auto_concurrency = concurrency is None
-            if concurrency is not None:
-                self.concurrency: int = concurrency
-        for name, value in values.items():
-            setattr(self, name, value)
-        # batches: a few at once, so they fill while PostgreSQL works; one record per
-        # transaction: more at once, so handlers that wait on I/O overlap
-        if self._auto_concurrency:
-            self.concurrency = 4 if self.max_batch > 1 else 16
-        if min(self.concurrency, self.max_batch, self.max_in_flight,
-               self.max_message_bytes) < 1:
-            raise ConfigurationError(
-                "concurrency, max_batch, max_in_flight and max_message_bytes must be at least 1")
-        if self.handler_timeout is not None and self.handler_timeout <= 0:
-            raise ConfigurationError("handler_timeout must be positive (or None for no limit)")
-        if self.shutdown_timeout <= 0:
-            raise ConfigurationError("shutdown_timeout must be positive")
-        # a revocation must end well within the group's rebalance timeout, or the member is
-        # thrown out of the group mid-revoke and every partition rebalances again
-        self.revoke_timeout = min(self.shutdown_timeout, self._rebalance_timeout / 2)
-        for finding in horizon_findings(self.dedup, retry=self.retry, topic_retention={},
-                                        handler_timeout=self.handler_timeout):
-            if finding.level == "error":
-                raise ConfigurationError(finding.message)
 
     def __repr__(self) -> str:
         dsn = None if self.postgres_dsn is None else redact_dsn(self.postgres_dsn)
