@@ -21,8 +21,8 @@ async def load_consumer(target: str) -> Consumer:
     """The :class:`Consumer` ``target`` names; a one-line :class:`CommandError` otherwise."""
     value = await load_target(target, Consumer, expected=f"a Consumer: {EXPECTED}")
     if not isinstance(value, Consumer):
-        raise CommandError(f"{target} {'returned' if callable(value) else 'is'} "
-                           f"{_article(type(value).__name__)}, not a Consumer: {EXPECTED}")
+        raise CommandError(f"{target} is {_article(type(value).__name__)}, not a Consumer: "
+                           f"{EXPECTED}")
     return value
 
 
@@ -67,6 +67,9 @@ async def load_target(target: str, *kinds: type, expected: str | None = None) ->
         except Exception as exc:
             raise CommandError(f"{target}() failed: {type(exc).__name__}: {exc} (--debug "
                                "shows the traceback)") from exc
+        if expected is not None and not isinstance(value, kinds):
+            raise CommandError(f"{target}() returned {_article(type(value).__name__)}, not "
+                               f"{expected}")
     return value
 
 

@@ -72,3 +72,7 @@ async def build_async() -> Consumer:
 
 
 consumer = build() if "CLI_TEST_TOPIC" in os.environ else None
+
+
+def nothing() -> None:
+    """A function returning no consumer: `consumerkit run` says what it returned."""

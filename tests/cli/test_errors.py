@@ -115,6 +115,8 @@ def test_usage_errors_exit_two(capsys: pytest.CaptureFixture[str], argv: list[st
      f"arguments (gate), not a Consumer: {EXPECTED}"),
     ("app_consumer:Consumer", f"app_consumer:Consumer is the Consumer class, not a Consumer: "
      f"{EXPECTED}"),
+    ("app_consumer:nothing", f"app_consumer:nothing() returned a NoneType, not a Consumer: "
+     f"{EXPECTED}"),
 ])
 async def test_run_names_a_missing_module_or_attribute(
     app_dir: Path, target: str, expected: str,
