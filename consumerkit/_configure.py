@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 _P = ParamSpec("_P")
 CONFIGURABLE = frozenset({
     "postgres_dsn", "kafka_bootstrap", "schema", "concurrency", "max_batch", "max_in_flight",
-    "handler_timeout", "shutdown_timeout", "metrics_port", "metrics_host"})
+    "handler_timeout", "shutdown_timeout", "metrics_port", "metrics_host", "stall_after_keys",
+    "stall_max_delay"})
 """What :meth:`Consumer.configure` may change (the fields of ``consumerkit run``'s settings)."""
 
 
@@ -65,6 +66,9 @@ def configure(consumer: Consumer, values: dict[str, Any]) -> None:
         raise ConfigurationError("handler_timeout must be positive (or None for no limit)")
     if consumer.shutdown_timeout <= 0:
         raise ConfigurationError("shutdown_timeout must be positive")
+    if consumer.stall_after_keys < 0 or consumer.stall_max_delay <= 0:
+        raise ConfigurationError(
+            "stall_after_keys must be at least 0 and stall_max_delay positive")
     # a revocation must end well within the group's rebalance timeout, or the member is
     # thrown out of the group mid-revoke and every partition rebalances again
     consumer.revoke_timeout = min(consumer.shutdown_timeout, consumer.rebalance_timeout / 2)

@@ -67,6 +67,8 @@ class Engine:
         self.stopping = asyncio.Event()
         self.commits = Commits(self.states, stats)
         self._room = asyncio.Event()
+        if pipeline.breaker is not None:  # a stall that begins or ends: look at the room again
+            pipeline.breaker.on_change = self._room.set
 
     # -- rebalance callbacks (called by the transport during a group rebalance) ------------
 
@@ -109,9 +111,10 @@ class Engine:
 
     async def run(self, source: Source) -> None:
         """Fetch and dispatch until ``stopping`` is set; raise a lane's failure if one broke.
-        With ``max_in_flight`` records in flight it waits for room; if none comes within
-        ``keepalive`` seconds it polls with every partition paused, so the member stays in
-        its group (pausing drops prefetched records, hence only then)."""
+        With ``max_in_flight`` records in flight, or stalled (:mod:`~consumerkit._stall`), it
+        waits for room; if none comes within ``keepalive`` seconds it polls with every
+        partition paused, so the member stays in its group (pausing drops prefetched records,
+        hence only then)."""
         self.source = self.commits.source = source
         committer = asyncio.create_task(self.commits.run(self.stopping),
                                         name="consumerkit-commit")
@@ -121,6 +124,8 @@ class Engine:
             while not self.stopping.is_set():
                 self._raise_bug()
                 room = self.max_in_flight - self.in_flight
+                if self.pipeline.breaker is not None and self.pipeline.breaker.holding():
+                    room = 0  # stalled: no new records until the probe gets through
                 if room <= 0 and await self._room_within(self.keepalive, stop):
                     continue
                 source.pause(room <= 0)

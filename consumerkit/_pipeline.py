@@ -2,8 +2,9 @@
 
 key parked on this partition: park the record -> decode (undecodable: dead letter)
        -> apply it in a transaction (:mod:`~consumerkit._apply`)
-       -> on failure: wait out an outage, or retry with back-off -> dead letter if exhausted
-          (or park its key, with ``on_exhausted="park"``)
+       -> on failure: wait out an outage, or a failure every record would hit (the consumer
+          stalls, :mod:`~consumerkit._stall`), or retry with back-off -> dead letter if
+          exhausted (or park its key, with ``on_exhausted="park"``)
        -> settle: the outcome told to the observers.
 
 With batches, the batcher (:mod:`~consumerkit._batch`) applies many records at once through
@@ -29,6 +30,7 @@ from asyncpg.pool import PoolConnectionProxy
 from ._apply import Applier
 from ._decode import Decoded, Decoder, header_map
 from ._failures import ConnectionLost, HandlerFailure, connection_lost, describe, judge
+from ._stall import Breaker
 from .deadletter.entry import DeadLetterEntry
 from .deadletter.writer import DeadLetterWriter, wait_or_abandon
 from .dedup.policy import ExpiredPolicy
@@ -68,8 +70,10 @@ class Pipeline:
         handler_timeout: float | None, cache: DedupCache | None = None,
         outbox: Outbox | None = None, observer: Observer | None = None,
         tracing: Tracing | None = None, parking: ParkingLot | None = None,
+        breaker: Breaker | None = None,
     ) -> None:
         self.consumer = consumer
+        self.breaker = breaker  # None: no failure stalls (every one is the record's)
         self.parking = parking
         self.namespace = namespace
         self.pool = pool
@@ -110,9 +114,24 @@ class Pipeline:
         ``failed`` is how its handler failed in a batch (its first attempt)."""
         if (parked := await self.join_park([record], abandon, decoded)) is not None:
             return parked  # an earlier record of its key was parked (in its batch, say)
+        if self.breaker is None:
+            return await self._retried(record, decoded, abandon, failed)
+        try:
+            return await self._retried(record, decoded, abandon, failed, self.breaker)
+        finally:
+            self.breaker.leave(decoded)  # if it probed a stall: another record will
+
+    async def _retried(
+        self, record: RecordLike, decoded: Decoded, abandon: asyncio.Event,
+        failed: HandlerFailure | None, breaker: Breaker | None = None,
+    ) -> Outcome:
         attempt = outages = lost = 0
         while True:
             attempt += 1
+            # stalled: wait until it is over, or until this record is the one to try
+            if (breaker is not None and breaker.reason is not None and failed is None
+                    and not await breaker.turn(decoded, abandon)):
+                return self._abandoned(record)
             try:
                 if failed is not None:  # judged below like any failed attempt
                     raised, failed = failed, None
@@ -124,8 +143,23 @@ class Pipeline:
                     lost += 1  # a handler that keeps killing its connection is no outage
                     outage = lost <= _LOST_CONNECTIONS_PER_MESSAGE
             else:
+                if breaker is not None:
+                    breaker.resolved(decoded)
                 return await self.settle(claim, record, decoded, attempt, abandon)
-            if outage:
+            stall = (None if outage or breaker is None else
+                     breaker.failed(decoded.route.name, _key(record), error))
+            if stall is None and not outage and breaker is not None:
+                breaker.resolved(decoded)  # a failure of its own: if it probed, it is over
+            if stall is not None:
+                assert breaker is not None
+                attempt -= 1  # not the record's fault: no attempt spent, never dead-lettered
+                delay = breaker.stall(decoded, stall)
+                if delay is None:
+                    continue  # another record tries for all: wait for it (above)
+                log.info("stalled (%s), trying again in %.2fs", stall, delay,
+                         extra=message_fields(record, decoded.envelope,
+                                              handler=decoded.route.name, consumer=self.consumer))
+            elif outage:
                 attempt -= 1  # the database is away: wait for it, do not spend attempts
                 outages += 1
                 delay = self.retry.delay(min(outages, 8))
@@ -248,6 +282,8 @@ class Pipeline:
         each."""
         if claim.status is ClaimStatus.CLAIMED:
             self.observe.applied(record, decoded.envelope, decoded.route.name)
+            if self.breaker is not None:
+                self.breaker.succeeded(decoded.route.name)
             return Outcome.APPLIED
         if claim.status is ClaimStatus.DUPLICATE:
             if claim.cached:
@@ -301,6 +337,12 @@ class Pipeline:
     def _abandoned(self, record: RecordLike) -> Outcome:
         self.observe.abandoned((record,))
         return Outcome.ABANDONED
+
+
+def _key(record: RecordLike) -> tuple[str, int, bytes | int]:
+    """Who a failure happened to, for telling many keys from one: the record's key on its
+    partition, or the record itself when it has none."""
+    return record.topic, record.partition, record.key if record.key is not None else record.offset
 
 
 def _stats_only(stats: ConsumerStats) -> Observer:

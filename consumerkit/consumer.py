@@ -21,6 +21,7 @@ from ._identifiers import check_name, redact_dsn
 from ._lifecycle import bounded, cancel, connect, open_pool
 from ._observing import Observed, observe_consumer
 from ._pipeline import Pipeline
+from ._stall import Breaker, StallPolicy
 from ._upkeep import DedupUpkeep, check_horizon
 from .deadletter.table import DeadLetterTable
 from .deadletter.writer import DeadLetterWriter
@@ -66,6 +67,8 @@ class Consumer:
     handler_timeout: float | None
     shutdown_timeout: float
     revoke_timeout: float
+    stall_after_keys: int  # a failure every record would hit stalls it (see _stall)
+    stall_max_delay: float
 
     @records_given
     def __init__(
@@ -81,6 +84,7 @@ class Consumer:
         migrate: bool = True, kafka_options: Mapping[str, Any] | None = None,
         kafka_consumer_options: Mapping[str, Any] | None = None,
         handler_timeout: float | None = 60.0, shutdown_timeout: float = 30.0,
+        stall_after_keys: int = 5, stall_max_delay: float = 30.0,
         handle_signals: bool = True,
         maintenance_interval: timedelta | None = None,
         observers: Sequence[Observer] = (), metrics_port: int | None = None,
@@ -121,7 +125,8 @@ class Consumer:
         self._running = False
         self.configure(schema=schema, concurrency=concurrency, max_batch=max_batch,
                        max_in_flight=max_in_flight, handler_timeout=handler_timeout,
-                       shutdown_timeout=shutdown_timeout)
+                       shutdown_timeout=shutdown_timeout, stall_after_keys=stall_after_keys,
+                       stall_max_delay=stall_max_delay)
         try:
             producer_options(self.kafka_options)  # dead-letter producers share these
         except ConfigurationError as exc:
@@ -225,7 +230,8 @@ class Consumer:
 
     async def readiness(self) -> str | None:
         """``None`` once start-up is complete, the group is joined (the first assignment,
-        even an empty one, came) and PostgreSQL answers a query; else the reason why not."""
+        even an empty one, came), no failure every record would hit stalls it and PostgreSQL
+        answers a query; else the reason why not."""
         reason = await self._readiness()
         if self._observed is not None:
             self._observed.tell(reason)  # observers hear of changes only
@@ -238,6 +244,9 @@ class Consumer:
             return "starting"
         if not self._engine.joined.is_set():
             return f"waiting to join consumer group {self.name}"
+        breaker = self._engine.pipeline.breaker
+        if breaker is not None and (stalled := breaker.reason) is not None:
+            return f"stalled: {stalled}"
         # its own connection: a busy pool must not make the consumer look unready
         return await self._observed.probe.check()
 
@@ -315,7 +324,15 @@ class Consumer:
             retry=self.retry, dead_letters=DeadLetterWriter(self.dead_letter),
             expired=self.dedup.expired, stats=self.stats, concurrency=self.concurrency,
             handler_timeout=self.handler_timeout, cache=self.dedup_cache, outbox=self.outbox,
-            observer=observed.observer, tracing=observed.tracing, parking=parking)
+            observer=observed.observer, tracing=observed.tracing, parking=parking,
+            breaker=Breaker(self._stall_policy(), observed.observer))
+
+    def _stall_policy(self) -> StallPolicy:
+        """The stall's back-off: the retry policy's, from at least 0.1 s (0 would spin), up
+        to ``stall_max_delay``."""
+        initial = min(max(self.retry.initial_delay, 0.1), self.stall_max_delay)
+        return StallPolicy(after_keys=self.stall_after_keys, initial_delay=initial,
+                           multiplier=self.retry.multiplier, max_delay=self.stall_max_delay)
 
     def _on_signal(self, sig: signal.Signals) -> None:
         if self._stop_requested.is_set():

@@ -44,6 +44,7 @@ class ConsumerStats:
     cache_hits: int = 0  # deliveries the dedup cache recognised without a transaction
     gap_rereads: int = 0  # fetches read again from a gap, to see it a second time
     hidden_records: int = 0  # records a second read returned where the first had a gap
+    stalls: int = 0  # times a failure every record would hit stalled the consumer
     dead_letter_reasons: Counter[str] = field(default_factory=Counter)
 
 
@@ -86,6 +87,10 @@ class StatsObserver(BaseObserver):
 
     def cache_hits(self, count: int) -> None:
         self.stats.cache_hits += count
+
+    def stalled(self, reason: str | None) -> None:
+        if reason is not None:
+            self.stats.stalls += 1
 
     def batch(self, size: int, committed: bool) -> None:
         if committed:

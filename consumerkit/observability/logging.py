@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -40,13 +41,26 @@ def message_fields(
 
 class LogObserver(BaseObserver):
     """Logs retries, dead letters, parked records and expired skips as warnings, duplicates at
-    debug level, each record carrying the message's fields; and readiness changes."""
+    debug level, each record carrying the message's fields; stalls, and readiness changes."""
 
-    __slots__ = ("consumer", "log")
+    __slots__ = ("_stalled_at", "consumer", "log")
 
     def __init__(self, consumer: str, log: logging.Logger = _log) -> None:
         self.consumer = consumer
         self.log = log
+        self._stalled_at: float | None = None
+
+    def stalled(self, reason: str | None) -> None:
+        if reason is not None:
+            self._stalled_at = time.monotonic()
+            self.log.error("consumer %s stalled: %s; it takes no new records and tries again "
+                           "until this passes (nothing is dead-lettered for it)", self.consumer,
+                           reason, extra={"consumer": self.consumer})
+        elif self._stalled_at is not None:
+            self.log.warning("consumer %s resumed after a stall of %.1fs", self.consumer,
+                             time.monotonic() - self._stalled_at,
+                             extra={"consumer": self.consumer})
+            self._stalled_at = None
 
     def duplicate(self, record: RecordLike, envelope: Envelope | None, handler: str,
                   original_seen_at: datetime | None) -> None:

@@ -104,6 +104,9 @@ class ConsumerMetrics(BaseObserver):
     def handler_finished(self, handler: str, seconds: float) -> None:
         self._tally.handler_finished(handler, seconds)
 
+    def stalled(self, reason: str | None) -> None:
+        self._tally.stall(reason)
+
     def retry(self, record: RecordLike, envelope: Envelope, handler: str, attempt: int,
               delay: float, error: BaseException) -> None:
         self._tally.retry(handler)

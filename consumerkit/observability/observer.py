@@ -80,6 +80,10 @@ class Observer(Protocol):
     def parking(self, keys: int, records: int) -> None:
         """Keys parked on the assigned partitions, and the records waiting behind them."""
 
+    def stalled(self, reason: str | None) -> None:
+        """A failure every record would hit stalled the consumer (``reason``: what it is), or
+        the stall is over (``None``)."""
+
     # -- the relay -------------------------------------------------------------------------
     def relay_published(self, outbox: str, publish_seconds: Sequence[float]) -> None: ...
 
@@ -145,6 +149,9 @@ class BaseObserver:
         pass
 
     def parking(self, keys: int, records: int) -> None:
+        pass
+
+    def stalled(self, reason: str | None) -> None:
         pass
 
     def relay_published(self, outbox: str, publish_seconds: Sequence[float]) -> None:

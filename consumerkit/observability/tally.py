@@ -19,7 +19,12 @@ from dataclasses import dataclass
 from typing import cast
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
@@ -51,8 +56,13 @@ AGE = Spec("consumerkit_duplicate_age_seconds", "histogram",
            "At each duplicate, how long ago the original was applied", ("consumer",))
 CACHE = Spec("consumerkit_dedup_cache_requests", "counter",
              "Event ids asked of the dedup cache, by answer", ("consumer", "result"))
-TALLIED = (MESSAGES, HANDLER, RETRIES, AGE, CACHE)
-"""The consumer's per-message families, kept by :class:`Tally`."""
+STALLED = Spec("consumerkit_stalled", "gauge",
+               "1 while a failure every record would hit stalls the consumer (/readyz says "
+               "which), else 0", ("consumer",))
+STALLS = Spec("consumerkit_stalls", "counter",
+              "Times a failure every record would hit stalled the consumer", ("consumer",))
+TALLIED = (MESSAGES, HANDLER, RETRIES, AGE, CACHE, STALLED, STALLS)
+"""The consumer's families kept by :class:`Tally`: per message, and its stalls."""
 
 CACHE_RESULTS = ("hit", "miss", "error")
 
@@ -87,7 +97,8 @@ class Buckets:
 class Tally:
     """One consumer's per-message counts (see the module's text)."""
 
-    __slots__ = ("age", "cache", "cache_seen", "consumer", "handlers", "messages", "retries")
+    __slots__ = ("age", "cache", "cache_seen", "consumer", "handlers", "messages", "retries",
+                 "stalled", "stalls")
 
     def __init__(self, consumer: str) -> None:
         self.consumer = consumer
@@ -97,6 +108,13 @@ class Tally:
         self.age = Buckets(AGE_BUCKETS)
         self.cache = [0, 0, 0]  # as CACHE_RESULTS
         self.cache_seen = False
+        self.stalled = 0  # 1 while stalled
+        self.stalls = 0
+
+    def stall(self, reason: str | None) -> None:
+        if reason is not None and not self.stalled:
+            self.stalls += 1
+        self.stalled = 0 if reason is None else 1
 
     def count(self, topic: str, outcome: str) -> None:
         key = (topic, outcome)
@@ -128,11 +146,12 @@ class TallyCollector(Collector):
         return found
 
     def describe(self) -> list[Metric]:
-        return [_counter(s) if s.kind == "counter" else _histogram(s) for s in TALLIED]
+        return [_family(s) for s in TALLIED]
 
     def collect(self) -> Iterator[Metric]:
         messages, retries, cache = _counter(MESSAGES), _counter(RETRIES), _counter(CACHE)
         handler, age = _histogram(HANDLER), _histogram(AGE)
+        stalled, stalls = _gauge(STALLED), _counter(STALLS)
         for t in list(self.tallies.values()):
             c = t.consumer
             for (topic, outcome), n in list(t.messages.items()):
@@ -145,11 +164,23 @@ class TallyCollector(Collector):
             if t.cache_seen:  # present only for a consumer with a cache, as documented
                 for result, n in zip(CACHE_RESULTS, list(t.cache), strict=True):
                     cache.add_metric([c, result], n)
-        yield from (messages, handler, retries, age, cache)
+            stalled.add_metric([c], t.stalled)
+            stalls.add_metric([c], t.stalls)
+        yield from (messages, handler, retries, age, cache, stalled, stalls)
+
+
+def _family(spec: Spec) -> Metric:
+    if spec.kind == "counter":
+        return _counter(spec)
+    return _gauge(spec) if spec.kind == "gauge" else _histogram(spec)
 
 
 def _counter(spec: Spec) -> CounterMetricFamily:
     return CounterMetricFamily(spec.name, spec.doc, labels=spec.labels)
+
+
+def _gauge(spec: Spec) -> GaugeMetricFamily:
+    return GaugeMetricFamily(spec.name, spec.doc, labels=spec.labels)
 
 
 def _histogram(spec: Spec) -> HistogramMetricFamily:

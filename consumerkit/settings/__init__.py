@@ -140,6 +140,13 @@ class ConsumerSettings(CommonSettings):
         60.0, gt=0, description="seconds one handler call may take (unset: no limit)")
     shutdown_timeout: float = Field(
         30.0, gt=0, description="seconds a graceful stop waits for in-flight work")
+    stall_after_keys: int = Field(
+        5, ge=0, description="stall the consumer when a handler fails with the same error "
+        "type for this many keys in a row (0: only a missing table, column or schema, a "
+        "missing privilege or a read-only database stall it)")
+    stall_max_delay: float = Field(
+        30.0, gt=0, description="the longest wait, in seconds, between two tries while "
+        "stalled")
 
     def consumer_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :class:`~consumerkit.Consumer`."""
@@ -148,6 +155,7 @@ class ConsumerSettings(CommonSettings):
             "schema": self.db_schema, "concurrency": self.concurrency,
             "max_batch": self.max_batch, "max_in_flight": self.max_in_flight,
             "handler_timeout": self.handler_timeout, "shutdown_timeout": self.shutdown_timeout,
+            "stall_after_keys": self.stall_after_keys, "stall_max_delay": self.stall_max_delay,
             "kafka_options": self.kafka_options(), "metrics_port": self.metrics_port,
             "metrics_host": self.metrics_host,
         }
