@@ -30,7 +30,7 @@ from asyncpg.pool import PoolConnectionProxy
 from ._apply import Applier
 from ._decode import Decoded, Decoder, header_map
 from ._failures import ConnectionLost, HandlerFailure, connection_lost, describe, judge
-from ._stall import Breaker
+from ._stall import Breaker, key_of
 from .deadletter.entry import DeadLetterEntry
 from .deadletter.writer import DeadLetterWriter, wait_or_abandon
 from .dedup.policy import ExpiredPolicy
@@ -147,7 +147,7 @@ class Pipeline:
                     breaker.resolved(decoded)
                 return await self.settle(claim, record, decoded, attempt, abandon)
             stall = (None if outage or breaker is None else
-                     breaker.failed(decoded.route.name, _key(record), error))
+                     breaker.failed(decoded.route.name, key_of(record), error))
             if stall is None and not outage and breaker is not None:
                 breaker.resolved(decoded)  # a failure of its own: if it probed, it is over
             if stall is not None:
@@ -337,12 +337,6 @@ class Pipeline:
     def _abandoned(self, record: RecordLike) -> Outcome:
         self.observe.abandoned((record,))
         return Outcome.ABANDONED
-
-
-def _key(record: RecordLike) -> tuple[str, int, bytes | int]:
-    """Who a failure happened to, for telling many keys from one: the record's key on its
-    partition, or the record itself when it has none."""
-    return record.topic, record.partition, record.key if record.key is not None else record.offset
 
 
 def _stats_only(stats: ConsumerStats) -> Observer:

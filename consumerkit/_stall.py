@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import asyncpg
 
 from ._failures import describe
+from .envelope import RecordLike
 from .errors import HandlerSignal, is_retriable
 from .observability.observer import Observer
 
@@ -55,6 +56,13 @@ def systemic(error: BaseException) -> str | None:
                 return name
         cause = cause.__cause__
     return None
+
+
+def key_of(record: RecordLike) -> Hashable:
+    """Whom a failure happened to, to tell many keys from one: the record's key on its
+    partition, or the record itself when it has none."""
+    key = record.key if record.key is not None else record.offset
+    return record.topic, record.partition, key
 
 
 @dataclass(slots=True)

@@ -62,6 +62,7 @@ class ConsumerMetrics(BaseObserver):
         self.registry = registry
         self.consumer = consumer
         self._tally = collector(registry).tally(consumer)
+        self._tally.stalled = 0  # a run starts unstalled (a registry outlives runs)
         self._lag = family(registry, Gauge, "consumerkit_consumer_lag",
                            "End offset minus committed offset of each assigned partition",
                            ("consumer", "topic", "partition"))

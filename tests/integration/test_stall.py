@@ -206,9 +206,8 @@ async def test_a_rebalance_and_a_stop_during_a_stall_end_cleanly_and_lose_nothin
     topic = await make_topic(partitions=4)
     events = make_events(keys=8, per_key=3)
     await publish(kafka_bootstrap, topic, events)
-    options = {"stall_max_delay": 0.5, "shutdown_timeout": 5.0}
-    one = build("rebal", pg_schema, topic, postgres_dsn, kafka_bootstrap, **options)
-    two = build("rebal", pg_schema, topic, postgres_dsn, kafka_bootstrap, **options)
+    one, two = (build("rebal", pg_schema, topic, postgres_dsn, kafka_bootstrap,
+                      stall_max_delay=0.5, shutdown_timeout=5.0) for _ in range(2))
     async with Running(one):
         await wait_for(lambda: _is(one, "stalled: "), 60, "the first consumer to stall")
         async with Running(two):  # joins the group: the stalled one gives up partitions
