@@ -1,4 +1,5 @@
-"""Per-message counts kept in plain integers and turned into metric families at scrape time.
+"""Per-message counts (and a consumer's stalls) kept in plain integers and turned into metric
+families at scrape time.
 
 A prometheus-client ``Counter.inc`` takes a lock and a ``Histogram.observe`` walks its
 buckets, each a locked value: per message that was most of what metrics cost a consumer. Here

@@ -80,3 +80,24 @@ def test_consumers_share_a_registry_and_a_rerun_goes_on_counting() -> None:
     # one HELP and TYPE per family, however many consumers
     text = generate_latest(registry).decode()
     assert text.count("# TYPE consumerkit_messages_total counter") == 1
+
+
+def test_stalls_show_as_a_gauge_and_a_counter_of_episodes() -> None:
+    registry = CollectorRegistry()
+    metrics = ConsumerMetrics(registry, "billing")
+    billing = frozenset({("consumer", "billing")})
+
+    def now() -> tuple[float, float]:
+        found = scrape(registry)
+        return found["consumerkit_stalled", billing], found["consumerkit_stalls_total", billing]
+
+    assert now() == (0, 0)  # present from the start: an alert can tell 0 from absent
+    metrics.stalled("handler h cannot run: undefined_table")
+    metrics.stalled("handler h cannot run: undefined_table")  # told twice: one episode
+    assert now() == (1, 1)
+    metrics.stalled(None)
+    assert now() == (0, 1)
+    metrics.stalled("handler h failed for 5 keys in a row")
+    assert now() == (1, 2)
+    ConsumerMetrics(registry, "billing")  # a run again with the registry: not stalled yet
+    assert now() == (0, 2)

@@ -4,13 +4,15 @@ and how a stall is held, probed and ended."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 
 import asyncpg
 import pytest
 
 from consumerkit import DeadLetter, Retry
 from consumerkit._stall import SYSTEMIC, Breaker, StallPolicy, systemic
-from consumerkit.observability import BaseObserver
+from consumerkit.observability import BaseObserver, LogObserver
 from consumerkit.stats import ConsumerStats, StatsObserver
 
 
@@ -166,3 +168,19 @@ def test_stats_count_stalls() -> None:
     observer.stalled(None)
     observer.stalled("r")
     assert stats.stalls == 2
+
+
+def test_a_stall_is_logged_as_an_error_and_its_end_with_its_length(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    observer = LogObserver("billing")
+    with caplog.at_level(logging.INFO, logger="consumerkit.pipeline"):
+        observer.stalled("handler h cannot run: undefined_table")
+        observer.stalled(None)
+    began, ended = caplog.records
+    assert began.levelno == logging.ERROR
+    assert began.getMessage().startswith(
+        "consumer billing stalled: handler h cannot run: undefined_table;")
+    assert began.consumer == "billing"  # type: ignore[attr-defined]
+    assert ended.levelno == logging.WARNING
+    assert re.fullmatch(r"consumer billing resumed after a stall of \d+\.\ds", ended.getMessage())
