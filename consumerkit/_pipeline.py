@@ -18,18 +18,17 @@ returns an outcome other than ``ABANDONED``, and commits offsets after that.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
 import asyncpg
-from asyncpg.pool import PoolConnectionProxy
 
 from ._apply import Applier
+from ._connections import Connections
 from ._decode import Decoded, Decoder, header_map
-from ._failures import ConnectionLost, HandlerFailure, connection_lost, describe, judge
+from ._failures import ConnectionLost, HandlerFailure, describe, judge
 from ._stall import Breaker, key_of
 from .deadletter.entry import DeadLetterEntry
 from .deadletter.writer import DeadLetterWriter, wait_or_abandon
@@ -93,6 +92,7 @@ class Pipeline:
             outbox=outbox, tracing=tracing, maintenance_wanted=self.maintenance_wanted)
         # transactions at once; records waiting for a retry or an outage hold no slot
         self.slots = asyncio.Semaphore(concurrency)
+        self.connections = Connections(pool, self.slots)
 
     async def process(self, record: RecordLike, abandon: asyncio.Event) -> Outcome:
         """Apply ``record`` exactly once in effect; ``abandon`` interrupts waits (shutdown,
@@ -233,47 +233,13 @@ class Pipeline:
             return None
 
     async def _attempt(self, decoded: Decoded, attempt: int) -> Claim:
-        [claim] = await self.applier.apply(self._attempt_connection, [decoded], attempt)
+        [claim] = await self.applier.apply(self.connections.attempt, [decoded], attempt)
         return claim
-
-    @contextlib.asynccontextmanager
-    async def _attempt_connection(self) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
-        """A slot and a connection for one record's attempt (taken only once the dedup cache
-        did not know the record)."""
-        async with self.slots:
-            conn = await self.pool.acquire()
-            try:
-                yield conn
-            except Exception as exc:
-                if connection_lost(conn):  # whoever raised, the connection died under us
-                    failure = isinstance(exc, HandlerFailure)
-                    cause = exc.cause if isinstance(exc, HandlerFailure) else exc
-                    raise ConnectionLost(cause, during_handler=failure) from exc
-                raise
-            finally:
-                await self._release(conn)
 
     async def apply_batch(self, items: Sequence[Decoded]) -> list[Claim]:
         """Apply ``items`` in one transaction (the batcher holds the slot). Raises if anything
         fails; nothing of the batch is applied then."""
-        return await self.applier.apply(self._connection, items)
-
-    @contextlib.asynccontextmanager
-    async def _connection(self) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
-        conn = await self.pool.acquire()
-        try:
-            yield conn
-        finally:
-            await self._release(conn)
-
-    async def _release(self, conn: PoolConnectionProxy[asyncpg.Record]) -> None:
-        """Give the connection back. If asyncpg cannot reset it (a query the handler left
-        running, a dead socket) it has already terminated it; the attempt's own outcome,
-        success or failure, is what counts, not this."""
-        try:
-            await self.pool.release(conn)
-        except Exception as exc:
-            log.warning("discarded a connection that could not be reset: %s", describe(exc))
+        return await self.applier.apply(self.connections.batch, items)
 
     def settled(self, claim: Claim, record: RecordLike, decoded: Decoded) -> Outcome | None:
         """The outcome of a claim that needs no waiting (applied, duplicate, skipped), told
