@@ -98,7 +98,9 @@ class TestConsumer:
             "dead_letter": sinks or None, "concurrency": consumer.concurrency,
             "max_batch": consumer.max_batch, "max_in_flight": consumer.max_in_flight,
             "max_message_bytes": consumer.max_message_bytes,
-            "handler_timeout": consumer.handler_timeout, **overrides}
+            "handler_timeout": consumer.handler_timeout,
+            "stall_after_keys": consumer.stall_after_keys,
+            "stall_max_delay": consumer.stall_max_delay, **overrides}
         handlers = [r.func for r in (*routes.by_type.values(), *routes.by_topic.values())]
         return cls(handlers, **settings)
 
@@ -162,7 +164,7 @@ class TestConsumer:
             if asyncio.get_running_loop().time() > deadline:
                 raise TimeoutError(
                     f"not drained within {timeout:g}s: committed {self.committed}, "
-                    f"published up to {self._ends()}")
+                    f"published up to {self._ends()}{self._stall()}")
             await asyncio.sleep(0.005)  # polled: settling is spread over lanes and commits
 
     # -- publishing -----------------------------------------------------------------------
@@ -264,6 +266,12 @@ class TestConsumer:
             assert self._engine is not None
             event_id = self._engine.pipeline.decoder.event_id(record)
         self.settled.append(Settled(record, outcome, event_id))
+
+    def _stall(self) -> str:
+        """Why the consumer is stalled, for a drain that timed out (see docs/failures.md)."""
+        breaker = self._engine.pipeline.breaker if self._engine is not None else None
+        reason = breaker.reason if breaker is not None else None
+        return f"; the consumer is stalled: {reason}" if reason is not None else ""
 
     def _outcome(self, outcome: Outcome) -> list[Settled]:
         return [s for s in self.settled if s.outcome is outcome]

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from consumerkit import ConfigurationError, RetryPolicy
+from consumerkit import ConfigurationError, Consumer, RetryPolicy
 from consumerkit.testing import Outcome, TestConsumer
 
 from .handlers import TABLE_SQL, Step, Unhandled, effects, registry
@@ -142,3 +142,33 @@ async def test_a_failure_is_raised_by_one_drain_only(kit: TestConsumer) -> None:
     with pytest.raises(ValueError, match="step 3"):
         await kit.drain()
     assert len(kit.errors) >= 4
+
+
+async def test_a_drain_that_times_out_on_a_stall_says_why(
+    consumerkit_dsn: str, consumerkit_schema: str,
+) -> None:
+    # no effects table: a failure every record would hit, which stalls; nothing dead-letters
+    async with TestConsumer([registry], postgres_dsn=consumerkit_dsn, schema=consumerkit_schema,
+                            stall_max_delay=0.2) as kit:
+        kit.publish(Step(key="k", seq=1), key="k")
+        with pytest.raises(TimeoutError, match=r"the consumer is stalled: handler \S+apply_step "
+                           r"cannot run: undefined_table: UndefinedTableError"):
+            await kit.drain(fail_fast=False, timeout=5)
+        assert kit.dead_letters == []
+        assert kit.stats.stalls == 1
+        conn = await asyncpg.connect(consumerkit_dsn)
+        try:
+            await conn.execute(TABLE_SQL)  # the migration comes: it resumes by itself
+        finally:
+            await conn.close()
+        await kit.drain(fail_fast=False)
+        assert [s.outcome for s in kit.settled] == [Outcome.APPLIED]
+    assert await effects(consumerkit_dsn) == [("k", 1)]
+
+
+def test_like_keeps_the_stall_settings() -> None:
+    consumer = Consumer(name="billing", handlers=[registry], topics=["events"],
+                        postgres_dsn="postgresql://u@h/d", stall_after_keys=2,
+                        stall_max_delay=3.0)
+    kit = TestConsumer.like(consumer)
+    assert (kit.consumer.stall_after_keys, kit.consumer.stall_max_delay) == (2, 3.0)
