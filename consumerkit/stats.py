@@ -24,8 +24,8 @@ class ConsumerStats:
     the dedup table.
     ``delivered == applied + duplicates + dead_lettered + expired_skipped + parked`` once
     nothing is in flight and nothing was abandoned. The outcome counters are kept by
-    :class:`StatsObserver` from the observer seam, as are ``batches``, ``batch_fallbacks``
-    and ``cache_hits``; the others by the engine itself.
+    :class:`StatsObserver` from the observer seam, as are ``batches``, ``batch_fallbacks``,
+    ``cache_hits`` and ``stalls``; the others by the engine itself.
     """
 
     delivered: int = 0
