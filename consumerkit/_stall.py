@@ -46,14 +46,19 @@ _CAUSES = 5  # how far down a chain of ``raise ... from`` to look
 def systemic(error: BaseException) -> str | None:
     """The SQLSTATE condition name when ``error`` (or what it was raised from) is a
     PostgreSQL error every record would hit, else ``None``."""
+    cause = systemic_cause(error)
+    return None if cause is None else SYSTEMIC[cause.sqlstate]
+
+
+def systemic_cause(error: BaseException) -> asyncpg.PostgresError | None:
+    """``error``, or the error it was raised from, that every record would hit."""
     cause: BaseException | None = error
     for _ in range(_CAUSES):
         if cause is None:
             return None
-        if isinstance(cause, asyncpg.PostgresError):
-            name = SYSTEMIC.get(getattr(cause, "sqlstate", None) or "")
-            if name is not None:
-                return name
+        if isinstance(cause, asyncpg.PostgresError) and getattr(
+                cause, "sqlstate", None) in SYSTEMIC:
+            return cause
         cause = cause.__cause__
     return None
 
@@ -112,8 +117,9 @@ class Breaker:
         ``None``: the failure is the record's own."""
         if isinstance(error, HandlerSignal) or not is_retriable(error):
             return None  # the handler's own decision about this record
-        if (name := systemic(error)) is not None:
-            return f"handler {handler} cannot run: {name}: {describe(error)}"
+        if (cause := systemic_cause(error)) is not None:
+            return (f"handler {handler} cannot run: {SYSTEMIC[cause.sqlstate]}: "
+                    f"{describe(cause)}")
         after = self.policy.after_keys
         if after <= 0:
             return None

@@ -64,6 +64,9 @@ def test_a_handler_error_raised_from_a_missing_table_is_systemic() -> None:
     wrapped = RuntimeError("could not save")
     wrapped.__cause__ = asyncpg.UndefinedTableError('relation "ledger" does not exist')
     assert systemic(wrapped) == "undefined_table"
+    reason = breaker()[0].failed("h", "k", wrapped)
+    assert reason == ('handler h cannot run: undefined_table: UndefinedTableError: relation '
+                      '"ledger" does not exist')  # the cause, not the wrapper, says what
     wrapped.__cause__ = None
     assert systemic(wrapped) is None
 
