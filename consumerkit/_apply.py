@@ -54,6 +54,7 @@ from .types import Claim, ClaimRequest, ClaimStatus, DbConnection, DedupCache, D
 
 if TYPE_CHECKING:
     from .observability.tracing import Tracing
+    from .offsets.recheck import Recheck, Written
     from .outbox.writer import Outbox
 
 log = logging.getLogger("consumerkit.pipeline")
@@ -87,6 +88,7 @@ class Applier:
     outbox: Outbox | None = None
     tracing: Tracing | None = None
     maintenance_wanted: asyncio.Event | None = None  # set when no dedup partition covers now
+    offsets: Recheck | None = None  # the database keeps the offsets: written in the transaction
 
     async def known(self, event_ids: Sequence[str]) -> set[str]:
         """The ids among ``event_ids`` that the dedup cache knows were applied."""
@@ -108,6 +110,8 @@ class Applier:
         fresh: list[Claim] = []
         if todo:
             async with source() as conn:
+                if self.offsets is not None:  # the database did not move back meanwhile
+                    await self.offsets.ready(conn, todo)
                 fresh = await self._transaction(conn, todo, attempt)
         if not known:
             return fresh
@@ -118,6 +122,7 @@ class Applier:
                            ) -> list[Claim]:
         requests = [_request(d.envelope, d.route.name) for d in items]
         claimed: list[ClaimRequest] = []
+        written: Written = []
         committed = handling = False
         outside = _faults.ON and _faults.mutant("claim_outside_tx")
         try:
@@ -136,9 +141,13 @@ class Applier:
                     token = await mark(conn)
                     handling = True
                     await self._handle_all(conn, [d for d, _ in fresh], attempt, token)
-                    if _faults.ON:
-                        _faults.point("before_commit")
+                if self.offsets is not None:
+                    written = await self.offsets.write(conn, items, claims)
+                if fresh and _faults.ON:
+                    _faults.point("before_commit")
             committed = True
+            if self.offsets is not None:
+                self.offsets.confirm(written)
             if _faults.ON and claimed:
                 _faults.point("after_commit")
         except HandlerFailure:

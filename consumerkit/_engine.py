@@ -1,5 +1,5 @@
 """The running loop of a consumer: fetch, hand records to keyed lanes, follow rebalances,
-and have the watermarks committed (:mod:`~consumerkit._commits`)."""
+and have the watermarks committed (:mod:`~consumerkit.offsets.tracker`)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ from collections.abc import Collection, Hashable, Sequence
 from functools import partial
 from typing import Any
 
-from . import _faults, _gaps
-from ._assignment import PartitionState
+from . import _faults
 from ._batch import Batcher
-from ._commits import Commits
 from ._ordering import KeyedExecutor, KeyedLanes
 from ._pipeline import Outcome, Pipeline
 from .envelope import RecordLike
+from .offsets import gaps as _gaps
+from .offsets.state import PartitionState
+from .offsets.tracker import Tracker
 from .parking.lot import ParkingLot
 from .stats import ConsumerStats
 from .transport.source import Partition, Source
@@ -65,18 +66,24 @@ class Engine:
         self.joined = asyncio.Event()  # the first assignment came (even an empty one)
         self.in_flight = 0
         self.stopping = asyncio.Event()
-        self.commits = Commits(self.states, stats)
+        self.commits = Tracker(self.states, stats)
         self._room = asyncio.Event()
         if pipeline.breaker is not None:  # a stall that begins or ends: look at the room again
             pipeline.breaker.on_change = self._room.set
+        self._rewinds: set[asyncio.Task[None]] = set()
 
     # -- rebalance callbacks (called by the transport during a group rebalance) ------------
 
     async def on_assigned(self, partitions: list[Partition]) -> None:
-        for part in partitions:  # always fresh: aiokafka resumes from the committed offset
-            self.states[part] = PartitionState(part)
+        # always fresh: aiokafka resumes from the committed offset, unless the database
+        # keeps the offsets (then from there, once read)
+        placing = self.commits.database is not None
+        fresh = [PartitionState(part, placing=placing) for part in partitions]
+        for state in fresh:
+            self.states[state.partition] = state
         if self.parking is not None:
             self.parking.assigned(partitions)
+        await self.commits.place(fresh)
         self.joined.set()
         log.info("assigned %s", sorted(partitions))
 
@@ -106,6 +113,32 @@ class Engine:
             self.parking.revoked(partitions)
         self.stats.revocations += 1
         log.info("revoked %s", sorted(partitions))
+
+    def rewind(self, state: PartitionState, offset: int) -> None:
+        """The database moved back under ``state``: end its ownership at once (its work is
+        abandoned, nothing more of it is stored), and own the partition again from
+        ``offset`` once that work has drained (as a revocation would leave it)."""
+        state.rewound = True
+        state.abandon.set()
+        if self.batcher is not None:
+            self.batcher.sweep()
+        task = asyncio.create_task(self._own_again(state, offset))
+        self._rewinds.add(task)
+        task.add_done_callback(self._rewinds.discard)
+
+    async def _own_again(self, state: PartitionState, offset: int) -> None:
+        if not await _drained([state], self.revoke_timeout):
+            state.kill()
+            await _drained([state], self.revoke_timeout / 2)
+        part = state.partition
+        if self.states.get(part) is not state or self.stopping.is_set():
+            return  # revoked meanwhile: its next owner reads from the stored offset
+        again = PartitionState(part, start=offset, fetched=offset)
+        again.offsets.stored = offset
+        self._owners.pop(state, None)
+        self.states[part] = again
+        if self.source is not None:
+            self.source.seek(part, offset)
 
     # -- the fetch loop ---------------------------------------------------------------------
 
@@ -140,7 +173,7 @@ class Engine:
                 for part, records in fetched.items():
                     self._dispatch(part, records, owners[part], known.get(part, ()))
         finally:
-            for task in (fetch, stop, committer):
+            for task in (*self._rewinds, fetch, stop, committer):
                 if task is not None:
                     task.cancel()
             await asyncio.gather(*(t for t in (fetch, stop, committer) if t is not None),
@@ -197,6 +230,10 @@ class Engine:
         known: Collection[int] = (),
     ) -> None:
         state = self.states.get(part)
+        if state is not None and state.placing:  # read again once placed
+            if records and state.first_seen is None:
+                state.first_seen = records[0].offset
+            return
         if (state is None or state is not owner or state.abandon.is_set()
                 or self.stopping.is_set()):
             # fetched before a revocation or a stop: read again from the commit. Given to a

@@ -1,8 +1,9 @@
 """Fail-points and deliberately broken variants ("mutants") for the torture test.
 
 Everything here is inert unless ``CONSUMERKIT_TORTURE`` is set when this module is first
-imported: then ``ON`` is true and the value (JSON) names the mutant to run, if any, and the file
-a test writes a fail-point name to before sending ``SIGUSR1``. The process kills itself with
+imported: then ``ON`` is true and the value (JSON) names the mutant to run, if any, the file
+a test writes a fail-point name to before sending ``SIGUSR1``, and (``arm``) a fail-point armed
+from the start. The process kills itself with
 SIGKILL the next time it passes that point. Production code guards each call site with one
 global check (``if _faults.ON:``), so a disabled fail-point costs nothing more.
 
@@ -40,7 +41,7 @@ _config: dict[str, str] = json.loads(_raw) if ON else {}
 _mutant = _config.get("mutant", "")
 if _mutant and _mutant not in MUTANTS:
     raise ValueError(f"CONSUMERKIT_TORTURE: unknown mutant {_mutant!r}")
-_armed = ""
+_armed = _config.get("arm", "")
 
 
 def mutant(name: str) -> bool:
@@ -59,7 +60,7 @@ def _arm(signum: int, frame: FrameType | None) -> None:
     try:
         _armed = Path(_config["arm_file"]).read_text().strip()
     except (KeyError, OSError):
-        _armed = ""
+        _armed = _config.get("arm", "")
 
 
 if ON and "arm_file" in _config:

@@ -15,15 +15,25 @@ from .errors import StartupError
 log = logging.getLogger("consumerkit.consumer")
 
 
-async def open_pool(dsn: str, name: str, size: int, *, warm: int = 0) -> asyncpg.Pool:
+async def open_pool(dsn: str, name: str, size: int, *, warm: int = 0,
+                    on_change: Callable[[], None] | None = None) -> asyncpg.Pool:
     """A pool of up to ``size`` connections, ``warm`` of them opened now: the first
     transactions after a start then wait for no connection, and a server short of
     connections says so at start-up. Connections idle for five minutes close again, down to
-    one."""
+    one. ``on_change`` is called whenever a connection opens or closes (the pool reconnects
+    silently: a connection to another server looks like any other)."""
+    init = None
+    if on_change is not None:
+        told = on_change
+
+        async def init(conn: asyncpg.Connection[asyncpg.Record]) -> None:
+            told()
+            conn.add_termination_listener(lambda _conn: told())
+
     pool: asyncpg.Pool | None = None
     try:
         pool = await asyncpg.create_pool(
-            dsn, min_size=1, max_size=size, timeout=15,
+            dsn, min_size=1, max_size=size, timeout=15, init=init,
             server_settings={"application_name": f"consumerkit:{name}"[:63]})
         assert pool is not None
         if warm > 1:

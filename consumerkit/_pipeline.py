@@ -43,6 +43,7 @@ from .types import Claim, ClaimStatus, DedupCache, DedupStore
 
 if TYPE_CHECKING:
     from .observability.tracing import Tracing
+    from .offsets.recheck import Recheck
     from .outbox.writer import Outbox
     from .parking.lot import ParkingLot
 
@@ -69,7 +70,7 @@ class Pipeline:
         handler_timeout: float | None, cache: DedupCache | None = None,
         outbox: Outbox | None = None, observer: Observer | None = None,
         tracing: Tracing | None = None, parking: ParkingLot | None = None,
-        breaker: Breaker | None = None,
+        breaker: Breaker | None = None, offsets: Recheck | None = None,
     ) -> None:
         self.consumer = consumer
         self.breaker = breaker  # None: no failure stalls (every one is the record's)
@@ -89,7 +90,8 @@ class Pipeline:
         self.applier = Applier(
             namespace=namespace, dedup=dedup, observe=self.observe,
             handler_timeout=handler_timeout, enforce_window=expired != "apply", cache=cache,
-            outbox=outbox, tracing=tracing, maintenance_wanted=self.maintenance_wanted)
+            outbox=outbox, tracing=tracing, maintenance_wanted=self.maintenance_wanted,
+            offsets=offsets)
         # transactions at once; records waiting for a retry or an outage hold no slot
         self.slots = asyncio.Semaphore(concurrency)
         self.connections = Connections(pool, self.slots)

@@ -30,6 +30,9 @@ from .dedup.stores import store_for
 from .envelope import WireFormat
 from .errors import ConfigurationError
 from .observability.observer import Observer
+from .offsets import OFFSET_STORES, OffsetStoreName, PostgresOffsets
+from .offsets.postgres import require_table
+from .offsets.recheck import Recheck
 from .outbox.writer import Outbox
 from .parking.lot import ParkingLot, open_parking, parks
 from .registry import HandlerSource, RouteTable
@@ -90,11 +93,19 @@ class Consumer:
         observers: Sequence[Observer] = (), metrics_port: int | None = None,
         metrics_host: str = "0.0.0.0",  # noqa: S104 - a scrape target listens on all
         registry: CollectorRegistry | None = None,
+        offset_store: OffsetStoreName = "kafka",
     ) -> None:
         self.name = check_name(name, "consumer name")
         self.topics = [check_name(t, "topic") for t in topics]
         if not self.topics:
             raise ConfigurationError("at least one topic is required")
+        if offset_store not in OFFSET_STORES:
+            raise ConfigurationError(f"offset_store must be one of {', '.join(OFFSET_STORES)}, "
+                                     f"not {offset_store!r}")
+        # "postgres": each partition's next offset is stored in the effects' transactions,
+        # and read from there on assignment (docs/ordering-and-offsets.md)
+        self.offset_store: OffsetStoreName = offset_store
+        self._recheck: Recheck | None = None
         self.routes = RouteTable.build(handlers)
         self.dedup = dedup or DedupPolicy()
         self.dedup_cache = dedup_cache
@@ -259,10 +270,18 @@ class Consumer:
             registry=self.registry, readiness=self.readiness, metrics_port=self.metrics_port,
             metrics_host=self.metrics_host)
         observer = observed.observer
-        pool = await open_pool(dsn, self.name, self.concurrency + 2, warm=self.concurrency)
+        pool = await open_pool(dsn, self.name, self.concurrency + 2, warm=self.concurrency,
+                               on_change=self._connections_changed)
         stack.push_async_callback(pool.close)
         upkeep = DedupUpkeep(pool, self.schema, self.dedup, self.name, observer)
         await upkeep.prepare(auto_migrate=self.auto_migrate, outbox=self.outbox)
+        recheck = None
+        if self.offset_store == "postgres":
+            async with pool.acquire() as conn:
+                await require_table(conn, self.schema)
+            recheck = self._recheck = Recheck(
+                PostgresOffsets(pool, self.schema, self.name), observer,
+                skip_expired=self.dedup.expired == "skip")
         resources = SinkResources(pool, self.schema, bootstrap, self.kafka_options,
                                   tuple(self.topics))
         for sink in self.dead_letter:
@@ -276,10 +295,15 @@ class Consumer:
         parking = await open_parking(stack, pool, self.schema, self.name, observer,
                                      parks(self.routes, self.retry), self.parking_interval)
         engine = self._engine = Engine(
-            pipeline=self._pipeline(pool, observed, parking), max_in_flight=self.max_in_flight,
-            batch_size=self.batch_size, max_batch=self.max_batch,
-            revoke_timeout=self.revoke_timeout, keepalive=self.keepalive, stats=self.stats,
-            parking=parking)
+            pipeline=self._pipeline(pool, observed, parking, recheck),
+            max_in_flight=self.max_in_flight, batch_size=self.batch_size,
+            max_batch=self.max_batch, revoke_timeout=self.revoke_timeout,
+            keepalive=self.keepalive, stats=self.stats, parking=parking)
+        if recheck is not None:  # the database keeps the offsets, and is checked
+            recheck.owner = engine
+            engine.commits.database, engine.commits.recheck = recheck.store, recheck
+            rechecks = asyncio.create_task(recheck.run(pool, engine.stopping))
+            stack.push_async_callback(cancel, rechecks)
         source: Source
         if self.source_factory is None:
             source = KafkaSource(
@@ -315,8 +339,13 @@ class Consumer:
             except Exception:  # nothing left to spoil, but the run's own error comes first
                 log.exception("consumer %s: reporting its readiness failed", self.name)
 
+    def _connections_changed(self) -> None:
+        if self._recheck is not None:  # a server that moved back is found before any apply
+            self._recheck.lost()
+
     def _pipeline(self, pool: asyncpg.Pool, observed: Observed,
-                  parking: ParkingLot | None = None) -> Pipeline:
+                  parking: ParkingLot | None = None, offsets: Recheck | None = None,
+                  ) -> Pipeline:
         return Pipeline(
             consumer=self.name, namespace=self.name, pool=pool,
             dedup=store_for(self.schema, self.dedup),
@@ -325,7 +354,7 @@ class Consumer:
             expired=self.dedup.expired, stats=self.stats, concurrency=self.concurrency,
             handler_timeout=self.handler_timeout, cache=self.dedup_cache, outbox=self.outbox,
             observer=observed.observer, tracing=observed.tracing, parking=parking,
-            breaker=Breaker(self._stall_policy(), observed.observer))
+            breaker=Breaker(self._stall_policy(), observed.observer), offsets=offsets)
 
     def _stall_policy(self) -> StallPolicy:
         """The stall's back-off: the retry policy's, from at least 0.1 s (0 would spin), up

@@ -10,6 +10,7 @@ receivers then run under a role that owns nothing and may create nothing in the 
 ``consumerkit_retention``             SELECT, INSERT, UPDATE (retention registry)
 ``dead_letters``                      SELECT, INSERT
 ``consumerkit_names``                 SELECT, INSERT (namespace and handler keys)
+``consumer_offsets``                  SELECT, INSERT, UPDATE (``offset_store="postgres"``)
 ``parked_keys``, ``parked_records``   SELECT, INSERT, UPDATE, DELETE (parking; replay
                                       and discard remove what they unpark)
 ``parked_audit``                      SELECT, INSERT (who replayed or discarded a key)
@@ -41,6 +42,7 @@ from .dedup.names import FUNCTION as NAME_KEY
 from .dedup.names import TABLE as NAMES
 from .dedup.retention import TABLE as RETENTION
 from .errors import ConfigurationError
+from .offsets.postgres import TABLE as OFFSETS
 from .parking.tables import AUDIT as PARKED_AUDIT
 from .parking.tables import COMPONENT as PARKING
 from .parking.tables import KEYS as PARKED_KEYS
@@ -86,7 +88,8 @@ async def runtime_grants(conn: DbConnection, schema: str, role: str) -> list[str
         raise ConfigurationError(f"schema {schema} is not migrated: run consumerkit migrate")
     tables: dict[str, str] = {
         VERSION_TABLE: "SELECT", RETENTION: "SELECT, INSERT, UPDATE",
-        DEAD_LETTERS: "SELECT, INSERT", NAMES: "SELECT, INSERT"}
+        DEAD_LETTERS: "SELECT, INSERT", NAMES: "SELECT, INSERT",
+        OFFSETS: "SELECT, INSERT, UPDATE"}
     functions = [*FUNCTIONS, NAME_KEY]
     for component in components:
         kind, _, name = component.partition(":")

@@ -37,6 +37,7 @@ from .dedup.rows import check_dedup_names
 from .dedup.rows import claim_many_ddl as lean_claim_many_ddl
 from .dedup.upgrade import lean_rows_ddl
 from .errors import StartupError
+from .offsets.postgres import offsets_ddl
 from .parking.tables import migrate_parking
 from .types import DbConnection
 
@@ -67,6 +68,8 @@ CORE_STEPS = (
          lambda schema, _policy: ddl_functions_ddl(schema)),
     Step(5, "names of namespaces and handlers as small keys",
          lambda schema, _policy: names_ddl(schema)),
+    Step(6, "consumer offsets stored with the effects (offset_store=\"postgres\")",
+         lambda schema, _policy: offsets_ddl(schema)),
 )
 DEDUP_STEPS = (
     Step(1, "partitioned dedup table and claim function", dedup_ddl),

@@ -45,6 +45,7 @@ class ConsumerStats:
     gap_rereads: int = 0  # fetches read again from a gap, to see it a second time
     hidden_records: int = 0  # records a second read returned where the first had a gap
     stalls: int = 0  # times a failure every record would hit stalled the consumer
+    offsets_moved_back: int = 0  # partitions read again: the database was behind (a failover)
     dead_letter_reasons: Counter[str] = field(default_factory=Counter)
 
 
@@ -84,6 +85,10 @@ class StatsObserver(BaseObserver):
     def retry(self, record: RecordLike, envelope: Envelope, handler: str, attempt: int,
               delay: float, error: BaseException) -> None:
         self.stats.retries += 1
+
+    def offsets_moved_back(self, topic: str, partition: int, stored: int | None,
+                           position: int) -> None:
+        self.stats.offsets_moved_back += 1
 
     def cache_hits(self, count: int) -> None:
         self.stats.cache_hits += count

@@ -20,7 +20,8 @@ from .admin import dsn
 from .common import database_args, policy_args, sub
 from .errors import database
 
-WHAT = {"core": "dead-letter table and retention registry", "dedup": "dedup table",
+WHAT = {"core": "dead-letter table, retention registry and consumer offsets",
+        "dedup": "dedup table",
         "outbox": "outbox and its side tables",
         "parking": "parked keys, their records and audit"}
 

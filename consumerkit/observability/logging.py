@@ -97,6 +97,15 @@ class LogObserver(BaseObserver):
                          extra=message_fields(record, envelope, handler=handler,
                                               attempt=attempt, consumer=self.consumer))
 
+    def offsets_moved_back(self, topic: str, partition: int, stored: int | None,
+                           position: int) -> None:
+        self.log.warning(
+            "%s/%d: the database moved back: it holds offset %s, behind the %d this consumer "
+            "stored there (a failover to a standby that missed commits, a restore?); reading "
+            "the partition again from there", topic, partition,
+            "none" if stored is None else stored, position,
+            extra={"consumer": self.consumer, "topic": topic, "partition": partition})
+
     def readiness(self, role: str, name: str, reason: str | None) -> None:
         if reason is None:
             self.log.info("%s %s is ready", role, name)

@@ -55,8 +55,8 @@ class ConsumerMetrics(BaseObserver):
     per-message ones are kept in a :class:`~consumerkit.observability.tally.Tally` and built
     at scrape time; the gauges, set a few times a minute, are prometheus-client's own."""
 
-    __slots__ = ("_ahead", "_lag", "_parked_keys", "_parked_records", "_ready", "_tally",
-                 "consumer", "registry")
+    __slots__ = ("_ahead", "_lag", "_moved_back", "_parked_keys", "_parked_records", "_ready",
+                 "_tally", "consumer", "registry")
 
     def __init__(self, registry: CollectorRegistry, consumer: str) -> None:
         self.registry = registry
@@ -77,6 +77,14 @@ class ConsumerMetrics(BaseObserver):
                                       "Records waiting behind the parked keys of the assigned "
                                       "partitions", ("consumer",))
         self._ready = _ready(registry).labels("consumer", consumer)
+        self._moved_back = family(registry, Counter, "consumerkit_offsets_moved_back",
+                                  "Partitions read again because the database held an offset "
+                                  "behind the one the consumer had stored there (a failover "
+                                  "that lost commits, a restore)", ("consumer", "topic"))
+
+    def offsets_moved_back(self, topic: str, partition: int, stored: int | None,
+                           position: int) -> None:
+        self._moved_back.labels(self.consumer, topic).inc()
 
     def applied(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
         self._tally.count(record.topic, "applied")

@@ -68,6 +68,13 @@ class Observer(Protocol):
         """A batch of ``size`` records committed in one transaction, or rolled back (its
         records are then applied one by one)."""
 
+    def offsets_moved_back(self, topic: str, partition: int, stored: int | None,
+                           position: int) -> None:
+        """After a lost connection the database held offset ``stored`` of the partition
+        (``None``: no row), behind the ``position`` this consumer had stored there: it moved
+        back (a failover to a standby that missed commits, a restore). The partition is read
+        again from ``stored``."""
+
     # -- the consumer's state --------------------------------------------------------------
     def cache_lookup(self, hits: int, misses: int, errors: int) -> None: ...
 
@@ -137,6 +144,10 @@ class BaseObserver:
         pass
 
     def batch(self, size: int, committed: bool) -> None:
+        pass
+
+    def offsets_moved_back(self, topic: str, partition: int, stored: int | None,
+                           position: int) -> None:
         pass
 
     def cache_lookup(self, hits: int, misses: int, errors: int) -> None:

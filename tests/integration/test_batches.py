@@ -19,7 +19,6 @@ import pytest
 from pydantic import BaseModel
 
 from consumerkit import HandlerContext, RetryPolicy, handler
-from consumerkit._assignment import PartitionState
 from consumerkit._batch import Batcher
 from consumerkit._decode import Decoded, Decoder
 from consumerkit._engine import Engine
@@ -29,6 +28,7 @@ from consumerkit.deadletter.entry import DeadLetterEntry
 from consumerkit.deadletter.writer import DeadLetterWriter
 from consumerkit.dedup import PostgresDedupStore
 from consumerkit.envelope import Record, RecordLike, WireFormat
+from consumerkit.offsets.state import PartitionState
 from consumerkit.registry import RouteTable
 from consumerkit.schema import migrate
 from consumerkit.stats import ConsumerStats

@@ -25,14 +25,17 @@ async def main() -> None:
     for name in ("--dsn", "--bootstrap", "--topic", "--schema", "--name"):
         parser.add_argument(name, required=True)
     parser.add_argument("--outbox", action="store_true", help="emit through ctx.publish")
+    parser.add_argument("--offset-store", default="kafka", choices=("kafka", "postgres"))
+    parser.add_argument("--concurrency", type=int, default=8)
     args = parser.parse_args()
     consumer = Consumer(
         name=args.name, topics=[args.topic],
         handlers=[ledger_handler(args.schema, emit_billed if args.outbox else None)],
         outbox=Outbox(args.schema) if args.outbox else None,
         kafka_bootstrap=args.bootstrap, postgres_dsn=args.dsn, schema=args.schema,
-        retry=RetryPolicy(initial_delay=0.01, max_delay=0.1), concurrency=8,
+        retry=RetryPolicy(initial_delay=0.01, max_delay=0.1), concurrency=args.concurrency,
         max_in_flight=200, kafka_consumer_options={**FAST_GROUP, "max_poll_records": 50},
+        offset_store=args.offset_store,
     )
     await consumer.run()
 

@@ -10,8 +10,8 @@ that the log holds is a batch the broker kept from a reader for good (a reader's
 starts after what it was given). Exit status 1 when that happened.
 
 With ``--reread`` the readers defend themselves as the consumer's engine does
-(``consumerkit/_gaps.py``): they take a fetch up to its first gap, read again from there, and
-go past the gap only when the second read shows it too.
+(``consumerkit/offsets/sighting.py``): they take a fetch up to its first gap, read again from
+there, and go past the gap only when the second read shows it too.
 
 Tansu 0.6.0's storage advances a partition's high watermark before it writes the batch that
 watermark covers; a fetch in between lists the batches written so far and returns the later
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from consumerkit._gaps import Sighting, unbroken
+from consumerkit.offsets.sighting import Sighting, unbroken
 from consumerkit.testing.services import start_tansu
 
 TOPIC = "gaps"

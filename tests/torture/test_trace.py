@@ -9,10 +9,10 @@ from typing import cast
 
 import pytest
 
-from consumerkit._assignment import PartitionState
 from consumerkit._engine import _trace_fetch
-from consumerkit._gaps import through
 from consumerkit.envelope import Record
+from consumerkit.offsets.gaps import through
+from consumerkit.offsets.state import PartitionState
 from consumerkit.stats import ConsumerStats
 from consumerkit.transport.source import Source
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from consumerkit._gaps import Sighting, unbroken
 from consumerkit.envelope import Record
+from consumerkit.offsets.sighting import Sighting, unbroken
 
 
 def fetch(*offsets: int) -> list[Record]:

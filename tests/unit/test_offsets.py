@@ -1,7 +1,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumerkit._offsets import PartitionOffsets
+from consumerkit.offsets.watermark import PartitionOffsets
 
 
 def test_watermark_waits_for_the_lowest_in_flight_offset() -> None:

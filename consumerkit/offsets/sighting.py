@@ -15,23 +15,11 @@ fetch; a fetch without gaps costs two comparisons.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
-from ._commits import COMMIT_TIMEOUT
-from .envelope import RecordLike
-
-if TYPE_CHECKING:
-    from ._assignment import PartitionState
-    from .stats import ConsumerStats
-    from .transport.source import Partition, Source
-
-log = logging.getLogger("consumerkit.consumer")
-trace = logging.getLogger("consumerkit.consumer.offsets")
+from ..envelope import RecordLike
 
 
 @dataclass(slots=True, frozen=True)
@@ -86,59 +74,3 @@ def unbroken(records: Sequence[RecordLike], expected: int | None,
             return i, expected
         expected = offset + 1
     return len(records), None
-
-
-def through(part: Partition, state: PartitionState, records: Sequence[RecordLike],
-            source: Source | None, stats: ConsumerStats) -> Sequence[RecordLike]:
-    """The records of a fetch of ``part`` up to its first gap that the fetch before did not
-    show too; from that gap on, ``source`` reads the partition again."""
-    seen, state.sighting = state.sighting, None
-    if seen is not None and (hidden := seen.filled(records)):
-        stats.hidden_records += hidden
-        log.warning("%s/%d: records a second read returned where the first had a gap "
-                    "(from offset %d): %d; the broker had hidden them", *part, seen.start,
-                    hidden)
-    count, again = unbroken(records, state.fetched, seen)
-    if again is None:
-        return records
-    assert source is not None
-    state.sighting = Sighting(again, [r.offset for r in records[count:]])
-    source.seek(part, again)
-    stats.gap_rereads += 1
-    trace.debug("%s/%d: offsets missing from %d, read again", *part, again)
-    return records[:count]
-
-
-async def first_offsets(
-    source: Source, fetched: dict[Partition, list[RecordLike]],
-    owners: dict[Partition, PartitionState | None], stop: asyncio.Future[Any],
-) -> None:
-    """Where an ownership's first fetch should have started: the group's committed offset,
-    so a gap at its very start is read again too. Without an answer in time, or when
-    stopping, the fetch is taken as it came."""
-    first = [(part, state) for part, state in owners.items()
-             if state is not None and state.fetched is None]
-    if not first:
-        return
-    lookup = asyncio.gather(*(source.committed(part) for part, _ in first),
-                            return_exceptions=True)
-    await asyncio.wait({lookup, stop}, timeout=COMMIT_TIMEOUT,
-                       return_when=asyncio.FIRST_COMPLETED)
-    if not lookup.done():
-        lookup.cancel()
-        await asyncio.gather(lookup, return_exceptions=True)
-        if stop.done():
-            return  # the records are dropped: nobody dispatches while stopping
-    answers: list[object] = (
-        list(lookup.result()) if not lookup.cancelled()
-        else [TimeoutError("no answer in time")] * len(first))
-    for (part, state), offset in zip(first, answers, strict=True):
-        if isinstance(offset, int):
-            state.fetched = offset
-        elif isinstance(offset, BaseException):
-            log.warning("%s/%d: cannot read the committed offset (%r): the first fetch of this "
-                        "ownership is taken as it came", *part, offset)
-        if trace.isEnabledFor(logging.DEBUG):  # None: nothing committed yet
-            trace.debug("%s/%d: first offset of this ownership %d (committed: %s)", *part,
-                        fetched[part][0].offset,
-                        offset if offset is None or isinstance(offset, int) else "unknown")

@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from ._offsets import PartitionOffsets
-from .transport.source import Partition
-
-if TYPE_CHECKING:
-    from ._gaps import Sighting
+from ..transport.source import Partition
+from .sighting import Sighting
+from .watermark import PartitionOffsets
 
 
 @dataclass(slots=True, eq=False)
@@ -31,6 +28,19 @@ class PartitionState:
     # offset, None when not known; a floor for the end offset
     fetched: int | None = None
     sighting: Sighting | None = None  # a gap the next fetch should show again
+    # where this ownership began, as the offset store said (None: the broker's committed
+    # offset, or the partition's start): the floor a database that moved back rewinds to
+    start: int | None = None
+    # the database moved back under this ownership: it ends, and stores nothing more
+    rewound: bool = False
+    placed: bool = True  # False: its stored offset could not be read when it began
+    # its stored offset is being read: what comes is dropped, and the first offset that came
+    # kept (where the broker started it), to read again from there if nothing is stored
+    placing: bool = False
+    # the stored offset was outside the log: the client went where auto_offset_reset says,
+    # and the row is set there, backwards if need be
+    outside: bool = False
+    first_seen: int | None = None
 
     def __post_init__(self) -> None:
         self.drained.set()

@@ -1,0 +1,198 @@
+"""The offsets written with the effects, and the check that the database did not move back.
+
+**What a transaction stores.** Each transaction that settles records of a partition stores,
+before its COMMIT, the partition's contiguous watermark as known then, counting its own
+records as done (:meth:`Recheck.write`). The row only moves forward (``GREATEST``). Why this
+never claims a record that is not durably settled:
+
+- every record below that watermark is either one of the transaction's own (it commits with
+  the row, or neither does), or one whose outcome was final before the statement ran: its own
+  transaction had committed (PostgreSQL answered its COMMIT), or it went where the database
+  is not the record (a dead-letter topic, the dedup cache's answer, a parked key's row
+  committed first). A commit that was answered comes before this one in the write-ahead log,
+  so a database that keeps this commit keeps those (a standby replays the log in order);
+- records of the partition still in flight (other keys, other transactions) sit at or above
+  the watermark, so they are not claimed, whichever order the transactions commit in; a
+  transaction that commits later with a lower watermark leaves the row as it is.
+
+So a restart that reads the row never skips a settled-looking record that is not: at worst it
+reads again records that were applied after the row was written (the dedup rows absorb them).
+
+**The database moved back.** A failover to a standby that missed the last commits, or a
+restore, takes effects, dedup rows and offset rows back together, but not the consumer's
+memory: its watermarks would go on from where it was, and the records in between would never
+be applied. So after any loss of a database connection (:meth:`Recheck.lost`, told by the pool
+for every connection closed or opened), the first transaction, before anything else is
+applied on any connection, reads the rows of the owned partitions again
+(:meth:`Recheck.ready`). A partition whose row is below the highest offset this consumer saw
+committed there (``stored``) ends its ownership at once, as a revocation does, and is owned
+again from the row: its records are read and applied again, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
+
+from .._failures import ConnectionLost
+from ..types import Claim, ClaimStatus, DbConnection
+from .postgres import PostgresOffsets
+from .state import PartitionState
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from .._decode import Decoded
+    from ..observability.observer import Observer
+    from ..transport.source import Partition
+
+log = logging.getLogger("consumerkit.consumer")
+
+_RETRY_DELAYS = (0.1, 0.5, 1.0, 2.0, 5.0)  # seconds between checks while the database is away
+
+
+class Rewound(ConnectionLost):
+    """The records' ownership ended because the database moved back: they are read again
+    (judged as the connection loss it follows; the records are abandoned, not failed)."""
+
+    def __init__(self, part: Partition) -> None:
+        super().__init__(RuntimeError(
+            f"{part[0]}/{part[1]}: the database moved back; the partition is read again"),
+            during_handler=False)
+
+
+class Owner(Protocol):
+    """Who owns the partitions (the engine)."""
+
+    @property
+    def states(self) -> Mapping[Partition, PartitionState]: ...
+
+    def rewind(self, state: PartitionState, offset: int) -> None:
+        """End ``state``'s ownership now, and own its partition again from ``offset``."""
+
+
+Written = list[tuple[PartitionState, int]]
+
+
+class Recheck:
+    """The offsets of a consumer whose database keeps them: written in the effects'
+    transactions, and read again after a connection loss (see the module's text)."""
+
+    def __init__(self, store: PostgresOffsets, observe: Observer, *, skip_expired: bool,
+                 ) -> None:
+        self.store = store
+        self.owner: Owner | None = None  # the engine, once made
+        self.observe = observe
+        self.skip_expired = skip_expired  # an expired record settles with its claim then
+        self._lost = 1  # connection losses told; the first check is owed from the start
+        self._checked = 0
+        self._lock = asyncio.Lock()
+        self._wanted = asyncio.Event()
+        self._wanted.set()
+
+    def lost(self, *_: object) -> None:
+        """A database connection closed or opened: the next transaction checks first."""
+        self._lost += 1
+        self._wanted.set()
+
+    @property
+    def pending(self) -> bool:
+        return self._checked < self._lost
+
+    async def ready(self, conn: DbConnection, items: Sequence[Decoded] = ()) -> None:
+        """Check on ``conn`` if a check is owed (others wait for it); raise :class:`Rewound`
+        if a record of ``items`` belongs to an ownership that ended."""
+        while self._checked < self._lost:
+            async with self._lock:
+                owed = self._lost
+                if self._checked < owed:
+                    await self._check(conn)
+                    self._checked = owed
+        if not items or self.owner is None:
+            return
+        states = self.owner.states
+        for decoded in items:
+            env = decoded.envelope
+            state = states.get((env.topic, env.partition))
+            if state is not None and state.rewound:
+                raise Rewound((env.topic, env.partition))
+
+    async def _check(self, conn: DbConnection) -> None:
+        if self.owner is None:
+            return
+        states = [s for s in list(self.owner.states.values()) if not s.rewound]
+        stored = await self.store.load_on(conn, [s.partition for s in states])
+        for state in states:
+            part, row = state.partition, stored.get(state.partition)
+            if not state.placed:  # its row could not be read when the ownership began
+                state.placed = True
+                if row is not None:
+                    log.info("%s/%d: starting again at the stored offset %d", *part, row)
+                    self.owner.rewind(state, row)
+                continue
+            mark = state.offsets.stored
+            if mark is None or (row is not None and row >= mark):
+                continue
+            # no row: it went back before the first this consumer wrote
+            back = row if row is not None else state.start or 0
+            self.observe.offsets_moved_back(part[0], part[1], row, mark)
+            self.owner.rewind(state, back)
+
+    async def write(self, conn: DbConnection, items: Sequence[Decoded],
+                    claims: Sequence[Claim]) -> Written:
+        """Store, in the transaction open on ``conn``, the watermark of each partition of
+        the records whose outcome commits with it (applied, duplicate, skipped)."""
+        own: dict[Partition, list[int]] = {}
+        for decoded, claim in zip(items, claims, strict=True):
+            if claim.status is ClaimStatus.EXPIRED and not self.skip_expired:
+                continue  # bound for the dead letters, after this transaction
+            env = decoded.envelope
+            own.setdefault((env.topic, env.partition), []).append(env.offset)
+        offsets: dict[Partition, int] = {}
+        outside: list[Partition] = []
+        written: Written = []
+        if self.owner is None:
+            return written
+        states = self.owner.states
+        for part, mine in own.items():
+            state = states.get(part)
+            if state is None:
+                continue  # revoked meanwhile: its new owner reads from the broker's offsets
+            if state.rewound:
+                raise Rewound(part)
+            mark = state.offsets.watermark(set(mine))
+            if mark is not None and (state.offsets.stored is None
+                                     or mark > state.offsets.stored):
+                offsets[part] = mark
+                written.append((state, mark))
+                if state.outside:
+                    outside.append(part)
+        await self.store.write_in(conn, offsets, reset=outside)
+        return written
+
+    @staticmethod
+    def confirm(written: Written) -> None:
+        """The transaction that stored ``written`` committed."""
+        for state, mark in written:
+            if state.offsets.stored is None or mark > state.offsets.stored:
+                state.offsets.stored = mark
+            state.outside = False
+
+    async def run(self, pool: asyncpg.Pool, stopping: asyncio.Event) -> None:
+        """Check after each connection loss even when no record comes to apply: records the
+        database lost are applied again without waiting for new ones."""
+        failures = 0
+        while not stopping.is_set():
+            await self._wanted.wait()
+            self._wanted.clear()
+            try:
+                async with pool.acquire() as conn:
+                    await self.ready(conn)
+                failures = 0
+            except Exception as exc:  # the database is still away: try again
+                log.debug("offset check failed (%s); it will be retried", exc)
+                await asyncio.sleep(_RETRY_DELAYS[min(failures, len(_RETRY_DELAYS) - 1)])
+                failures += 1
+                self._wanted.set()
