@@ -147,6 +147,9 @@ class ConsumerSettings(CommonSettings):
     stall_max_delay: float = Field(
         30.0, gt=0, description="the longest wait, in seconds, between two tries while "
         "stalled")
+    offset_store: Literal["kafka", "postgres"] = Field(
+        "kafka", description="where each partition's next offset is kept: `postgres` also "
+        "stores it in the effects' transactions and trusts it on assignment")
 
     def consumer_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :class:`~consumerkit.Consumer`."""
@@ -157,7 +160,7 @@ class ConsumerSettings(CommonSettings):
             "handler_timeout": self.handler_timeout, "shutdown_timeout": self.shutdown_timeout,
             "stall_after_keys": self.stall_after_keys, "stall_max_delay": self.stall_max_delay,
             "kafka_options": self.kafka_options(), "metrics_port": self.metrics_port,
-            "metrics_host": self.metrics_host,
+            "metrics_host": self.metrics_host, "offset_store": self.offset_store,
         }
 
 
