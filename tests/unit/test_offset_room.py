@@ -127,11 +127,13 @@ def test_an_ownership_whose_stored_offset_is_past_the_log_takes_where_the_client
         caplog: pytest.LogCaptureFixture) -> None:
     state = PartitionState(("t", 0), start=1000, fetched=1000)
     state.offsets.stored = 1000
-    records = [Record("t", 0, offset, b"k", b"{}") for offset in range(0, 5)]
+    records = [Record("t", 0, offset, b"k", b"{}") for offset in range(5)]
     with caplog.at_level(logging.WARNING, "consumerkit.consumer"):
         kept = through(("t", 0), state, records, cast(Source, Seeking()), ConsumerStats())
     assert list(kept) == records
-    assert (state.outside, state.start, state.offsets.stored) == (True, 0, None)
+    assert state.outside
+    assert state.start == 0
+    assert state.offsets.stored is None
     assert "the stored offset 1000 is outside the log" in caplog.text
 
 
