@@ -42,6 +42,8 @@ against the loop on its plain table; the loop on consumerkit's dedup table
 the loop on a table partitioned by the event's own day (``set-based-event-day``), which has a
 unique key and so needs neither locks nor a probe of every partition, but misses an id that
 comes back with another day's time: what the partitions would cost without the guarantee.
+And what ``offset_store="postgres"`` costs (``consumerkit-pg-offsets`` against
+``consumerkit``, paired by round as target 4): within 5 % it can become the default.
 """
 
 from __future__ import annotations
@@ -203,6 +205,7 @@ def judge(document: dict[str, Any]) -> list[dict[str, Any]]:
                 f"consumerkit-before (the defaults at {SHORT}, main cell, median of the "
                 "rounds' ratios)", 1.0, main, "consumerkit", "consumerkit-before"),
         _dedup(main),
+        _offsets_figure(main),
         _relay_ratio(f"relay >= 2x faststream-outbox (fastest order-keeping: {ordered_name})",
                      2.0, relay_ours, relay_ordered),
         _figure("consumerkit-redis / consumerkit in a replay burst (all duplicates)",
@@ -231,6 +234,16 @@ def judge(document: dict[str, Any]) -> list[dict[str, Any]]:
                 "event's day, unique on the id and that day, a weaker guarantee, main cell)",
                 _median(main, "set-based-event-day"), _median(main, "set-based")),
     ]
+
+
+def _offsets_figure(cell: dict[str, Any] | None) -> dict[str, Any]:
+    """``offset_store="postgres"`` against the defaults, paired by round: a figure, read
+    against 0.95x (the cost at which it may become the default)."""
+    result = _paired('consumerkit-pg-offsets / consumerkit (offset_store="postgres" vs '
+                     '"kafka", main cell, median of the rounds\' ratios)', 0.95, cell,
+                     "consumerkit-pg-offsets", "consumerkit")
+    result["met"] = "figure"
+    return result
 
 
 def _relay_ratio(target: str, needed: float, ours: float | None,

@@ -9,6 +9,7 @@ from .peer_consumerkit import (
     ConsumerkitDeferPeer,
     ConsumerkitMetricsPeer,
     ConsumerkitPeer,
+    ConsumerkitPostgresOffsetsPeer,
     ConsumerkitRedisPeer,
     SetBasedClaimPeer,
 )
@@ -28,7 +29,7 @@ PEERS: dict[str, type[Peer]] = {p.name: p for p in (
     SetBasedPartitionedPeer, FastStreamPeer,
     ConsumerkitPeer, ConsumerkitRedisPeer, ConsumerkitBestPeer, ConsumerkitMetricsPeer,
     ConsumerkitDeferPeer, ConsumerkitBatchPeer, SetBasedClaimPeer, ConsumerkitBeforePeer,
-    SetBasedEventDayPeer)}
+    SetBasedEventDayPeer, ConsumerkitPostgresOffsetsPeer)}
 
 SUITE = ("raw", "textbook", "tuned", "set-based", "faststream", "consumerkit",
          "consumerkit-redis", "consumerkit-best")
@@ -36,7 +37,7 @@ SUITE = ("raw", "textbook", "tuned", "set-based", "faststream", "consumerkit",
 
 MAIN_PEERS = (*SUITE, "consumerkit-metrics", "consumerkit-defer", "consumerkit-batch",
               "set-based-partitioned", "set-based-claim", "set-based-event-day",
-              "consumerkit-before")
+              "consumerkit-before", "consumerkit-pg-offsets")
 """The main cell adds consumerkit with metrics on, to set beside its defaults (metrics off),
 and the two faster ways of writing a handler: per message with ``ctx.defer`` (against the
 textbook) and per batch, set-based (against the hand-written set-based loop); and that loop
@@ -45,4 +46,6 @@ handler's gap to it: the partitions' share, the claim's, the engine's; the loop 
 partitioned by the event's own day, which has a unique key but a weaker guarantee (what the
 partitions' share would be without it); and consumerkit's defaults as they were before batch
 handlers and ``ctx.defer`` (``peer_before``), which its defaults today must not be slower
-than."""
+than; and consumerkit's defaults with the offsets stored in the effects' transactions
+(``offset_store="postgres"``), to set beside them: what keeping the offsets in the database
+costs."""

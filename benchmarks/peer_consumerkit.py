@@ -226,6 +226,13 @@ class ConsumerkitMetricsPeer(ConsumerkitPeer):
     uses_metrics = True
 
 
+class ConsumerkitPostgresOffsetsPeer(ConsumerkitPeer):
+    name = "consumerkit-pg-offsets"
+    description = ('consumerkit defaults with offset_store="postgres": each partition\'s next '
+                   "offset upserted in the effects' transaction")
+    options: ClassVar[Mapping[str, Any]] = {"offset_store": "postgres"}
+
+
 class ConsumerkitDeferPeer(ConsumerkitPeer):
     name = "consumerkit-defer"
     description = ("consumerkit defaults, a per-message handler queuing its upsert with "

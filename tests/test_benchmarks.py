@@ -119,7 +119,7 @@ async def test_suite_reports_every_peer_and_flags_broken_ones(
     targets = [t for t in judged if t["met"] != "figure"]
     assert len(targets) == 9
     assert all(t["met"] in (True, False, None) for t in targets)
-    assert len(judged) - len(targets) == 8
+    assert len(judged) - len(targets) == 9
     relay_target = next(t for t in targets if t["target"].startswith("relay >= 2x"))
     assert relay_target["measured"] is not None or relay["faststream-outbox"]["unavailable"]
 
@@ -341,3 +341,28 @@ async def test_cpu_readings_split_the_database_server_s_work_from_the_peer_s(
     assert spent["broker_cpu_s_per_1000"] is not None or "broker" not in after
     assert cpu.per_thousand(before, after, 0)["db_cpu_s_per_1000"] is None
     assert cpu.per_thousand({"process": 1.0}, after, 1)["db_cpu_s_per_1000"] is None
+
+
+PG_OFFSETS = Profile("offsets", (
+    Cell(MAIN, "smoke: 200 messages over 10 keys, 10 % duplicates",
+         Settings(events=200, keys=10, dup_rate=0.1, runs=2, deadline=60),
+         peers=("consumerkit", "consumerkit-pg-offsets")),
+))
+
+
+@pytest.mark.slow
+async def test_the_offsets_in_the_database_run_beside_the_defaults_in_one_cell(
+    postgres_dsn: str, kafka_bootstrap: str, redis_url: str,
+) -> None:
+    svc = Services(postgres_dsn, kafka_bootstrap, "test services", "test broker", redis_url,
+                   "test redis")
+    document = await suite.run_suite(svc, PG_OFFSETS, lambda _line: None)
+    (cell,) = document["cells"]
+    peers = {p["peer"]: p for p in cell["peers"]}
+    assert list(peers) == ["consumerkit", "consumerkit-pg-offsets"]
+    assert all(p["exact"] and not p["unavailable"] for p in peers.values()), peers
+    figure = next(t for t in document["acceptance"]
+                  if t["target"].startswith("consumerkit-pg-offsets / consumerkit"))
+    assert figure["met"] == "figure"
+    assert figure["measured"] is not None
+    assert figure["measured"] > 0
