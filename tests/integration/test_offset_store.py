@@ -17,10 +17,21 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from prometheus_client import CollectorRegistry
 
-from consumerkit import Consumer
+from consumerkit import Consumer, HandlerContext
 
 from .conftest import LedgerTopic
-from .ledger import Running, build, group, ledger_rows, make_events, publish, verify, wait_for
+from .ledger import (
+    Running,
+    Step,
+    build,
+    group,
+    ledger_rows,
+    make_events,
+    publish,
+    publish_raw,
+    verify,
+    wait_for,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -202,11 +213,47 @@ async def test_a_database_that_moved_back_under_a_running_consumer_is_read_again
         {"consumer": consumer.name, "topic": topic}) == len(moved)
 
 
+async def test_dead_letters_and_undecodable_records_move_the_stored_offset_too(
+    postgres_dsn: str, kafka_bootstrap: str, ledger_topic: LedgerTopic, pg_schema: str,
+    pg_pool: asyncpg.Pool,
+) -> None:
+    """Records settled without a transaction of their own are stored by the committer: a
+    restart does not read them again."""
+    topic = await ledger_topic(partitions=1)
+    events = make_events(keys=2, per_key=3)
+
+    async def refuse(event: Step, ctx: HandlerContext) -> None:
+        if event.seq == 3:
+            raise ValueError("refused")  # not retriable: to the dead letters at once
+
+    await publish(kafka_bootstrap, topic, events)
+    await publish_raw(kafka_bootstrap, topic, [(b"key-9", b"not json", [
+        ("id", b"raw-1"), ("event_type", b"step.recorded")])])
+    consumer = build("letters", pg_schema, topic, postgres_dsn, kafka_bootstrap,
+                     fail=refuse, offset_store="postgres")
+    async with Running(consumer):
+        await wait_for(lambda: _settled(consumer, len(events) + 1), 120, "every record")
+    assert consumer.stats.dead_lettered == 3
+    assert await stored(pg_pool, pg_schema, consumer.name) == {0: len(events) + 1}
+    again = build("letters", pg_schema, topic, postgres_dsn, kafka_bootstrap,
+                  offset_store="postgres")
+    later = make_events(keys=1, per_key=1, prefix="later")
+    async with Running(again):
+        await wait_for(lambda: _assigned(again), 60, "the partition")
+        await publish(kafka_bootstrap, topic, later)
+        await wait_for(lambda: _settled(again, 1), 60, "the record after")
+    assert again.stats.delivered == 1  # only the record after: it started past the others
+
+
 def test_an_unknown_offset_store_is_refused() -> None:
     from consumerkit.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="offset_store must be one of kafka, postgres"):
         Consumer(name="x", topics=["t"], handlers=[], offset_store="redis")  # type: ignore[arg-type]
+
+
+async def _assigned(consumer: Consumer) -> bool:
+    return bool(consumer.assignment)
 
 
 async def _at_least(pool: asyncpg.Pool, schema: str, value: int) -> bool:
