@@ -136,7 +136,8 @@ async def test_a_role_without_ddl_rights_runs_consumer_relay_and_receiver(
         ("id", b"broken-1"), ("event_type", b"step.recorded")])])
     consumer: Consumer = build(
         "least-privilege", pg_schema, topic, dsn, kafka_bootstrap, emit_billed,
-        migrate=False, dedup=RUNTIME_POLICY, outbox=Outbox(pg_schema))
+        migrate=False, dedup=RUNTIME_POLICY, outbox=Outbox(pg_schema),
+        offset_store="postgres")  # the offsets beside the effects, under the same grants
     running = asyncio.create_task(consumer.run())
     try:
         async def settled() -> bool:
@@ -154,6 +155,8 @@ async def test_a_role_without_ddl_rights_runs_consumer_relay_and_receiver(
     furthest = max(p.lower for p in names.values() if p.lower is not None)
     assert furthest >= partition_floor(now, HOUR) + 6 * HOUR, "partitions made ahead"
     assert await pg_pool.fetchval(f"SELECT count(*) FROM {s}.outbox") == len(events)
+    assert await pg_pool.fetchval(  # every record, the dead letter too, below the stored one
+        f"SELECT sum(next_offset) FROM {s}.consumer_offsets") == len(events) + 1
 
     # the relay: slots (advisory locks), LISTEN, publish, delete, under the same role
     relay = Relay(dsn, KafkaSink(kafka_bootstrap, route=downstream,
