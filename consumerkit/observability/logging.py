@@ -100,9 +100,9 @@ class LogObserver(BaseObserver):
     def offsets_moved_back(self, topic: str, partition: int, stored: int | None,
                            position: int) -> None:
         self.log.warning(
-            "%s/%d: the database moved back: it holds offset %s, behind the %d this consumer "
-            "stored there (a failover to a standby that missed commits, a restore?); reading "
-            "the partition again from there", topic, partition,
+            "%s/%d: the database moved back: it lacks commits this consumer saw answered (a "
+            "failover to a standby that missed them, a restore?); reading the partition again "
+            "from the stored offset %s (the consumer was at %d)", topic, partition,
             "none" if stored is None else stored, position,
             extra={"consumer": self.consumer, "topic": topic, "partition": partition})
 

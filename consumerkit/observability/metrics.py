@@ -78,9 +78,9 @@ class ConsumerMetrics(BaseObserver):
                                       "partitions", ("consumer",))
         self._ready = _ready(registry).labels("consumer", consumer)
         self._moved_back = family(registry, Counter, "consumerkit_offsets_moved_back",
-                                  "Partitions read again because the database held an offset "
-                                  "behind the one the consumer had stored there (a failover "
-                                  "that lost commits, a restore)", ("consumer", "topic"))
+                                  "Partitions read again because their offset rows lacked "
+                                  "commits the consumer had seen answered (a failover that "
+                                  "lost commits, a restore)", ("consumer", "topic"))
 
     def offsets_moved_back(self, topic: str, partition: int, stored: int | None,
                            position: int) -> None:

@@ -70,10 +70,10 @@ class Observer(Protocol):
 
     def offsets_moved_back(self, topic: str, partition: int, stored: int | None,
                            position: int) -> None:
-        """After a lost connection the database held offset ``stored`` of the partition
-        (``None``: no row), behind the ``position`` this consumer had stored there: it moved
-        back (a failover to a standby that missed commits, a restore). The partition is read
-        again from ``stored``."""
+        """After a lost connection the database lacked commits of the partition this
+        consumer had seen answered: it moved back (a failover to a standby that missed them, a
+        restore). It holds offset ``stored`` (``None``: no row); the consumer, at
+        ``position``, reads the partition again from there."""
 
     # -- the consumer's state --------------------------------------------------------------
     def cache_lookup(self, hits: int, misses: int, errors: int) -> None: ...

@@ -24,9 +24,15 @@ memory: its watermarks would go on from where it was, and the records in between
 be applied. So after any loss of a database connection (:meth:`Recheck.lost`, told by the pool
 for every connection closed or opened), the first transaction, before anything else is
 applied on any connection, reads the rows of the owned partitions again
-(:meth:`Recheck.ready`). A partition whose row is below the highest offset this consumer saw
-committed there (``stored``) ends its ownership at once, as a revocation does, and is owned
-again from the row: its records are read and applied again, in order.
+(:meth:`Recheck.ready`). Every transaction that settles records of a partition writes its
+row, even when the watermark stays, and the row counts those commits; they take the row's lock
+in turn, so they commit in the order of their count. A database that lost any commit this
+consumer saw answered has lost every later one of that row too, so its count is below the
+highest this consumer saw (``commits``). Such a partition (or one whose row is gone, or below
+the offset this consumer saw stored) ends its ownership at once, as a revocation does, and is
+owned again from the row: its records are read and applied again, in order. The offset alone
+would not tell: a transaction whose records sat above a lower one still in flight committed
+without moving the row's offset, and the database may have lost it alone.
 """
 
 from __future__ import annotations
@@ -73,7 +79,8 @@ class Owner(Protocol):
         """End ``state``'s ownership now, and own its partition again from ``offset``."""
 
 
-Written = list[tuple[PartitionState, int]]
+Written = list[tuple[PartitionState, int, int]]
+"""Each partition's state, the offset stored and the row's count of commits after it."""
 
 
 class Recheck:
@@ -123,61 +130,67 @@ class Recheck:
         if self.owner is None:
             return
         states = [s for s in list(self.owner.states.values()) if not s.rewound]
-        stored = await self.store.load_on(conn, [s.partition for s in states])
+        rows = await self.store.rows(conn, [s.partition for s in states])
         for state in states:
-            part, row = state.partition, stored.get(state.partition)
+            part, row = state.partition, rows.get(state.partition)
             if not state.placed:  # its row could not be read when the ownership began
                 state.placed = True
                 if row is not None:
-                    log.info("%s/%d: starting again at the stored offset %d", *part, row)
-                    self.owner.rewind(state, row)
+                    log.info("%s/%d: starting again at the stored offset %d", *part, row[0])
+                    self.owner.rewind(state, row[0])
                 continue
-            mark = state.offsets.stored
-            if mark is None or (row is not None and row >= mark):
+            offsets = state.offsets
+            if offsets.stored is None and offsets.commits is None:
+                continue  # nothing stored by this ownership yet: nothing it could miss
+            if row is not None and (offsets.commits is None or row[1] >= offsets.commits) and (
+                    offsets.stored is None or row[0] >= offsets.stored):
                 continue
-            # no row: it went back before the first this consumer wrote
-            back = row if row is not None else state.start or 0
-            self.observe.offsets_moved_back(part[0], part[1], row, mark)
+            # no row: it went back before the first this ownership found or wrote
+            back = row[0] if row is not None else state.start or 0
+            position = offsets.watermark()
+            self.observe.offsets_moved_back(
+                part[0], part[1], None if row is None else row[0],
+                position if position is not None else back)
             self.owner.rewind(state, back)
 
     async def write(self, conn: DbConnection, items: Sequence[Decoded],
                     claims: Sequence[Claim]) -> Written:
-        """Store, in the transaction open on ``conn``, the watermark of each partition of
-        the records whose outcome commits with it (applied, duplicate, skipped)."""
+        """Write, in the transaction open on ``conn``, the row of each partition of the
+        records whose outcome commits with it (applied, duplicate, skipped): its watermark,
+        and one more commit."""
         own: dict[Partition, list[int]] = {}
         for decoded, claim in zip(items, claims, strict=True):
             if claim.status is ClaimStatus.EXPIRED and not self.skip_expired:
                 continue  # bound for the dead letters, after this transaction
             env = decoded.envelope
             own.setdefault((env.topic, env.partition), []).append(env.offset)
+        if self.owner is None or not own:
+            return []
         offsets: dict[Partition, int] = {}
         outside: list[Partition] = []
-        written: Written = []
-        if self.owner is None:
-            return written
+        touched: list[PartitionState] = []
         states = self.owner.states
         for part, mine in own.items():
             state = states.get(part)
             if state is None:
-                continue  # revoked meanwhile: its new owner reads from the broker's offsets
+                continue  # revoked meanwhile: its new owner reads from the stored offsets
             if state.rewound:
                 raise Rewound(part)
             mark = state.offsets.watermark(set(mine))
-            if mark is not None and (state.offsets.stored is None
-                                     or mark > state.offsets.stored):
-                offsets[part] = mark
-                written.append((state, mark))
-                if state.outside:
-                    outside.append(part)
-        await self.store.write_in(conn, offsets, reset=outside)
-        return written
+            if mark is None:
+                continue
+            offsets[part] = mark
+            touched.append(state)
+            if state.outside:
+                outside.append(part)
+        counts = await self.store.write_in(conn, offsets, reset=outside)
+        return [(s, offsets[s.partition], counts[s.partition]) for s in touched]
 
     @staticmethod
     def confirm(written: Written) -> None:
-        """The transaction that stored ``written`` committed."""
-        for state, mark in written:
-            if state.offsets.stored is None or mark > state.offsets.stored:
-                state.offsets.stored = mark
+        """The transaction that wrote ``written`` committed."""
+        for state, offset, commits in written:
+            state.offsets.confirmed(offset, commits)
             state.outside = False
 
     async def run(self, pool: asyncpg.Pool, stopping: asyncio.Event) -> None:

@@ -97,10 +97,10 @@ class Tracker:
                       if s.partition in offsets
                       and (s.offsets.stored is None or s.offsets.stored < offsets[s.partition])}
             outside = {s.partition for s in states if s.outside}
-            await self.database.write_in(conn, behind, reset=outside)
+            counts = await self.database.write_in(conn, behind, reset=outside)
         for state in states:
             if state.partition in behind:
-                state.offsets.stored = behind[state.partition]
+                state.offsets.confirmed(behind[state.partition], counts[state.partition])
                 state.outside = False
         return offsets
 
@@ -115,7 +115,8 @@ class Tracker:
         parts = [s.partition for s in states]
         try:
             async with asyncio.timeout(COMMIT_TIMEOUT):
-                stored = await self.database.load(parts)
+                async with self.database.pool.acquire() as conn:
+                    stored = await self.database.rows(conn, parts)
         except _UNREACHABLE as exc:
             log.warning("cannot read the stored offsets of %s (%s): they are read again before "
                         "anything of them is applied", sorted(parts), exc)
@@ -126,12 +127,13 @@ class Tracker:
                 self.recheck.lost()
         for state in states:  # no await from here: nothing is fetched in between
             state.placing = False
-            part, start = state.partition, stored.get(state.partition)
-            if start is None:
+            part, row = state.partition, stored.get(state.partition)
+            if row is None:
                 if state.first_seen is not None:  # dropped while placing: read them again
                     self.source.seek(part, state.first_seen)
                 continue
-            state.offsets.stored = start
+            start = row[0]
+            state.offsets.confirmed(*row)
             state.start = state.fetched = start
             self.source.seek(part, start)
             if trace.isEnabledFor(logging.DEBUG):

@@ -12,11 +12,11 @@ class PartitionOffsets:
     ``committable()`` is the offset to commit (the next one to read): one past the highest
     offset below which every tracked message is done. Messages may finish in any order.
     ``committed`` is the last offset the broker took; ``stored`` the highest an offset store
-    in the database is known to hold (its commit answered), the mark a database that moved
-    back is found below.
+    in the database is known to hold (its commit answered), and ``commits`` the count of
+    transactions its row is known to hold: a database that moved back holds fewer.
     """
 
-    __slots__ = ("_done", "_in_flight", "_next", "committed", "stored")
+    __slots__ = ("_done", "_in_flight", "_next", "commits", "committed", "stored")
 
     def __init__(self, start: int | None = None) -> None:
         self._next: int | None = start  # everything below is done
@@ -24,6 +24,7 @@ class PartitionOffsets:
         self._done: set[int] = set()
         self.committed: int | None = None  # the last offset sent to the broker
         self.stored: int | None = None  # the highest offset a database store confirmed
+        self.commits: int | None = None  # the highest count of commits its row confirmed
 
     def started(self, offset: int) -> None:
         if self._next is None:
@@ -37,6 +38,13 @@ class PartitionOffsets:
             done = heapq.heappop(heap)
             self._done.discard(done)
             self._next = done + 1
+
+    def confirmed(self, offset: int, commits: int | None) -> None:
+        """A commit that stored ``offset`` was answered, its row then at ``commits``."""
+        if self.stored is None or offset > self.stored:
+            self.stored = offset
+        if commits is not None and (self.commits is None or commits > self.commits):
+            self.commits = commits
 
     @property
     def in_flight(self) -> int:

@@ -170,3 +170,13 @@ async def test_concurrent_transactions_of_the_same_partitions_do_not_deadlock(
 
     await asyncio.gather(*(write(parts if n % 2 else parts[::-1], n * 10) for n in range(6)))
     assert len(await store.load(parts)) == 6
+
+
+async def test_every_write_counts_one_commit_even_one_that_leaves_the_offset(
+        table: Open) -> None:
+    """The count is how a database that lost a commit which moved no offset is found."""
+    store, part = table(), ("t", 2)
+    async with store.pool.acquire() as conn:
+        assert await store.write_in(conn, {part: 6}) == {part: 1}
+        assert await store.write_in(conn, {part: 3}) == {part: 2}  # the offset stays
+        assert await store.rows(conn, [part]) == {part: (6, 2)}

@@ -9,6 +9,7 @@ import logging
 import os
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from consumerkit import Consumer, HandlerContext
 
 from .conftest import LedgerTopic
 from .ledger import (
+    Event,
     Running,
     Step,
     build,
@@ -65,17 +67,34 @@ async def rows(pool: asyncpg.Pool, schema: str) -> list[asyncpg.Record]:
         return await ledger_rows(conn, schema)
 
 
-async def move_back(pool: asyncpg.Pool, schema: str, name: str, since: datetime,
-                    offsets: dict[int, int]) -> None:
-    """What a failover to a standby that missed everything after ``since`` leaves: the
+Rows = dict[int, tuple[int, int]]
+
+
+async def snapshot(pool: asyncpg.Pool, schema: str, name: str) -> tuple[datetime, Rows]:
+    """The moment, and the group's offset rows then: (next offset, commits) per partition."""
+    async with pool.acquire() as conn:
+        since = await conn.fetchval("SELECT clock_timestamp()")
+        rows = await conn.fetch(
+            f'SELECT "partition", next_offset, commits FROM "{schema}".consumer_offsets '
+            "WHERE consumer_group = $1", name)
+    return since, {r["partition"]: (r["next_offset"], r["commits"]) for r in rows}
+
+
+async def move_back(pool: asyncpg.Pool, schema: str, name: str, then: tuple[datetime, Rows],
+                    ) -> None:
+    """What a failover to a standby that missed everything after ``then`` leaves: the
     effects and dedup rows written since gone, and the offset rows as they were then."""
+    since, rows = then
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(f'DELETE FROM "{schema}".ledger WHERE applied_at > $1', since)
         await conn.execute(f'DELETE FROM "{schema}".processed_events WHERE seen_at > $1', since)
-        for partition, offset in offsets.items():
+        await conn.execute(f'DELETE FROM "{schema}".consumer_offsets WHERE consumer_group = $1 '
+                           'AND NOT "partition" = ANY($2::int[])', name, list(rows))
+        for partition, (offset, commits) in rows.items():
             await conn.execute(
-                f'UPDATE "{schema}".consumer_offsets SET next_offset = $3 '
-                'WHERE consumer_group = $1 AND "partition" = $2', name, partition, offset)
+                f'UPDATE "{schema}".consumer_offsets SET next_offset = $3, commits = $4 '
+                'WHERE consumer_group = $1 AND "partition" = $2', name, partition, offset,
+                commits)
 
 
 @pytest.mark.parametrize("max_batch", [1, 100], ids=["per-record", "batched"])
@@ -149,15 +168,14 @@ async def test_a_restart_trusts_the_database_behind_the_broker(
                   offset_store="postgres")
     async with Running(first):
         await wait_for(lambda: _at_least(pg_pool, pg_schema, half), 120, "the first half")
-    since = await pg_pool.fetchval("SELECT clock_timestamp()")
-    then = await stored(pg_pool, pg_schema, first.name)
+    then = await snapshot(pg_pool, pg_schema, first.name)
     await publish(kafka_bootstrap, topic, events[half:])
     second = build("behind", pg_schema, topic, postgres_dsn, kafka_bootstrap,
                    offset_store="postgres")
     async with Running(second):
         await wait_for(lambda: _at_least(pg_pool, pg_schema, len(events)), 120, "every effect")
     assert sum((await committed(kafka_bootstrap, first.name, topic, 2)).values()) == len(events)
-    await move_back(pg_pool, pg_schema, first.name, since, then)
+    await move_back(pg_pool, pg_schema, first.name, then)
     assert await applied(pg_pool, pg_schema) == half
     third = build("behind", pg_schema, topic, postgres_dsn, kafka_bootstrap,
                   offset_store="postgres")
@@ -185,15 +203,14 @@ async def test_a_database_that_moved_back_under_a_running_consumer_is_read_again
             await wait_for(lambda: _at_least(pg_pool, pg_schema, half), 120, "the first half")
             await wait_for(lambda: _stored_all(pg_pool, pg_schema, consumer.name, half), 60,
                            "the first half's offsets stored")
-            since = await pg_pool.fetchval("SELECT clock_timestamp()")
-            then = await stored(pg_pool, pg_schema, consumer.name)
+            then = await snapshot(pg_pool, pg_schema, consumer.name)
             await publish(kafka_bootstrap, topic, events[half:])
             await wait_for(lambda: _at_least(pg_pool, pg_schema, len(events)), 120,
                            "every effect")
             await wait_for(lambda: _stored_all(pg_pool, pg_schema, consumer.name,
                                                len(events)), 60, "every offset stored")
             # the failover: the database goes back to ``since``, and every connection drops
-            await move_back(pg_pool, pg_schema, consumer.name, since, then)
+            await move_back(pg_pool, pg_schema, consumer.name, then)
             assert await applied(pg_pool, pg_schema) == half
             await pg_pool.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
@@ -203,7 +220,7 @@ async def test_a_database_that_moved_back_under_a_running_consumer_is_read_again
     verify(await rows(pg_pool, pg_schema), events)
     assert await stored(pg_pool, pg_schema, consumer.name) == await committed(
         kafka_bootstrap, consumer.name, topic, 2)
-    moved = [p for p, off in then.items()
+    moved = [p for p, (off, _) in then[1].items()
              if off < (await stored(pg_pool, pg_schema, consumer.name))[p]]
     assert consumer.stats.offsets_moved_back == len(moved) > 0
     lines = [r for r in caplog.records if "the database moved back" in r.getMessage()]
@@ -211,6 +228,55 @@ async def test_a_database_that_moved_back_under_a_running_consumer_is_read_again
     assert registry.get_sample_value(
         "consumerkit_offsets_moved_back_total",
         {"consumer": consumer.name, "topic": topic}) == len(moved)
+
+
+async def test_commits_lost_without_moving_the_offset_are_found_by_their_count(
+    postgres_dsn: str, kafka_bootstrap: str, ledger_topic: LedgerTopic, pg_schema: str,
+    pg_pool: asyncpg.Pool,
+) -> None:
+    """Records above one still in flight commit without moving the row's offset. A database
+    that loses only those commits holds the same offset as before, and fewer commits: the
+    consumer reads them again all the same."""
+    topic = await ledger_topic(partitions=1)
+    first, blocker = Event("z-1", "key-z", 1), Event("a-1", "key-a", 1)
+    later = [Event(f"b-{n}", f"key-b{n}", 1) for n in range(8)]
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def hold(event: Step, ctx: HandlerContext) -> None:
+        if event.key == "key-a" and not release.is_set():
+            entered.set()
+            async with asyncio.timeout(60):
+                await release.wait()
+
+    consumer = build("alone", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=hold,
+                     offset_store="postgres")
+    async with Running(consumer):
+        await publish(kafka_bootstrap, topic, [first])
+        await wait_for(lambda: _stored_all(pg_pool, pg_schema, consumer.name, 1), 60,
+                       "the first record stored")
+        await publish(kafka_bootstrap, topic, [blocker])
+        await wait_for(_true(entered), 60, "the blocker's handler running")
+        then = await snapshot(pg_pool, pg_schema, consumer.name)
+        assert then[1] == {0: (1, 1)}
+        await publish(kafka_bootstrap, topic, later)
+        await wait_for(lambda: _at_least(pg_pool, pg_schema, 1 + len(later)), 60,
+                       "the records after the blocker applied")
+        row = await pg_pool.fetchrow(
+            f'SELECT next_offset, commits FROM "{pg_schema}".consumer_offsets')
+        assert row is not None
+        assert row["next_offset"] == 1  # held back by the blocker still in flight
+        assert row["commits"] > 1
+        await move_back(pg_pool, pg_schema, consumer.name, then)
+        await pg_pool.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = $1", f"consumerkit:{consumer.name}")
+        release.set()
+        await wait_for(lambda: _at_least(pg_pool, pg_schema, 2 + len(later)), 120,
+                       "every record applied")
+        await wait_for(lambda: _stored_all(pg_pool, pg_schema, consumer.name, 2 + len(later)),
+                       60, "every offset stored")
+    verify(await rows(pg_pool, pg_schema), [first, blocker, *later])
+    assert consumer.stats.offsets_moved_back == 1
 
 
 async def test_dead_letters_and_undecodable_records_move_the_stored_offset_too(
@@ -250,6 +316,12 @@ def test_an_unknown_offset_store_is_refused() -> None:
 
     with pytest.raises(ConfigurationError, match="offset_store must be one of kafka, postgres"):
         Consumer(name="x", topics=["t"], handlers=[], offset_store="redis")  # type: ignore[arg-type]
+
+
+def _true(event: asyncio.Event) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        return event.is_set()
+    return check
 
 
 async def _assigned(consumer: Consumer) -> bool:
