@@ -205,7 +205,9 @@ class Recheck:
                     await self.ready(conn)
                 failures = 0
             except Exception as exc:  # the database is still away: try again
-                log.debug("offset check failed (%s); it will be retried", exc)
+                (log.warning if failures == 0 else log.debug)(
+                    "reading the stored offsets again failed (%s: %s); retrying",
+                    type(exc).__name__, exc)
                 await asyncio.sleep(_RETRY_DELAYS[min(failures, len(_RETRY_DELAYS) - 1)])
                 failures += 1
                 self._wanted.set()
