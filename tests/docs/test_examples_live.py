@@ -87,24 +87,52 @@ async def test_billing_example_end_to_end(
     producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap)
     await producer.start()
     run = uuid.uuid4().hex[:8]
-    first, second = f"evt-{run}-1", f"evt-{run}-2"
+    first, second, again = f"evt-{run}-1", f"evt-{run}-2", f"evt-{run}-3"
     consumer = billing.build(kafka_bootstrap, dsn, [topic])
     try:
         async with running.running(consumer):
-            # no charges table yet: the handler fails every attempt and the record is parked
+            # no charges table yet: every record would fail, so the consumer stalls on the
+            # first one instead of dead-lettering it, and goes on once the table exists
             await wire.publish(producer, topic, key="order-1", event_id=first,
                                event_type="order.created",
                                payload=billing.OrderCreated(order_id="order-1", amount=10))
 
+            async def stalled() -> bool:
+                return consumer.stats.stalls >= 1
+
+            await wait_until(stalled, "the consumer stalled on the missing table")
+            entries = await dead_letters.show_dead_letters(postgres_dsn, "billing")
+            assert not [e for e in entries if e.topic == topic]
+            await conn.execute(billing.SCHEMA_SQL)
+
+            async def charged_first() -> bool:
+                return bool(await conn.fetchval(
+                    "SELECT count(*) FROM charges WHERE order_id = 'order-1'"))
+
+            await wait_until(charged_first, "the first order charged once the table exists")
+
+            # a poison record: a second charge of order-1 under another event id breaks the
+            # table's key on every attempt, and that record alone is dead-lettered
+            await wire.publish(producer, topic, key="order-1", event_id=again,
+                               event_type="order.created",
+                               payload=billing.OrderCreated(order_id="order-1", amount=15))
+
             async def parked() -> DeadLetterEntry | None:
                 entries = await dead_letters.show_dead_letters(postgres_dsn, "billing")
-                return next((e for e in entries if e.event_id == first), None)
+                return next((e for e in entries if e.event_id == again), None)
 
-            entry = await wait_until(parked, "the first order in the dead letters")
+            entry = await wait_until(parked, "the second charge of order-1 in the dead letters")
             assert (entry.topic, entry.reason, entry.attempts) == (topic, "handler_failed", 5)
 
-            # the fix: create the table; replay the parked order; send a new one twice
-            await conn.execute(billing.SCHEMA_SQL)
+            # the fix: refund the first charge, replay the dead letter; send a new order twice
+            await wire.publish(producer, topic, key="order-1", event_id=f"evt-{run}-4",
+                               event_type="order.cancelled",
+                               payload=billing.OrderCancelled(order_id="order-1"))
+
+            async def refunded() -> bool:
+                return consumer.stats.applied == 2
+
+            await wait_until(refunded, "the first charge refunded")
             await dead_letters.republish(producer, entry)
             for _ in range(2):
                 await wire.publish(producer, topic, key="order-2", event_id=second,
@@ -113,25 +141,28 @@ async def test_billing_example_end_to_end(
 
             async def charged() -> list[tuple[str, int]] | None:
                 rows = await conn.fetch("SELECT order_id, amount FROM charges ORDER BY 1")
-                settled = consumer.stats.applied == 2 and consumer.stats.duplicates >= 1
+                settled = consumer.stats.applied == 4 and consumer.stats.duplicates >= 1
                 return [(r["order_id"], r["amount"]) for r in rows] if settled else None
 
             assert await wait_until(charged, "both orders charged, the duplicate absorbed") == [
-                ("order-1", 10), ("order-2", 20)]
+                ("order-1", 15), ("order-2", 20)]
         stats = consumer.stats
-        assert set(stats.dead_letter_reasons) == {"handler_failed"}  # only the first order
-        assert stats.retries >= 4  # 5 attempts of the first order
+        assert set(stats.dead_letter_reasons) == {"handler_failed"}  # only the second charge
+        assert stats.dead_lettered == 1
+        assert stats.stalls == 1
+        assert stats.retries >= 4  # 5 attempts of the second charge
         rows = await conn.fetch(
             "SELECT event_id FROM consumerkit.processed_events_ids "
             "WHERE namespace = 'billing' AND event_id = ANY($1::text[]) ORDER BY 1",
-            [first, second])
-        assert [r["event_id"] for r in rows] == sorted([first, second])
+            [first, second, again])
+        assert [r["event_id"] for r in rows] == sorted([first, second, again])
     finally:
         await producer.stop()
         await conn.execute("DELETE FROM consumerkit.dead_letters WHERE topic = $1", topic)
         await conn.execute(  # the rows holding them: this test's own claims
             "DELETE FROM consumerkit.processed_events WHERE texts && $1::text[] COLLATE \"C\""
-            " OR uuids::text[] && $1::text[] COLLATE \"C\"", [first, second])
+            " OR uuids::text[] && $1::text[] COLLATE \"C\"", [first, second, again,
+                                                           f"evt-{run}-4"])
         await conn.close()
 
 
