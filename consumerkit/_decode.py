@@ -94,7 +94,7 @@ class Decoder:
             if version == route.version:
                 event = route.model.model_validate_json(value)
             else:  # the upcasters run on the JSON document, before validation
-                event = route.model.model_validate(upcast_json(
+                event = route.model.model_validate_json(upcast_json(
                     value, event_type, version, route.version,
                     self.routes.chains.get(route.event_type or "")))
         except DecodeError:

@@ -150,8 +150,10 @@ def read_version(raw: bytes | None, header: str) -> int:
 
 
 def upcast_json(value: bytes, event_type: str | None, version: int, target: int,
-                chain: Chain | None) -> dict[str, Any]:
-    """The payload of a record of ``version`` as the document of version ``target``."""
+                chain: Chain | None) -> bytes:
+    """The payload of a record of ``version`` as the JSON of version ``target``: JSON again,
+    so the model validates it in the same (JSON) mode as a current record, where a strict
+    model takes a timestamp or a UUID as a string."""
     if version > target:
         raise DecodeError(
             "unknown_version", f"event version {version} of {event_type or 'this topic'!r} "
@@ -163,4 +165,9 @@ def upcast_json(value: bytes, event_type: str | None, version: int, target: int,
         doc = orjson.loads(value)
     except orjson.JSONDecodeError as exc:
         raise DecodeError("invalid_json", str(exc)) from exc
-    return chain.upcast(doc, version)
+    doc = chain.upcast(doc, version)
+    try:
+        return orjson.dumps(doc)
+    except orjson.JSONEncodeError as exc:
+        raise DecodeError("upcast_failed", f"the upcasters of {event_type or 'this topic'!r} "
+                          f"returned what JSON cannot hold: {exc}"[:500]) from exc

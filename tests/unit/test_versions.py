@@ -4,11 +4,13 @@ is refused when routes are built; a newer version or a failing upcaster is a rea
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, ClassVar
+from uuid import UUID
 
 import orjson
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from consumerkit import (
     Consumer,
@@ -179,3 +181,33 @@ def test_definitions_are_checked_where_they_are_written() -> None:
     with pytest.raises(HandlerDefinitionError, match="takes version 2, but its model Shipped "
                                                      "declares version 4"):
         RouteTable.build([disagrees])
+
+
+
+class Paid(BaseModel):
+    model_config = ConfigDict(strict=True)
+    __event_version__: ClassVar[int] = 2
+    payment_id: UUID
+    paid_at: datetime
+
+
+@handler("payment.made")
+async def paid(event: Paid, ctx: HandlerContext) -> None:
+    del event, ctx
+
+
+@upcaster("payment.made", from_version=1)
+def paid_1(doc: dict[str, Any]) -> dict[str, Any]:
+    return {"payment_id": doc["id"], "paid_at": doc["at"]}
+
+
+def test_an_upcast_document_is_validated_as_json_like_a_current_one() -> None:
+    """A strict model takes a timestamp or a UUID as a JSON string; an upcast document is
+    validated in the same (JSON) mode, so version 1 passes where version 2 passes."""
+    routes = RouteTable.build([paid, paid_1])
+    at, pid = "2026-11-26T10:00:00+00:00", "0193b1c2-7d4e-7c3a-9f00-000000000001"
+    headers = [("id", b"evt-9"), ("event_type", b"payment.made")]
+    current = Record("payments", 0, 1, b"p", orjson.dumps({"payment_id": pid, "paid_at": at}),
+                     [*headers, ("event_version", b"2")])
+    old = Record("payments", 0, 2, b"p", orjson.dumps({"id": pid, "at": at}), headers)
+    assert decode(old, routes) == decode(current, routes)
