@@ -106,6 +106,7 @@ class Breaker:
         self.on_change: Callable[[], None] | None = None  # the engine: fetch again, maybe
         self._wake = asyncio.Event()
         self._streaks: dict[str, _Streak] = {}
+        self._waiting: list[object] = []  # records waiting for their turn, longest first
 
     def holding(self) -> bool:
         """Whether the consumer should take no new records: stalled, and a record probes (with
@@ -170,23 +171,33 @@ class Breaker:
             self._changed()
 
     async def turn(self, me: object, abandon: asyncio.Event) -> bool:
-        """Wait until the stall is over, or no record probes (``me`` then does); ``False``
-        when ``abandon`` is set first."""
-        while self.reason is not None and self.probe is not me:
-            if self.probe is None:
-                self.probe = me
-                self._changed()
-                break
-            wake = asyncio.ensure_future(self._wake.wait())
-            left = asyncio.ensure_future(abandon.wait())
-            try:
-                await asyncio.wait({wake, left}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                wake.cancel()
-                left.cancel()
-            if abandon.is_set():
-                return False
-        return True
+        """Wait until the stall is over, or it is ``me``'s turn to probe; ``False`` when
+        ``abandon`` is set first. A probe coming back for its next try hands over to the
+        record that has waited longest: the probes take turns, so a stall whose probe is a
+        poison record (one that fails the same way for a reason of its own) still ends once
+        the others would pass."""
+        if self.reason is not None and self.probe is me and self._waiting:
+            self.probe = self._waiting[0]
+            self._changed()
+        self._waiting.append(me)
+        try:
+            while self.reason is not None and self.probe is not me:
+                if self.probe is None:
+                    self.probe = me
+                    self._changed()
+                    break
+                wake = asyncio.ensure_future(self._wake.wait())
+                left = asyncio.ensure_future(abandon.wait())
+                try:
+                    await asyncio.wait({wake, left}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    wake.cancel()
+                    left.cancel()
+                if abandon.is_set():
+                    return False
+            return True
+        finally:
+            self._waiting.remove(me)
 
     def _changed(self) -> None:
         """Wake the records waiting for their turn, and the engine."""

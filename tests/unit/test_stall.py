@@ -187,3 +187,24 @@ def test_a_stall_is_logged_as_an_error_and_its_end_with_its_length(
     assert began.consumer == "billing"  # type: ignore[attr-defined]
     assert ended.levelno == logging.WARNING
     assert re.fullmatch(r"consumer billing resumed after a stall of \d+\.\ds", ended.getMessage())
+
+
+async def test_the_probes_take_turns_so_a_poison_probe_cannot_hold_a_stall() -> None:
+    b, _ = breaker(after_keys=2)
+    error = ConnectionError("HTTP 400")  # a poison record's error, of the outage's type
+    b.failed("h", "k1", error)
+    reason = b.failed("h", "k2", error)
+    assert reason is not None
+    poison, other = object(), object()
+    assert b.stall(poison, reason) is not None  # the poison record probes first
+    waiting = asyncio.create_task(b.turn(other, asyncio.Event()))
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    # its try failed the same way; after its back-off it comes back: the other one tries
+    back = asyncio.create_task(b.turn(poison, asyncio.Event()))
+    assert await asyncio.wait_for(waiting, 5) is True
+    assert b.probe is other
+    assert not back.done()
+    b.resolved(other)  # the other record passed: the stall is over for the poison one too
+    assert await asyncio.wait_for(back, 5) is True
+    assert b.reason is None
