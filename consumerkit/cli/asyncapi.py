@@ -20,6 +20,8 @@ from .common import sub
 from .errors import CommandError
 from .target import load_target
 
+EXPECTED = "an EventCatalog, a Consumer, nor a function returning one"
+
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub(commands, "asyncapi", "write the AsyncAPI 3.0 document of an event catalog "
@@ -32,12 +34,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 async def asyncapi_command(args: argparse.Namespace) -> int:
-    value = await load_target(args.target, EventCatalog, Consumer)
+    value = await load_target(args.target, EventCatalog, Consumer, expected=EXPECTED)
     if isinstance(value, Consumer):
         value = EventCatalog.of(value)
     if not isinstance(value, EventCatalog):
-        raise CommandError(f"{args.target} is a {type(value).__name__}, not an EventCatalog, "
-                           "a Consumer, nor a function returning one")
+        raise CommandError(f"{args.target} is a {type(value).__name__}, not {EXPECTED}")
     text = orjson.dumps(document(value), option=orjson.OPT_INDENT_2).decode() + "\n"
     if args.output is None:
         sys.stdout.write(text)

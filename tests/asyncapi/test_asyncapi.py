@@ -121,6 +121,14 @@ def test_mistakes_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert capsys.readouterr().err == (
         "consumerkit: examples.event_versions:orders is a HandlerRegistry, not an "
         "EventCatalog, a Consumer, nor a function returning one\n")
+    assert main(["asyncapi", "examples.event_versions:record_order"]) == 1
+    assert capsys.readouterr().err == (  # named as what it is, never called
+        "consumerkit: examples.event_versions:record_order is a handler (of event type "
+        "'order.created'), not an EventCatalog, a Consumer, nor a function returning one\n")
+    assert main(["asyncapi", "examples.event_versions:rename_amount"]) == 1
+    assert capsys.readouterr().err == (
+        "consumerkit: examples.event_versions:rename_amount is a function that needs "
+        "arguments (doc), not an EventCatalog, a Consumer, nor a function returning one\n")
     with pytest.raises(ConfigurationError, match="a parameter is written"):
         EventCatalog("x", sends=[Sends("s", "e", OrderCreated, "a", "orders-{0:>3}")])
     with pytest.raises(ConfigurationError, match="receives and sends nothing"):
