@@ -69,7 +69,8 @@ class KafkaSink:
     The route's topics must exist: a fixed route's topic is checked by :meth:`open` (a
     :class:`StartupError` naming it), and an event routed to a missing topic fails, naming
     it, and is retried as any failed send is (nothing is skipped or lost; the relay sends
-    it once the topic is created). ``auto_create_topics=True`` lets a broker that creates
+    it once the topic is created, or after ``consumerkit outbox retry`` once its attempts
+    ran out). ``auto_create_topics=True`` lets a broker that creates
     topics on first use (``auto.create.topics.enable``) do so instead.
     """
 
