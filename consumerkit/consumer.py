@@ -165,16 +165,18 @@ class Consumer:
 
     def configure(self, **values: Any) -> None:
         """Change values of the constructor's ``CONFIGURABLE`` arguments before :meth:`run`,
-        checked, and what depends on them derived again, as the constructor does
+        checked, and what depends on them derived again, as the constructor does. The code's
+        values set so are chosen, as if passed (:attr:`given`): settings do not override them
         (``consumerkit run`` sets this way what the code left at its defaults)."""
         if self._running:
             raise ConfigurationError("a running consumer cannot be configured")
         before = dict(vars(self))
         try:
-            configure(self, values)
+            configure(self, dict(values))
         except ConfigurationError:
             vars(self).update(before)  # all or nothing
             raise
+        self.given = self.given | values.keys()  # set by the code: chosen, as if passed
 
     def __repr__(self) -> str:
         dsn = None if self.postgres_dsn is None else redact_dsn(self.postgres_dsn)

@@ -76,7 +76,9 @@ def settle_settings(consumer: Consumer, settings: ConsumerSettings,
             shown = repr(redact_dsn(ours) if name == "postgres_dsn" else ours)
             log.warning("%s (%s) ignored: the consumer's code passes %s=%s", flag(name),
                         given[name], argument, shown)
+    chosen = consumer.given
     consumer.configure(**changes)
+    consumer.given = chosen  # what the settings gave was not the code's choice
     return origin
 
 

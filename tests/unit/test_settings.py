@@ -93,6 +93,22 @@ def test_run_fills_what_the_code_leaves_unset_and_keeps_the_rest(
     assert origin["max_batch"] == "code"
 
 
+def test_a_value_the_code_configures_wins_as_a_passed_one_does(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    consumer = Consumer(name="billing", handlers=[charge], topics=["orders"])
+    consumer.configure(max_batch=20)  # the code's choice, made after the constructor
+    settings = ConsumerSettings(max_batch=99, db_schema="other")
+    given = dict.fromkeys(ConsumerSettings.model_fields, "default")
+    given.update(max_batch="env", db_schema="flag")
+    with caplog.at_level(logging.WARNING, "consumerkit.cli"):
+        origin = apply_settings(consumer, settings, given)
+    assert (consumer.max_batch, origin["max_batch"]) == (20, "code")
+    assert "--max-batch (env) ignored: the consumer's code passes max_batch=20" in caplog.text
+    assert (consumer.schema, origin["db_schema"]) == ("other", "flag")
+    assert "schema" not in consumer.given  # the setting's value is not the code's choice
+
+
 async def test_a_consumer_without_services_names_the_setting() -> None:
     consumer = Consumer(name="billing", handlers=[charge], topics=["orders"])
     with pytest.raises(ConfigurationError, match="CONSUMERKIT_POSTGRES_DSN"):
