@@ -28,6 +28,16 @@ async def _migrated(tmp_path: Path, dsn: str, schema: str) -> None:
     assert done.code == 0, done.err
 
 
+async def _one_event(tmp_path: Path, dsn: str, schema: str, pool: asyncpg.Pool,
+                     aggregate_type: str) -> OutboxTable:
+    """The outbox migrated, with one event of ``aggregate_type`` waiting in it."""
+    await _migrated(tmp_path, dsn, schema)
+    async with pool.acquire() as conn, conn.transaction():
+        await Outbox(schema).add(conn, event_type="order.placed", aggregate_type=aggregate_type,
+                                 aggregate_id="o-1", payload={"n": 1})
+    return OutboxTable(schema, "outbox")
+
+
 async def _read_until(proc: asyncio.subprocess.Process, text: str, timeout: float) -> str:
     """The process's stderr up to the first line holding ``text``."""
     assert proc.stderr is not None
@@ -69,12 +79,8 @@ async def test_a_templated_route_to_a_missing_topic_waits_for_it_and_loses_nothi
     pg_pool: asyncpg.Pool,
 ) -> None:
     dsn = with_password(postgres_dsn)
-    await _migrated(tmp_path, dsn, pg_schema)
-    table = OutboxTable(pg_schema, "outbox")
     missing = f"orders-{uuid.uuid4().hex[:8]}"
-    async with pg_pool.acquire() as conn, conn.transaction():
-        await Outbox(pg_schema).add(conn, event_type="order.placed", aggregate_type=missing,
-                                    aggregate_id="o-1", payload={"n": 1})
+    table = await _one_event(tmp_path, dsn, pg_schema, pg_pool, missing)
     env = {"CONSUMERKIT_POSTGRES_DSN": dsn, "CONSUMERKIT_SCHEMA": pg_schema, **NO_IDEMPOTENCE}
     proc = await start("relay", "--kafka", kafka_bootstrap, "--log-level", "info",
                        cwd=tmp_path, env=env)  # the default route: {aggregate_type}
@@ -104,12 +110,8 @@ async def test_auto_creation_when_the_operator_allows_it(
     pg_pool: asyncpg.Pool,
 ) -> None:
     dsn = with_password(postgres_dsn)
-    await _migrated(tmp_path, dsn, pg_schema)
-    table = OutboxTable(pg_schema, "outbox")
     created = f"auto-{uuid.uuid4().hex[:8]}"
-    async with pg_pool.acquire() as conn, conn.transaction():
-        await Outbox(pg_schema).add(conn, event_type="order.placed", aggregate_type=created,
-                                    aggregate_id="o-1", payload={"n": 1})
+    table = await _one_event(tmp_path, dsn, pg_schema, pg_pool, created)
     env = {"CONSUMERKIT_POSTGRES_DSN": dsn, "CONSUMERKIT_SCHEMA": pg_schema,
            "CONSUMERKIT_AUTO_CREATE_TOPICS": "true", **NO_IDEMPOTENCE}
     proc = await start("relay", "--kafka", kafka_bootstrap, cwd=tmp_path, env=env)
