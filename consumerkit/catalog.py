@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from .consumer import Consumer
 from .envelope import WireFormat
 from .errors import ConfigurationError
-from .outbox.routing import TopicRoute
+from .outbox.routing import TopicRoute, check_topic
 from .registry import HandlerSource, RouteTable
 from .versions import check_version, model_version
 
@@ -87,7 +87,8 @@ class EventCatalog:
             raise ConfigurationError(f"event catalog {self.title!r} receives and sends nothing")
         for address in [t for r in self.receives for t in r.topics] + [
                 s.address for s in self.sends]:
-            parameters(address)
+            # a topic Kafka accepts once each parameter has a value
+            check_topic(address.format_map(dict.fromkeys(parameters(address), "x")))
 
     @classmethod
     def of(cls, consumer: Consumer) -> EventCatalog:

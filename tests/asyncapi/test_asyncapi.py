@@ -131,5 +131,10 @@ def test_mistakes_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
         "arguments (doc), not an EventCatalog, a Consumer, nor a function returning one\n")
     with pytest.raises(ConfigurationError, match="a parameter is written"):
         EventCatalog("x", sends=[Sends("s", "e", OrderCreated, "a", "orders-{0:>3}")])
+    with pytest.raises(ConfigurationError, match="invalid topic name 'orders created'"):
+        EventCatalog("x", receives=[Receives("billing", ["orders created"], [orders])])
+    with pytest.raises(ConfigurationError, match="invalid topic name 'order placed'"):
+        EventCatalog("x", sends=[Sends("s", "e", OrderCreated, "order placed")])
+    EventCatalog("x", receives=[Receives("billing", ["orders-{region}"], [orders])])
     with pytest.raises(ConfigurationError, match="receives and sends nothing"):
         EventCatalog("x")
