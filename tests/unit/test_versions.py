@@ -211,3 +211,26 @@ def test_an_upcast_document_is_validated_as_json_like_a_current_one() -> None:
                      [*headers, ("event_version", b"2")])
     old = Record("payments", 0, 2, b"p", orjson.dumps({"id": pid, "at": at}), headers)
     assert decode(old, routes) == decode(current, routes)
+
+
+class Tagged(BaseModel):
+    __event_version__: ClassVar[int] = 2
+    tags: list[str]
+
+
+@handler("item.tagged")
+async def tagged(event: Tagged, ctx: HandlerContext) -> None:
+    del event, ctx
+
+
+@upcaster("item.tagged", from_version=1)
+def tagged_1(doc: dict[str, Any]) -> dict[str, Any]:
+    return {"tags": set(doc["tags"])}  # a set: no JSON
+
+
+def test_an_upcast_document_json_cannot_hold_is_upcast_failed() -> None:
+    rec = Record("items", 0, 1, b"i", orjson.dumps({"tags": ["a"]}),
+                 [("id", b"evt-7"), ("event_type", b"item.tagged")])
+    code, detail = reason(rec, RouteTable.build([tagged, tagged_1]))
+    assert code == "upcast_failed"
+    assert detail.startswith("the upcasters of 'item.tagged' returned what JSON cannot hold: ")
