@@ -3,12 +3,13 @@ PostgreSQL; what it reports is what happened."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
 
-from consumerkit import ConfigurationError, Consumer, RetryPolicy
+from consumerkit import ConfigurationError, Consumer, HandlerContext, RetryPolicy, handler
 from consumerkit.testing import Outcome, TestConsumer
 
 from .handlers import TABLE_SQL, Step, Unhandled, effects, registry
@@ -172,3 +173,47 @@ def test_like_keeps_the_stall_settings() -> None:
                         stall_max_delay=3.0)
     kit = TestConsumer.like(consumer)
     assert (kit.consumer.stall_after_keys, kit.consumer.stall_max_delay) == (2, 3.0)
+
+
+class Downstream:
+    """A service every key needs: down, then back; it always refuses the poison key."""
+
+    up = False
+
+
+@handler("step.sent")
+async def send_step(event: Step, ctx: HandlerContext) -> None:
+    if event.key == "poison" or not Downstream.up:
+        raise ConnectionError("400" if event.key == "poison" else "503")
+    await ctx.tx.execute("INSERT INTO effects (key, seq) VALUES ($1, $2)", event.key, event.seq)
+
+
+async def test_a_poison_record_probing_a_stall_does_not_hold_it(
+    consumerkit_dsn: str, consumerkit_schema: str,
+) -> None:
+    """The service goes down, and a poison record failing with the same error type as the
+    outage completes the streak: it probes first. Once the service is back, another record's
+    turn ends the stall; the poison record then dead-letters alone."""
+    conn = await asyncpg.connect(consumerkit_dsn)
+    try:
+        await conn.execute(TABLE_SQL)
+    finally:
+        await conn.close()
+    Downstream.up = False
+    retry = RetryPolicy(max_attempts=8, initial_delay=0.05, max_delay=0.1)
+    async with TestConsumer([send_step], postgres_dsn=consumerkit_dsn,
+                            schema=consumerkit_schema, retry=retry, stall_after_keys=2,
+                            stall_max_delay=0.2) as kit:
+        kit.publish(Step(key="k", seq=1), key="k", event_type="step.sent")
+        async with asyncio.timeout(10):  # k has failed: one key of the streak
+            while not kit.errors:
+                await asyncio.sleep(0.01)
+        kit.publish(Step(key="poison", seq=1), key="poison", event_type="step.sent")
+        async with asyncio.timeout(10):  # the poison key completes it: a stall, it probes
+            while not kit.stats.stalls:
+                await asyncio.sleep(0.01)
+        Downstream.up = True
+        await kit.drain(fail_fast=False, timeout=20)
+        assert [s.record.key for s in kit.applied] == [b"k"]
+        assert [e.key for e in kit.dead_letters] == [b"poison"]
+    assert await effects(consumerkit_dsn) == [("k", 1)]
