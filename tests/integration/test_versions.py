@@ -23,6 +23,7 @@ from consumerkit import (
 from consumerkit.deadletter import list_dead_letters
 from consumerkit.parking.replay import replay_key
 from consumerkit.testing.services import MakeTopic
+from examples.event_versions import rename_amount, split_customer
 
 from .ledger import FAST_GROUP, Running, group, publish_raw, wait_for
 
@@ -69,15 +70,7 @@ def consumers(schema: str, topic: str, dsn: str, bootstrap: str) -> tuple[Consum
             ctx.envelope.event_id, event.order_id, event.total_cents, event.first_name,
             event.last_name)
 
-    @new.upcaster("order.created", from_version=1)
-    def rename(doc: dict[str, Any]) -> dict[str, Any]:
-        doc["total_cents"] = doc.pop("amount")
-        return doc
-
-    @new.upcaster("order.created", from_version=2)
-    def split(doc: dict[str, Any]) -> dict[str, Any]:
-        first, _, last = doc.pop("customer").partition(" ")
-        return {**doc, "first_name": first, "last_name": last}
+    new.include(rename_amount).include(split_customer)  # the documented example's upcasters
 
     options: dict[str, Any] = {
         "topics": [topic], "kafka_bootstrap": bootstrap, "postgres_dsn": dsn,
