@@ -151,7 +151,7 @@ class Pipeline:
             stall = (None if outage or breaker is None else
                      breaker.failed(decoded.route.name, key_of(record), error))
             if stall is None and not outage and breaker is not None:
-                breaker.resolved(decoded)  # a failure of its own: if it probed, it is over
+                breaker.leave(decoded)  # a failure of its own: if it probed, the next one
             if stall is not None:
                 assert breaker is not None
                 attempt -= 1  # not the record's fault: no attempt spent, never dead-lettered

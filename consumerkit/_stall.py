@@ -11,8 +11,10 @@ A failed attempt is *systemic* when every record would hit it:
 
 A systemic failure stalls the consumer (:class:`Breaker`): the engine takes no new records,
 the records in flight wait before their next attempt instead of spending attempts, and one
-of them (the probe) tries again with capped exponential back-off. The stall ends when the
-probe's attempt succeeds or fails for a reason of its own; the others then go on. Nothing is
+of them (the probe, in turns) tries again with capped exponential back-off. The stall ends
+when a probe's attempt gets through, or when no record is left waiting; the others then go
+on. A probe that fails for a reason of its own hands over: a poison record says nothing of
+the cause, and ending the stall on it would only start another. Nothing is
 dead-lettered for a stall, and no offset passes a waiting record. Poison, a failure of one
 record, still spends its attempts and goes to the dead letters (or parks its key) alone.
 """
@@ -165,10 +167,17 @@ class Breaker:
             self._changed()
 
     def leave(self, me: object) -> None:
-        """``me`` is done (or gave up, revoked or stopping): another record may probe."""
-        if self.probe is me:
-            self.probe = None
-            self._changed()
+        """``me`` stops probing: it failed for a reason of its own (a poison record says
+        nothing of the cause), or it is done, revoked or stopping. A waiting record probes
+        next; with none waiting the stall holds nothing back and is over (a record that
+        meets the cause again stalls anew)."""
+        if self.probe is not me:
+            return
+        self.probe = None
+        if not self._waiting and self.reason is not None:
+            self.reason = None
+            self.observe.stalled(None)
+        self._changed()
 
     async def turn(self, me: object, abandon: asyncio.Event) -> bool:
         """Wait until the stall is over, or it is ``me``'s turn to probe; ``False`` when

@@ -217,3 +217,39 @@ async def test_a_poison_record_probing_a_stall_does_not_hold_it(
         assert [s.record.key for s in kit.applied] == [b"k"]
         assert [e.key for e in kit.dead_letters] == [b"poison"]
     assert await effects(consumerkit_dsn) == [("k", 1)]
+
+
+@handler("step.kept")
+async def keep_step(event: Step, ctx: HandlerContext) -> None:
+    if event.key == "poison":  # refused before any statement: says nothing of the table
+        raise ValueError("this step can never be kept")
+    await ctx.tx.execute("INSERT INTO effects (key, seq) VALUES ($1, $2)", event.key, event.seq)
+
+
+async def test_a_poison_record_tried_during_a_stall_does_not_end_it(
+    consumerkit_dsn: str, consumerkit_schema: str,
+) -> None:
+    """The effects table is missing: a stall. The poison record, in flight beside the others,
+    fails for its own reason on each of its turns: it dead-letters alone, and the stall goes
+    on (one stall, not one per turn) until the table comes."""
+    retry = RetryPolicy(max_attempts=3, initial_delay=0.05, max_delay=0.1)
+    async with TestConsumer([keep_step], postgres_dsn=consumerkit_dsn,
+                            schema=consumerkit_schema, retry=retry,
+                            stall_max_delay=0.1) as kit:
+        for key in ("k1", "poison", "k2"):
+            kit.publish(Step(key=key, seq=1), key=key, event_type="step.kept")
+        async with asyncio.timeout(20):
+            while not kit.dead_letters:
+                await asyncio.sleep(0.01)
+        assert [e.key for e in kit.dead_letters] == [b"poison"]
+        assert kit.stats.stalls == 1
+        assert kit.applied == []
+        conn = await asyncpg.connect(consumerkit_dsn)
+        try:
+            await conn.execute(TABLE_SQL)  # the migration comes: it resumes by itself
+        finally:
+            await conn.close()
+        await kit.drain(fail_fast=False, timeout=20)
+        assert sorted(s.record.key or b"" for s in kit.applied) == [b"k1", b"k2"]
+        assert kit.stats.stalls == 1
+    assert sorted(await effects(consumerkit_dsn)) == [("k1", 1), ("k2", 1)]

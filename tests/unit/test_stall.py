@@ -208,3 +208,19 @@ async def test_the_probes_take_turns_so_a_poison_probe_cannot_hold_a_stall() -> 
     b.resolved(other)  # the other record passed: the stall is over for the poison one too
     assert await asyncio.wait_for(back, 5) is True
     assert b.reason is None
+
+
+async def test_a_probe_failing_for_its_own_reason_hands_over_and_the_last_one_ends_it() -> None:
+    b, told = breaker()
+    poison, other = object(), object()
+    assert b.stall(poison, "handler h cannot run: undefined_table") is not None
+    waiting = asyncio.create_task(b.turn(other, asyncio.Event()))
+    await asyncio.sleep(0)
+    b.leave(poison)  # its own failure (a ValueError, say) tells nothing of the table
+    assert await asyncio.wait_for(waiting, 5) is True
+    assert (b.probe, b.reason) == (other, "handler h cannot run: undefined_table")
+    assert told.reasons == ["handler h cannot run: undefined_table"]  # one stall, no flap
+    b.leave(other)  # the last one leaves, nothing waits: nothing is held back
+    assert (b.probe, b.reason) == (None, None)
+    assert told.reasons[-1] is None
+    assert not b.holding()
