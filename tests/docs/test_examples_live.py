@@ -98,7 +98,7 @@ async def test_billing_example_end_to_end(
                                payload=billing.OrderCreated(order_id="order-1", amount=10))
 
             async def stalled() -> bool:
-                return consumer.stats.stalls >= 1
+                return bool(consumer.stats.stalls >= 1)
 
             await wait_until(stalled, "the consumer stalled on the missing table")
             entries = await dead_letters.show_dead_letters(postgres_dsn, "billing")
@@ -130,7 +130,7 @@ async def test_billing_example_end_to_end(
                                payload=billing.OrderCancelled(order_id="order-1"))
 
             async def refunded() -> bool:
-                return consumer.stats.applied == 2
+                return bool(consumer.stats.applied == 2)
 
             await wait_until(refunded, "the first charge refunded")
             await dead_letters.republish(producer, entry)
