@@ -158,7 +158,7 @@ class Breaker:
         return self.policy.delay(self.tries)
 
     def resolved(self, me: object) -> None:
-        """``me`` tried and met no systemic failure: if it probes, the stall is over."""
+        """``me`` got through (applied, or a duplicate): if it probes, the stall is over."""
         if self.probe is me:
             self.probe = None
             if self.reason is not None:
