@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
 from ._identifiers import identifier
 from .dedup.horizon import horizon_findings
 from .errors import ConfigurationError
+from .offsets.store import OFFSET_STORES
 
 if TYPE_CHECKING:
     from .consumer import Consumer
@@ -19,7 +20,7 @@ _P = ParamSpec("_P")
 CONFIGURABLE = frozenset({
     "postgres_dsn", "kafka_bootstrap", "schema", "concurrency", "max_batch", "max_in_flight",
     "handler_timeout", "shutdown_timeout", "metrics_port", "metrics_host", "stall_after_keys",
-    "stall_max_delay"})
+    "stall_max_delay", "offset_store"})
 """What :meth:`Consumer.configure` may change (the fields of ``consumerkit run``'s settings)."""
 
 
@@ -66,6 +67,9 @@ def configure(consumer: Consumer, values: dict[str, Any]) -> None:
         raise ConfigurationError("handler_timeout must be positive (or None for no limit)")
     if consumer.shutdown_timeout <= 0:
         raise ConfigurationError("shutdown_timeout must be positive")
+    if consumer.offset_store not in OFFSET_STORES:
+        raise ConfigurationError(f"offset_store must be one of {', '.join(OFFSET_STORES)}, "
+                                 f"not {consumer.offset_store!r}")
     if consumer.stall_after_keys < 0 or consumer.stall_max_delay <= 0:
         raise ConfigurationError(
             "stall_after_keys must be at least 0 and stall_max_delay positive")

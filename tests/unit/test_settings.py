@@ -145,7 +145,7 @@ def test_configure_derives_again_what_depends_on_the_values() -> None:
     chosen.configure(max_batch=1)
     assert chosen.concurrency == 3  # the code's own choice is not derived
     for bad in ({"max_batch": 0}, {"shutdown_timeout": 0}, {"handler_timeout": -1.0},
-                {"schema": "Bad-Name"}, {"name": "other"}):
+                {"schema": "Bad-Name"}, {"name": "other"}, {"offset_store": "bogus"}):
         with pytest.raises(ConfigurationError):
             auto.configure(**bad)
         assert (auto.max_batch, auto.concurrency, auto.shutdown_timeout, auto.schema,
