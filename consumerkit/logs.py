@@ -44,10 +44,24 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(entry, default=str).decode()
 
 
+class _PoolReconnects(logging.Filter):
+    """asyncpg's pool logs a traceback each time it fails to open a connection again while
+    the server is away (a restart, a failover): the error in one line says all of it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "asyncpg.pool" and record.exc_info and record.exc_info[1]:
+            error = record.exc_info[1]
+            record.msg = f"{record.getMessage()}: {type(error).__name__}: {error}"
+            record.args = None
+            record.exc_info = record.exc_text = None
+        return True
+
+
 def configure_logging(fmt: LogFormat = "text", level: str | int = "INFO") -> None:
     """Send every log record to stderr in ``fmt``, replacing the root logger's handlers."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(_TEXT))
+    handler.addFilter(_PoolReconnects())
     root = logging.getLogger()
     for old in root.handlers[:]:
         root.removeHandler(old)

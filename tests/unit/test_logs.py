@@ -60,3 +60,26 @@ def test_configure_logging_replaces_handlers(monkeypatch: pytest.MonkeyPatch) ->
     finally:
         root.handlers[:] = saved
         root.setLevel(level)
+
+
+def test_the_pools_reconnect_failures_are_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """asyncpg's pool logs a traceback for every failed reconnection during an outage; the
+    command's log keeps the error, in one line. Other loggers keep their tracebacks."""
+    root = logging.getLogger()
+    saved, level = root.handlers[:], root.level
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    try:
+        configure_logging("text", "info")
+        for name in ("asyncpg.pool", "consumerkit.test"):
+            try:
+                raise ConnectionRefusedError(111, "Connection refused")
+            except OSError:
+                logging.getLogger(name).warning("Failed to restore; retrying", exc_info=True)
+    finally:
+        root.handlers[:] = saved
+        root.setLevel(level)
+    pool, other = stream.getvalue().split("\n", 1)
+    assert pool.endswith("asyncpg.pool: Failed to restore; retrying: "
+                         "ConnectionRefusedError: [Errno 111] Connection refused")
+    assert "Traceback (most recent call last)" in other
