@@ -1,12 +1,13 @@
 """``consumerkit check [MODULE:ATTR]``: what is wrong with a deployment, one line each.
 
 PostgreSQL: reachable, ``synchronous_commit`` on, every table migrated, dedup partitions
-created at least one interval ahead. The broker: reachable, every topic present, no topic
+created at least one interval ahead; a warning for each asynchronous standby (a failover to it
+can lose acknowledged commits). The broker: reachable, every topic present, no topic
 keeping records longer than the dedup window. With ``MODULE:ATTR`` the consumer's own schema,
 dedup policy, topics, retries and outbox are checked. With ``--handlers MODULE:ATTR`` the
 parked records, dead letters and unpublished outbox rows are decoded by that consumer's
 handlers (see :mod:`.check_handlers`). Exit status 1 when anything is wrong,
-else 0 and a short all-clear.
+else 0 and a short all-clear (warnings do not change it).
 """
 
 from __future__ import annotations
@@ -77,12 +78,18 @@ class Deployment:
 @dataclass
 class Report:
     problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def ok(self, text: str) -> None:
         print(f"ok       {text}")
 
     def note(self, text: str) -> None:
         print(f"note     {text}")
+
+    def warn(self, text: str) -> None:
+        """A risk the deployment may have chosen: said, but not a failed check."""
+        print(f"WARNING  {text}")
+        self.warnings.append(text)
 
     def problem(self, text: str) -> None:
         print(f"PROBLEM  {text}")
@@ -103,7 +110,8 @@ async def check_command(args: argparse.Namespace) -> int:
     if report.problems:
         print(f"{len(report.problems)} problem{'s' if len(report.problems) > 1 else ''} found")
         return 1
-    print("all clear")
+    warned = len(report.warnings)
+    print(f"all clear ({warned} warning{'s' if warned > 1 else ''})" if warned else "all clear")
     return 0
 
 
@@ -134,6 +142,7 @@ async def check_postgres(d: Deployment, report: Report) -> None:
             if await conn.fetchval("SELECT current_setting('synchronous_commit')") == "off":
                 report.problem("synchronous_commit is off: a committed effect can vanish in a "
                                "crash after its offset was committed; turn it on for this role")
+            await _standbys(conn, report)
             tables = [VERSION_TABLE, "dead_letters", *(t.table for t in d.outboxes),
                       *(f"{t.table}_failures" for t in d.outboxes)]
             missing = [t for t in tables if await conn.fetchval(
@@ -150,6 +159,38 @@ async def check_postgres(d: Deployment, report: Report) -> None:
                 await _partitions_ahead(conn, d, report)
     except ConsumerKitError as exc:
         report.problem(str(exc))
+
+
+# physical standbys only: a logical walsender (Debezium, say) holds a logical slot
+_STANDBYS = """
+SELECT r.application_name, r.sync_state FROM pg_stat_replication r
+WHERE NOT EXISTS (SELECT 1 FROM pg_replication_slots s
+                  WHERE s.active_pid = r.pid AND s.slot_type = 'logical')
+ORDER BY r.application_name"""
+
+
+async def _standbys(conn: Any, report: Report) -> None:
+    """Warn of asynchronous standbys: promoted, one can lack commits already acknowledged
+    (docs/failover.md)."""
+    standbys = await conn.fetch(_STANDBYS)
+    if not standbys:
+        return
+    if any(r["sync_state"] is None for r in standbys):
+        report.note(f"{len(standbys)} standby(s) stream from this server, but this role cannot "
+                    "see whether they are synchronous (grant it pg_monitor)")
+        return
+    names = await conn.fetchval("SELECT current_setting('synchronous_standby_names')")
+    lagging = [r["application_name"] or "(unnamed)" for r in standbys
+               if r["sync_state"] in ("async", "potential")]
+    if lagging:
+        empty = " (synchronous_standby_names is empty)" if not names.strip() else ""
+        report.warn(f"asynchronous standby: {', '.join(lagging)}{empty}; a failover to it "
+                    "can lose commits already acknowledged (effects, dedup rows, outbox rows) "
+                    "and leave published events without their source; see "
+                    "synchronous_standby_names in docs/failover.md")
+    else:
+        report.ok(f"standbys synchronous: "
+                  f"{', '.join(r['application_name'] for r in standbys)}")
 
 
 async def _partitions_ahead(conn: Any, d: Deployment, report: Report) -> None:
