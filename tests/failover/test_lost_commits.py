@@ -1,0 +1,123 @@
+"""The hazard of issue 26, measured: a failover to a standby that missed the last commits.
+
+The consumer applies records and then commits their offsets to Kafka. The standby is held
+back, so the transactions of the records applied meanwhile reach the primary alone; the
+primary dies and the standby is promoted. With the offsets in Kafka (``offset_store``
+``"kafka"``, today's behaviour), those effects are gone with the primary while the group's
+offsets are already past their records: nothing applies them again. The test asserts that
+loss, counted, as a negative control: the failover really loses what it should."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Sequence
+
+import asyncpg
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from consumerkit.schema import migrate
+from consumerkit.testing.services import MakeTopic, ReplicatedPostgres
+from tests.integration.ledger import (
+    Running,
+    build,
+    create_ledger,
+    group,
+    ledger_rows,
+    make_events,
+    publish,
+    settled,
+    wait_for,
+)
+
+TIMEOUT = 90.0
+SCHEMA = "lost"
+KEYS = 6
+PARTITIONS = 3
+
+
+async def committed(bootstrap: str, group_id: str, topic: str, partitions: int) -> int:
+    """The group's committed offsets of ``topic``, summed: on a topic written without
+    transactions offsets have no gaps, so this counts the records committed."""
+    probe = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id,
+                             enable_auto_commit=False)
+    await probe.start()
+    try:
+        offsets = [await probe.committed(TopicPartition(topic, p)) for p in range(partitions)]
+    finally:
+        await probe.stop()
+    return sum(o or 0 for o in offsets)
+
+
+async def _applied(dsn: str) -> list[asyncpg.Record]:
+    conn = await asyncpg.connect(dsn, timeout=10)
+    try:
+        return await ledger_rows(conn, SCHEMA)
+    finally:
+        await conn.close()
+
+
+def _order_breaks(rows: Sequence[asyncpg.Record]) -> int:
+    """Effects not the next of their key's sequence (the first effect after a gap counts)."""
+    last: dict[str, int] = {}
+    breaks = 0
+    for r in rows:
+        breaks += r["seq"] != last.get(r["key"], 0) + 1
+        last[r["key"]] = r["seq"]
+    return breaks
+
+
+async def test_with_offsets_in_kafka_a_failover_to_a_lagging_standby_loses_effects(
+        pair: ReplicatedPostgres, kafka_bootstrap: str, make_topic: MakeTopic) -> None:
+    conn = await asyncpg.connect(pair.dsn, timeout=10)
+    try:
+        await migrate(conn, SCHEMA)
+        await create_ledger(conn, SCHEMA)
+    finally:
+        await conn.close()
+    topic = await make_topic(partitions=PARTITIONS)
+    events = make_events(KEYS, 30)  # key by key: seq 1..10 replicated, 11..20 held, 21..30 after
+    replicated, held, after = events[:10 * KEYS], events[10 * KEYS:20 * KEYS], events[20 * KEYS:]
+    consumer = build("lost", SCHEMA, topic, pair.dsn, kafka_bootstrap, migrate=False)
+    group_id = group("lost", topic)
+
+    async def _committed(records: int) -> bool:
+        return await committed(kafka_bootstrap, group_id, topic, PARTITIONS) >= records
+
+    async with Running(consumer):
+        await publish(kafka_bootstrap, topic, replicated)
+        await wait_for(lambda: settled(consumer, len(replicated)), TIMEOUT, "the first events")
+        await wait_for(lambda: _committed(len(replicated)), TIMEOUT,
+                       "the offsets of the first events")
+        await asyncio.to_thread(pair.wait_caught_up)
+
+        pair.hold_back()  # from here on the standby misses every commit
+        await publish(kafka_bootstrap, topic, held)
+        await wait_for(lambda: settled(consumer, len(replicated) + len(held)), TIMEOUT,
+                       "the events applied while the standby is held back")
+        await wait_for(lambda: _committed(len(replicated) + len(held)), TIMEOUT,
+                       "their offsets, committed to Kafka")
+        assert len(await _applied(pair.primary_dsn)) == len(replicated) + len(held)
+
+        await asyncio.to_thread(pair.kill_primary)
+        await asyncio.to_thread(pair.promote)
+        await publish(kafka_bootstrap, topic, after)
+        before = consumer.stats.applied
+
+        async def after_applied() -> bool:
+            return consumer.stats.applied >= before + len(after)
+
+        await wait_for(after_applied, TIMEOUT, "the events sent after the failover")
+
+    rows = await _applied(pair.dsn)
+    applied = Counter(r["event_id"] for r in rows)
+    lost = [e for e in events if e.event_id not in applied]
+    # the loss: every event applied while the standby was held back, and nothing else
+    assert {e.event_id for e in lost} == {e.event_id for e in held}
+    assert len(lost) == len(held) == 60
+    assert sum(n - 1 for n in applied.values()) == 0  # no duplicate effect
+    # each key's sequence jumps from 10 to 21: one order break per key
+    assert _order_breaks(rows) == KEYS
+    assert consumer.stats.applied == len(events)  # the consumer did apply them, once
+    print(f"offset_store=kafka: {len(events)} events applied, {len(lost)} lost in the failover, "
+          f"{_order_breaks(rows)} keys out of sequence")
