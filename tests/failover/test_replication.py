@@ -31,6 +31,7 @@ async def test_commits_made_while_held_back_are_lost_by_the_failover(
         assert await conn.fetchval("SELECT count(*) FROM t") == 30
     finally:
         await conn.close()
+    standby = pair.standby_port
     pair.kill_primary()
     with pytest.raises(ConnectionRefusedError):
         await asyncpg.connect(pair.primary_dsn, timeout=5)
@@ -38,7 +39,7 @@ async def test_commits_made_while_held_back_are_lost_by_the_failover(
 
     conn = await asyncpg.connect(pair.dsn, timeout=10)
     try:
-        assert await conn.fetchval("SELECT inet_server_port()") == pair.standby_port
+        assert await conn.fetchval("SELECT inet_server_port()") == standby == pair.primary_port
         assert await conn.fetchval("SELECT max(n) FROM t") == 10  # the 20 held back are gone
         await conn.execute("INSERT INTO t VALUES (11)")  # and it takes writes
     finally:
@@ -75,3 +76,38 @@ async def _count_tables(dsn: str) -> int:
         return int(await conn.fetchval("SELECT count(*) FROM pg_tables"))
     finally:
         await conn.close()
+
+
+async def test_after_a_rebuild_the_pair_fails_over_again_behind_the_same_dsn(
+        pair: ReplicatedPostgres) -> None:
+    """The torture fault fails over more than once: the old primary's port gets a new
+    standby of the new primary, and ``dsn`` still reaches whichever takes writes."""
+    ports = {pair.primary_port, pair.standby_port}
+    dsn = pair.dsn
+    pair.kill_primary()
+    pair.promote()
+    pair.rebuild_standby()
+    assert {pair.primary_port, pair.standby_port} == ports
+    conn = await asyncpg.connect(dsn, timeout=10)
+    try:
+        await conn.execute("CREATE TABLE t (n int PRIMARY KEY)")
+        await conn.execute("INSERT INTO t VALUES (1)")
+        pair.wait_caught_up()
+        pair.hold_back()
+        await conn.execute("INSERT INTO t VALUES (2)")
+    finally:
+        await conn.close()
+    pair.restart_primary()  # a crash of the primary alone loses nothing
+    assert await _count(dsn) == 2
+    pair.release()
+    pair.wait_caught_up()  # the standby streams again from the restarted primary
+    pair.hold_back()
+    conn = await asyncpg.connect(dsn, timeout=10)
+    try:
+        await conn.execute("INSERT INTO t VALUES (3)")
+    finally:
+        await conn.close()
+    pair.kill_primary()
+    pair.promote()
+    assert pair.failovers == 2
+    assert await _count(dsn) == 2  # 3 was held back; 2 reached the standby after the restart
