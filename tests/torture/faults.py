@@ -16,13 +16,14 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from consumerkit.outbox import NewEvent, Outbox
 
-from .cluster import OwnPostgres, OwnRedis, TansuBroker, pause_process
+from .cluster import Database, OwnRedis, ReplicatedCluster, TansuBroker, pause_process
 from .ledger import EVENT_TYPE
 from .procs import Proc, Procs
 
 SESSION_TIMEOUT = 3.0  # the consumers' session_timeout_ms, in seconds
 FAILPOINT_WAIT = 8.0  # how long an armed fail-point may take to be reached
 ARM_AFTER = 3.0  # seconds a process must have run before a fail-point is armed in it
+HOLD_BACK = 2.0  # seconds the standby misses every commit before the primary is killed
 
 
 @dataclass
@@ -30,7 +31,7 @@ class Rig:
     """What the faults act on."""
 
     procs: Procs
-    postgres: OwnPostgres
+    postgres: Database
     broker: TansuBroker
     redis: OwnRedis | None
     schema: str
@@ -111,6 +112,19 @@ def _terminate(pattern: str) -> Fault:
 
 async def postgres_restart(rig: Rig) -> bool:
     await asyncio.to_thread(rig.postgres.restart)
+    return True
+
+
+async def postgres_failover(rig: Rig) -> bool:
+    """The standby misses the commits of a few seconds (consumers apply records and commit
+    their offsets, relays publish and delete rows, producers write, all on the primary alone);
+    then the primary dies and the standby is promoted: those commits are gone."""
+    if not isinstance(rig.postgres, ReplicatedCluster):
+        return False
+    pair = rig.postgres.pair
+    pair.hold_back()
+    await asyncio.sleep(HOLD_BACK)  # the fault: what commits now is on the primary alone
+    await asyncio.to_thread(rig.postgres.fail_over)
     return True
 
 
@@ -235,6 +249,7 @@ KINDS: dict[str, Fault] = {
     "pg_terminate_consumers": _terminate("consumerkit:%"),
     "pg_terminate_relays": _terminate("consumerkit-relay%"),
     "postgres_restart": postgres_restart,
+    "postgres_failover": postgres_failover,
     "redis_flushall": redis_flushall,
     "redis_kill": redis_kill,
     "redis_pause": redis_pause,
@@ -245,6 +260,7 @@ KINDS: dict[str, Fault] = {
     "republish": republish,
 }
 REDIS_KINDS = {"failpoint_after_cache_write", "redis_flushall", "redis_kill", "redis_pause"}
+FAILOVER_KINDS = {"postgres_failover"}  # they need the replicated cluster
 
 
 def schedule(kinds: list[str], count: int, rng: random.Random) -> list[str]:

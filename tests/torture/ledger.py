@@ -118,9 +118,10 @@ async def read_history(conn: DbConnection, schema: str) -> History:
         f"SELECT event_id, aggregate, seq FROM {s}.effects ORDER BY id")]
     letters = [(r[0], r[1]) for r in await conn.fetch(
         f"SELECT event_id, reason FROM {s}.dead_letters")]
-    violations = int(await conn.fetchval(f"SELECT count(*) FROM {s}.violations"))
+    violations = [(r[0], r[1]) for r in await conn.fetch(
+        f"SELECT aggregate, got FROM {s}.violations")]
     return History(committed=committed, effects=effects, dead_letters=letters, published=[],
-                   projection_violations=violations)
+                   projection_violations=len(violations), violations=violations)
 
 
 async def latency_ms(conn: DbConnection, schema: str) -> tuple[float, float]:

@@ -1,8 +1,10 @@
 """Run sizes. ``short`` is CI's (at least 5,000 events and 20 faults of 8 kinds or more);
 ``mutant`` is the small size at which every negative control must still be caught; ``soak``
-is several times ``short``; ``long`` is the one to publish: run with several seeds, together
-they make at least 1,000,000 events and 500 faults of every kind (one seed is about 25 minutes
-on a 2-core machine, so a failing seed does not cost the whole run)."""
+is several times ``short``; ``failover-kafka`` is the failover fault's negative control
+(offsets kept in Kafka: it must lose effects); ``long`` is the one to publish: run with
+several seeds, together they make at least 1,000,000 events and 500 faults of every kind (one
+seed is about 25 minutes on a 2-core machine, so a failing seed does not cost the whole
+run)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,9 @@ class Profile:
     drain_timeout: float = 120.0  # give up (and report what is missing) after this long
     stall_timeout: float = 25.0  # ... or after this long without progress
     kinds: tuple[str, ...] = ()  # the fault kinds to draw from; () for all of them
+    # a primary with a streaming standby, and the failover fault among the kinds
+    failover: bool = False
+    offset_store: str = "kafka"  # where the consumers keep their offsets
 
 
 ALL_KINDS = list(KINDS)
@@ -43,6 +48,12 @@ PROFILES = {
     "soak": Profile("soak", events=40_000, aggregates=1000, rate=110.0, faults=100,
                     fault_gap=0.8, warmup=5.0, cache=True, drain_timeout=300.0,
                     stall_timeout=60.0),
+    # the negative control of the failover fault: offsets in Kafka, so the effects applied
+    # while the standby was held back are lost with the primary (the run must fail)
+    "failover-kafka": Profile("failover-kafka", events=1500, aggregates=40, rate=50.0,
+                              faults=4, fault_gap=2.0, warmup=3.0, cache=False,
+                              stall_timeout=10.0, failover=True, kinds=(
+                                  "postgres_failover", "consumer_sigkill", "republish")),
     "long": Profile("long", events=340_000, aggregates=5000, rate=500.0, faults=180,
                     fault_gap=0.6, warmup=10.0, cache=True, drain_timeout=900.0,
                     stall_timeout=120.0),

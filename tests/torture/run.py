@@ -23,8 +23,8 @@ from consumerkit.transport.kafka import create_topic
 
 from . import ledger
 from .check import check
-from .cluster import OwnPostgres, OwnRedis, start_tansu
-from .faults import KINDS, REDIS_KINDS, Rig, schedule
+from .cluster import Database, OwnPostgres, OwnRedis, ReplicatedCluster, start_tansu
+from .faults import FAILOVER_KINDS, KINDS, REDIS_KINDS, Rig, schedule
 from .procs import Procs
 from .profiles import Profile
 from .trace import rereads
@@ -187,7 +187,8 @@ async def torture(profile: Profile, seed: int, mutant: str,
                   keep: bool = False) -> dict[str, Any]:
     rng = random.Random(seed)
     workdir = Path(tempfile.mkdtemp(prefix="ck-torture-"))
-    postgres = await asyncio.to_thread(OwnPostgres)
+    postgres: Database = await asyncio.to_thread(
+        ReplicatedCluster if profile.failover else OwnPostgres)
     broker = await asyncio.to_thread(start_tansu)
     redis = OwnRedis() if profile.cache else None
     procs = Procs(workdir, mutant)
@@ -215,7 +216,8 @@ async def torture(profile: Profile, seed: int, mutant: str,
         await asyncio.sleep(profile.warmup)  # the warm-up: a span without faults
         phases["warmup_s"] = time.monotonic() - started
 
-        kinds = [k for k in profile.kinds or KINDS if profile.cache or k not in REDIS_KINDS]
+        kinds = [k for k in profile.kinds or KINDS if (profile.cache or k not in REDIS_KINDS)
+                 and (profile.failover or k not in FAILOVER_KINDS)]
         plan = schedule(kinds, profile.faults, rng)
         mark = time.monotonic()
         faults, missed = await _chaos(rig, plan, profile)
@@ -251,6 +253,8 @@ async def torture(profile: Profile, seed: int, mutant: str,
         history.broker_hidden = {event_id for _, _, event_id in hidden} - shown
         history.republished = rig.republished
         history.raw_poison = rig.raw_poison
+        failovers = postgres.failovers if isinstance(postgres, ReplicatedCluster) else 0
+        history.failovers = failovers
         findings = check(history)
         exits = {p.name: p.unexpected_exits for p in procs.by_name.values()
                  if p.unexpected_exits}
@@ -286,6 +290,13 @@ async def torture(profile: Profile, seed: int, mutant: str,
             "faults_by_kind": dict(sorted(faults.items())),
             "faults_not_reached": missed,
             "postgres_restarts": postgres.restarts,
+            "offset_store": profile.offset_store,
+            "failovers": failovers,
+            # events the relay published from rows a failover then took back: on the topic,
+            # with no source transaction (docs/failover.md), and what they did downstream
+            "orphan_events": findings.orphans,
+            "orphan_effects": findings.orphan_effects,
+            "orphan_projection_violations": findings.orphan_violations,
             "drained": drained,
             "time_to_drain_s": round(drain_s, 2),
             "latency_ms": {"p50": round(p50, 1), "p99": round(p99, 1)},

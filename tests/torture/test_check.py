@@ -130,3 +130,27 @@ def test_fail_points_and_mutants_exist_only_in_test_mode(value: str, expected: s
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, check=True,
                          capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == expected
+
+
+def test_after_a_failover_an_orphan_is_counted_not_a_phantom() -> None:
+    """The relay published c1 and c2 from a transaction the failover took back; the producer's
+    counter went back too, so the next event of aggregate c is numbered 1 again: the projection
+    saw 1 after 2 (one violation, explained by the orphans)."""
+    h = clean()
+    h.published += ["c1-lost", "c2-lost"]
+    h.effects += [("c1-lost", "c", 1), ("c2-lost", "c", 2), ("c1", "c", 1)]
+    h.committed["c1"] = Produced("c", 1)
+    h.violations = [("c", 1)]
+    h.projection_violations = 1
+    before = check(h)  # no failover: the relay published what was never committed
+    assert (before.phantom, before.orphans, before.projection_violations) == (2, 0, 1)
+    assert not before.verdict
+    h.failovers = 1
+    found = check(h)
+    assert (found.orphans, found.orphan_effects, found.orphan_violations) == (2, 2, 1)
+    assert (found.phantom, found.projection_violations, found.lost) == (0, 0, 0)
+    assert found.verdict
+    h.violations.append(("a", 3))  # a violation no orphan explains still fails
+    h.projection_violations = 2
+    assert check(h).projection_violations == 1
+    assert not check(h).verdict
