@@ -90,11 +90,25 @@ class Applier:
     maintenance_wanted: asyncio.Event | None = None  # set when no dedup partition covers now
     offsets: Recheck | None = None  # the database keeps the offsets: written in the transaction
 
+    def _cache_namespace(self) -> str | None:
+        """The dedup cache's namespace, or None while it must not be used. With the offsets
+        in the database, the cache speaks for one timeline of it: a failover or a restore
+        that moved the database back starts a new one, where ids cached before (effects the
+        database may have lost) count for nothing; and between a lost connection and the
+        check that follows, the cache is not asked at all."""
+        if self.offsets is None:
+            return self.namespace
+        epoch = self.offsets.epoch
+        return None if self.offsets.pending or not epoch else f"{self.namespace}@{epoch}"
+
     async def known(self, event_ids: Sequence[str]) -> set[str]:
         """The ids among ``event_ids`` that the dedup cache knows were applied."""
         if self.cache is None or not event_ids:
             return set()
-        return await self.cache.known(self.namespace, event_ids)
+        namespace = self._cache_namespace()
+        if namespace is None:
+            return set()
+        return await self.cache.known(namespace, event_ids)
 
     async def apply(self, connect: Connect | DbConnection, items: Sequence[Decoded],
                     attempt: int = 1) -> list[Claim]:
@@ -137,7 +151,8 @@ class Applier:
                 if fresh:
                     claimed = [r for _, r in fresh]
                     if _faults.ON:
-                        await _faults_after_claim(self.cache, self.namespace, claimed)
+                        await _faults_after_claim(self.cache, self._cache_namespace(),
+                                                  claimed)
                     token = await mark(conn)
                     handling = True
                     await self._handle_all(conn, [d for d, _ in fresh], attempt, token)
@@ -177,8 +192,9 @@ class Applier:
     async def _ended(self, conn: DbConnection, claimed: list[ClaimRequest], committed: bool,
                      ) -> None:
         await self.dedup.ended(conn, self.namespace, claimed, committed)
-        if committed and self.cache is not None:
-            await self.cache.remember(self.namespace, [r.envelope.event_id for r in claimed])
+        namespace = self._cache_namespace()
+        if committed and self.cache is not None and namespace is not None:
+            await self.cache.remember(namespace, [r.envelope.event_id for r in claimed])
             if _faults.ON:
                 _faults.point("after_cache_write")
 
@@ -279,11 +295,11 @@ class Applier:
             await decoded.route.func(decoded.event, ctx)
 
 
-async def _faults_after_claim(cache: DedupCache | None, namespace: str,
+async def _faults_after_claim(cache: DedupCache | None, namespace: str | None,
                               claimed: list[ClaimRequest]) -> None:
     """The torture test's fail-point after a fresh claim, and its cache mutant."""
     _faults.point("after_claim")
-    if cache is not None and _faults.mutant("cache_before_commit"):
+    if cache is not None and namespace is not None and _faults.mutant("cache_before_commit"):
         await cache.remember(namespace, [r.envelope.event_id for r in claimed])
 
 

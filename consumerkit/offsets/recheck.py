@@ -33,6 +33,12 @@ the offset this consumer saw stored) ends its ownership at once, as a revocation
 owned again from the row: its records are read and applied again, in order. The offset alone
 would not tell: a transaction whose records sat above a lower one still in flight committed
 without moving the row's offset, and the database may have lost it alone.
+
+**The dedup cache.** The cache (Redis) remembers the ids of effects committed on the old
+primary; after the database moved back it would answer "applied" for records whose effects
+are gone, and they would be lost. So each check also reads the database's timeline
+(``epoch``), which a promotion or a point-in-time restore changes, and the cache is asked
+only within the current timeline, and not at all while a check is owed.
 """
 
 from __future__ import annotations
@@ -57,6 +63,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("consumerkit.consumer")
 
 _RETRY_DELAYS = (0.1, 0.5, 1.0, 2.0, 5.0)  # seconds between checks while the database is away
+# the timeline: the first eight hex digits of a WAL file's name
+_EPOCH = "SELECT substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)"
 
 
 class Rewound(ConnectionLost):
@@ -95,6 +103,7 @@ class Recheck:
         self.skip_expired = skip_expired  # an expired record settles with its claim then
         self._lost = 1  # connection losses told; the first check is owed from the start
         self._checked = 0
+        self.epoch = ""  # the database's timeline at the last check (see the module's text)
         self._lock = asyncio.Lock()
         self._wanted = asyncio.Event()
         self._wanted.set()
@@ -127,6 +136,7 @@ class Recheck:
                 raise Rewound((env.topic, env.partition))
 
     async def _check(self, conn: DbConnection) -> None:
+        self.epoch = str(await conn.fetchval(_EPOCH))
         if self.owner is None:
             return
         states = [s for s in list(self.owner.states.values()) if not s.rewound]

@@ -16,8 +16,10 @@ from collections import Counter
 from collections.abc import Sequence
 
 import asyncpg
+import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from consumerkit.dedup.redis import RedisDedupCache
 from consumerkit.schema import migrate
 from consumerkit.testing.services import MakeTopic, ReplicatedPostgres
 from tests.integration.ledger import (
@@ -72,6 +74,7 @@ def _order_breaks(rows: Sequence[asyncpg.Record]) -> int:
 
 async def _fail_over_under_a_consumer(
         pair: ReplicatedPostgres, bootstrap: str, topic: str, offset_store: str,
+        redis_url: str | None = None,
 ) -> tuple[list[Event], list[Event], list[asyncpg.Record], int]:
     """(every event, those applied while the standby was held back, the effects on the new
     primary in the order applied, the consumer's count of effects applied)."""
@@ -83,8 +86,9 @@ async def _fail_over_under_a_consumer(
         await conn.close()
     events = make_events(KEYS, 30)  # key by key: seq 1..10 replicated, 11..20 held, 21..30 after
     replicated, held, after = events[:10 * KEYS], events[10 * KEYS:20 * KEYS], events[20 * KEYS:]
+    cache = RedisDedupCache(redis_url, retry_interval=0.5) if redis_url else None
     consumer = build("lost", SCHEMA, topic, pair.dsn, bootstrap, migrate=False,
-                     offset_store=offset_store)
+                     offset_store=offset_store, dedup_cache=cache)
     group_id = group("lost", topic)
 
     async def _committed(records: int) -> bool:
@@ -136,11 +140,16 @@ async def test_with_offsets_in_kafka_a_failover_to_a_lagging_standby_loses_effec
           f"{_order_breaks(rows)} keys out of sequence")
 
 
+@pytest.mark.parametrize("cached", [False, True], ids=["no-cache", "redis-cache"])
 async def test_with_offsets_in_postgres_a_failover_to_a_lagging_standby_loses_nothing(
-        pair: ReplicatedPostgres, kafka_bootstrap: str, make_topic: MakeTopic) -> None:
+        pair: ReplicatedPostgres, kafka_bootstrap: str, make_topic: MakeTopic,
+        request: pytest.FixtureRequest, cached: bool) -> None:
+    """With the Redis dedup cache too: it remembers the held-back ids, applied on the
+    primary that died; those entries must not count on the promoted standby."""
     topic = await make_topic(partitions=PARTITIONS)
+    redis_url = request.getfixturevalue("redis_url") if cached else None
     events, held, rows, applied_by_consumer = await _fail_over_under_a_consumer(
-        pair, kafka_bootstrap, topic, "postgres")
+        pair, kafka_bootstrap, topic, "postgres", redis_url)
     applied = Counter(r["event_id"] for r in rows)
     assert [e.event_id for e in events if e.event_id not in applied] == []  # none lost
     assert sum(n - 1 for n in applied.values()) == 0  # no duplicate effect
