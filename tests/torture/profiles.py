@@ -37,7 +37,8 @@ ALL_KINDS = list(KINDS)
 PROFILES = {
     # the producers' rate spreads the events over the chaos phase (faults take ~3 s each)
     "short": Profile("short", events=6000, aggregates=200, rate=70.0, faults=24,
-                     fault_gap=1.0, warmup=4.0, cache=True),
+                     fault_gap=1.0, warmup=4.0, cache=True, failover=True,
+                     offset_store="postgres"),
     # the faults that give each broken variant its chance to show, and some others
     "mutant": Profile("mutant", events=1200, aggregates=40, rate=45.0, faults=10,
                       fault_gap=0.5, warmup=2.0, cache=True, stall_timeout=8.0, kinds=(

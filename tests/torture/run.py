@@ -73,7 +73,7 @@ def _processes(procs: Procs, dsn: str, bootstrap: str, redis_url: str,
         batch = ["--batch"] if i % 2 else ["--max-batch", "1"] if i == 2 else []
         procs.add(f"consumer-{i}", "tests.torture.consumer_proc", "--dsn", dsn,
                   "--bootstrap", bootstrap, "--topic", TOPIC, "--schema", SCHEMA,
-                  "--redis", redis_url, *batch)
+                  "--redis", redis_url, "--offset-store", profile.offset_store, *batch)
     procs.add("producer", "tests.torture.producer_proc", "--dsn", dsn, "--schema", SCHEMA,
               "--events", str(profile.events), "--aggregates", str(profile.aggregates),
               "--rate", str(profile.rate), "--seed", str(seed))
