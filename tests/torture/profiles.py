@@ -48,7 +48,7 @@ PROFILES = {
     # between the two: what fits in ten minutes on a 2-core machine
     "soak": Profile("soak", events=40_000, aggregates=1000, rate=110.0, faults=100,
                     fault_gap=0.8, warmup=5.0, cache=True, drain_timeout=300.0,
-                    stall_timeout=60.0),
+                    stall_timeout=60.0, failover=True, offset_store="postgres"),
     # the negative control of the failover fault: offsets in Kafka, so the effects applied
     # while the standby was held back are lost with the primary (the run must fail)
     "failover-kafka": Profile("failover-kafka", events=1500, aggregates=40, rate=50.0,
@@ -57,5 +57,5 @@ PROFILES = {
                                   "postgres_failover", "consumer_sigkill", "republish")),
     "long": Profile("long", events=340_000, aggregates=5000, rate=500.0, faults=180,
                     fault_gap=0.6, warmup=10.0, cache=True, drain_timeout=900.0,
-                    stall_timeout=120.0),
+                    stall_timeout=120.0, failover=True, offset_store="postgres"),
 }
