@@ -29,7 +29,7 @@ from ..schema import VERSION_TABLE
 from ..settings import CommonSettings, ConsumerSettings
 from ..transport.kafka import KafkaProducer
 from .check_handlers import add_arguments as add_handlers_arguments
-from .check_handlers import check_handlers
+from .check_handlers import check_handlers, validate_handlers_arguments
 from .common import policy_args, sub
 from .errors import MIGRATE_HINT, database, one_line
 from .options import add_settings_arguments, load_settings, sources
@@ -97,6 +97,7 @@ class Report:
 
 
 async def check_command(args: argparse.Namespace) -> int:
+    validate_handlers_arguments(args)
     settings = load_settings(args, ConsumerSettings)
     deployment = await _deployment(args, settings)
     report = Report()

@@ -35,8 +35,9 @@ from ..outbox.event import OutboxEvent
 from ..outbox.kafka import wire_record
 from ..outbox.table import OutboxTable
 from ..parking.tables import RECORDS as PARKED
-from .errors import database
+from .errors import CommandError, database
 from .target import load_consumer
+from .try_handlers import Trial, trial, try_handlers
 
 SHOWN = 20  # failures printed in full per source; the rest are counted by reason
 STATEMENT_TIMEOUT = "60s"
@@ -50,6 +51,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="rows read per query by --handlers")
     parser.add_argument("--max-records", type=_positive, default=1_000_000, metavar="N",
                         help="rows of each source read at most by --handlers")
+    parser.add_argument("--try-handlers", action="store_true",
+                        help="with --handlers: run each handler once, its statements prepared "
+                        "and never executed, to find a missing table, column, schema or "
+                        "privilege (runs the handlers' code: opt-in)")
+
+
+def validate_handlers_arguments(args: argparse.Namespace) -> None:
+    if args.try_handlers and args.handlers is None:
+        raise CommandError("--try-handlers needs --handlers MODULE:ATTR (the consumer whose "
+                           "handlers to try)")
 
 
 def _positive(text: str) -> int:
@@ -101,25 +112,28 @@ async def check_handlers(args: argparse.Namespace, dsn: str | None,
             return None if mine else "for other consumers' event types"
 
         pages = _Pages(conn, args.page_size, args.max_records)
+        found: dict[str, Trial] = {}  # each handler's first waiting event that decodes
         tallies = [
             await _decode_all(f"parked records of {consumer.name}", decoder,
-                              pages.parked(consumer), None),
+                              pages.parked(consumer), None, found),
             await _decode_all(f"dead letters of {consumer.name}", decoder,
-                              pages.dead_letters(consumer), replayed),
+                              pages.dead_letters(consumer), replayed, found),
         ]
         for table in outboxes:
             tallies.append(await _decode_all(
                 f"unpublished rows of outbox {table.schema}.{table.table}", decoder,
-                pages.outbox(table), others))
-    for tally in tallies:
-        _report(tally, args.page_size, args.max_records, report)
+                pages.outbox(table), others, found))
+        for tally in tallies:
+            _report(tally, args.page_size, args.max_records, report)
+        if args.try_handlers:
+            await try_handlers(consumer, conn, found, report)
 
 
 Skip = Callable[[Record], Awaitable[str | None]]  # why a record is left out, or None
 
 
 async def _decode_all(source: str, decoder: Decoder, records: _Paged,
-                      skip: Skip | None) -> Tally:
+                      skip: Skip | None, found: dict[str, Trial]) -> Tally:
     tally = Tally(source)
     async for where, record in records:
         why = None if skip is None else await skip(record)
@@ -128,11 +142,13 @@ async def _decode_all(source: str, decoder: Decoder, records: _Paged,
             continue
         tally.read += 1
         try:
-            decoder.decode(record)
+            decoded = decoder.decode(record)
         except DecodeError as exc:
             tally.failures[exc.reason] += 1
             if len(tally.shown) < SHOWN:
                 tally.shown.append(f"{where}: {exc.reason}: {exc.detail}")
+        else:
+            found.setdefault(decoded.route.name, trial(f"{source}: {where}", decoded))
     tally.stopped = records.stopped
     return tally
 
