@@ -88,7 +88,7 @@ async def try_handlers(consumer: Consumer, conn: asyncpg.Connection[Any],
         if refused is not None:
             report.problem(f"{what}, {on}: {refused.sqlstate} {refused}")
         elif error is not None:
-            report.note(f"{what} could not be tried ({on}): "
+            report.note(f"{what} could not be tried on {chosen.source}: "
                         f"{type(error).__name__}: {error}"[:500])
         else:
             report.ok(f"{what}, {on}: {dry.checked} statement"

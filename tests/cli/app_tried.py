@@ -29,6 +29,7 @@ class Payment(BaseModel):
 
 
 class Cancellation(BaseModel):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"order_id": "o-9"}]})
     order_id: str
 
 
