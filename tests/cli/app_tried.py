@@ -1,12 +1,13 @@
 """A consumer for the ``consumerkit check --try-handlers`` tests, loaded by MODULE:ATTR: its
 handlers need tables of their own (``charges``, ``order_notes`` with a ``note`` column) in
-the schema named by ``$CHECK_TEST_SCHEMA``. One reads a row it expects to find, one takes a
-model no instance of which can be made up."""
+the schema named by ``$CHECK_TEST_SCHEMA``, and ``audit``, whose failure one catches. One
+reads a row it expects to find, one takes a model no instance of which can be made up."""
 
 from __future__ import annotations
 
 import os
 
+import asyncpg
 from pydantic import BaseModel, ConfigDict
 
 from consumerkit import BatchContext, Consumer, HandlerContext, HandlerRegistry, Outbox
@@ -64,6 +65,15 @@ async def cancel(event: Cancellation, ctx: HandlerContext) -> None:
         f'SELECT order_id FROM "{_schema()}".order_notes WHERE order_id = $1', event.order_id)
     if row is None:
         raise LookupError(f"no order {event.order_id}")
+
+
+@handlers.handler("order.shipped")
+async def audit(event: Cancellation, ctx: HandlerContext) -> None:
+    try:  # an audit row is best effort: its failure is logged, not raised
+        await ctx.tx.execute(f'INSERT INTO "{_schema()}".audit (order_id) VALUES ($1)',
+                             event.order_id)
+    except asyncpg.PostgresError as exc:
+        ctx.log.warning("audit row not written: %s", exc)
 
 
 @handlers.handler("refund.issued")
