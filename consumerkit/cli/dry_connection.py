@@ -6,8 +6,9 @@ function that does not exist is refused there), then, when it is one ``EXPLAIN``
 explained with its parameters as NULL: planning checks the role's privileges on every
 relation the statement touches (``permission denied for table ...``) without running it, and
 without the read-only check, which only running does. Results are empty (``fetch`` gives
-``[]``, ``fetchrow`` and ``fetchval`` give ``None``, ``execute`` a status of 0 rows). What
-cannot be checked this way (COPY, cursors, listeners) raises :class:`NotTried`.
+``[]``, ``fetchrow`` and ``fetchval`` give ``None``, ``execute`` a status of 0 rows). A COPY
+into a table is checked as an INSERT of its columns. What cannot be checked this way (a COPY
+out, cursors, listeners) raises :class:`NotTried`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import asyncpg
 
 from ..errors import ConsumerKitError
+from ..types import DbConnection
 
 # what EXPLAIN takes: the statements that plan (a handler's DML and queries)
 _EXPLAINABLE = re.compile(r"\s*(\(\s*)*(SELECT|INSERT|UPDATE|DELETE|MERGE|WITH|VALUES|TABLE)\b",
@@ -36,7 +38,7 @@ class DryConnection:
     """A connection whose statements are prepared and explained, never executed, inside the
     caller's read-only transaction (which the caller rolls back)."""
 
-    def __init__(self, conn: asyncpg.Connection[Any]) -> None:
+    def __init__(self, conn: DbConnection) -> None:
         self._conn = conn
         self.checked = 0  # statements the database accepted
         self.refused: asyncpg.PostgresError | None = None  # the first it did not
@@ -86,6 +88,27 @@ class DryConnection:
                        timeout: float | None = None) -> None:
         await self.check(query)
 
+    async def copy_records_to_table(self, table_name: str, *, columns: Sequence[str] | None
+                                    = None, schema_name: str | None = None,
+                                    **kwargs: Any) -> str:
+        return await self._copy_in(table_name, columns, schema_name)
+
+    async def copy_to_table(self, table_name: str, *, columns: Sequence[str] | None = None,
+                            schema_name: str | None = None, **kwargs: Any) -> str:
+        return await self._copy_in(table_name, columns, schema_name)
+
+    async def _copy_in(self, table: str, columns: Sequence[str] | None,
+                       schema: str | None) -> str:
+        """A COPY into ``table`` checked as the INSERT of one row of NULLs (or defaults)."""
+        target = _quote(table) if schema is None else f"{_quote(schema)}.{_quote(table)}"
+        if columns:
+            names = ", ".join(_quote(c) for c in columns)
+            await self.check(f"INSERT INTO {target} ({names}) VALUES "
+                             f"({', '.join('NULL' for _ in columns)})")
+        else:
+            await self.check(f"INSERT INTO {target} DEFAULT VALUES")
+        return "COPY 0"
+
     async def prepare(self, query: str, *args: Any, **kwargs: Any) -> DryStatement:
         await self.check(query)
         return DryStatement(query)
@@ -96,7 +119,12 @@ class DryConnection:
 
     def __getattr__(self, name: str) -> Any:
         raise NotTried(f"ctx.tx.{name} is not tried (only statements are: execute, fetch, "
-                       "fetchrow, fetchval, executemany, prepare, transaction)")
+                       "fetchrow, fetchval, executemany, prepare, transaction, "
+                       "copy_records_to_table, copy_to_table)")
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
 
 class DryStatement:

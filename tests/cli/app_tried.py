@@ -1,5 +1,6 @@
 """A consumer for the ``consumerkit check --try-handlers`` tests, loaded by MODULE:ATTR: its
-handlers need tables of their own (``charges``, ``order_notes`` with a ``note`` column) in
+handlers need tables of their own (``charges``, ``order_lines``, ``order_notes`` with a
+``note`` column) in
 the schema named by ``$CHECK_TEST_SCHEMA``, and ``audit``, whose failure one catches. One
 reads a row it expects to find, one takes a model no instance of which can be made up."""
 
@@ -45,15 +46,19 @@ class Refund(BaseModel):
 
 @handlers.handler("payment.captured")
 async def record_charge(event: Payment, ctx: HandlerContext) -> None:
-    await ctx.tx.execute(
-        f'INSERT INTO "{_schema()}".charges (order_id, amount_cents) VALUES ($1, $2)',
-        event.order_id, event.amount_cents)
+    async with ctx.tx.transaction():  # a savepoint
+        await ctx.tx.execute(
+            f'INSERT INTO "{_schema()}".charges (order_id, amount_cents) VALUES ($1, $2)',
+            event.order_id, event.amount_cents)
     await ctx.publish(event_type="charge.recorded", aggregate_type="charge",
                       aggregate_id=event.order_id, payload={"order_id": event.order_id})
 
 
 @handlers.handler("order.created", batch=True)
 async def note_orders(events: list[Order], ctx: BatchContext) -> None:
+    await ctx.tx.copy_records_to_table(
+        "order_lines", records=[(e.order_id, e.amount) for e in events],
+        columns=["order_id", "amount"], schema_name=_schema())
     for event in events:
         ctx.defer(f'INSERT INTO "{_schema()}".order_notes (order_id, note) VALUES ($1, $2)',
                   event.order_id, f"{event.amount} cents")

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 
+from consumerkit.cli.dry_connection import DryConnection, NotTried
 from consumerkit.registry import resolve
 from tests.cli import app_tried
 from tests.cli.test_check_handlers import park, run
@@ -25,7 +26,7 @@ def problems(out: str) -> list[str]:
 
 async def counts(pool: asyncpg.Pool, schema: str) -> dict[str, int]:
     tables = ("parked_records", "dead_letters", "shop_outbox", "charges", "order_notes",
-              "audit")
+              "order_lines", "audit")
     found = {t for t in tables if await pool.fetchval("SELECT to_regclass($1)",
                                                        f'"{schema}".{t}') is not None}
     return {t: await pool.fetchval(f'SELECT count(*) FROM "{schema}".{t}') for t in found}
@@ -39,6 +40,7 @@ async def test_a_missing_table_and_column_are_named_and_nothing_is_written(
     db = ["--postgres", postgres_dsn, "--schema", pg_schema]
     assert (await run(capsys, "migrate", *db, "--outbox-table", "shop_outbox"))[0] == 0
     await pg_pool.execute(f'CREATE TABLE "{pg_schema}".order_notes (order_id text)')
+    await pg_pool.execute(f'CREATE TABLE "{pg_schema}".order_lines (order_id text, amount int)')
     await park(pg_pool, pg_schema, 7, replayed=False)  # an order.created waiting: tried on it
     check = ["check", *db, "--handlers", APP]
 
@@ -75,7 +77,7 @@ async def test_a_missing_table_and_column_are_named_and_nothing_is_written(
     code, out = await run(capsys, *check, "--try-handlers")
     assert code == 0, out
     assert (f"ok       handler {_name('note_orders')} (order.created), tried on parked "
-            "records of orders: orders/0/7: 1 statement checked, none refused") in out
+            "records of orders: orders/0/7: 2 statements checked, none refused") in out
     # its INSERT and the outbox's insert of ctx.publish: checked, not run
     assert (f"ok       handler {_name('record_charge')} (payment.captured), tried on a "
             "built instance: 2 statements checked, none refused") in out
@@ -83,7 +85,7 @@ async def test_a_missing_table_and_column_are_named_and_nothing_is_written(
     after = await counts(pg_pool, pg_schema)
     assert after == before
     assert after["charges"] == after["order_notes"] == after["shop_outbox"] == 0
-    assert after["audit"] == 0
+    assert after["audit"] == after["order_lines"] == 0
 
 
 async def test_a_missing_privilege_is_named(
@@ -126,3 +128,24 @@ async def test_try_handlers_needs_handlers(
 
 def _name(func: str) -> str:
     return resolve(getattr(app_tried, func)).name
+
+
+async def test_a_copy_is_checked_as_an_insert_and_nothing_is_copied(
+    pg_schema: str, pg_pool: asyncpg.Pool,
+) -> None:
+    await pg_pool.execute(f'CREATE SCHEMA "{pg_schema}"')
+    await pg_pool.execute(f'CREATE TABLE "{pg_schema}".lines (order_id text, amount int)')
+    async with pg_pool.acquire() as conn:
+        dry = DryConnection(conn)
+        async with conn.transaction(readonly=True):
+            assert await dry.copy_records_to_table(
+                "lines", records=[("o-1", 5)], columns=["order_id", "amount"],
+                schema_name=pg_schema) == "COPY 0"
+        with pytest.raises(asyncpg.UndefinedColumnError, match='column "total"'):
+            async with conn.transaction(readonly=True):
+                await dry.copy_records_to_table("lines", records=[("o-1", 5)],
+                                                columns=["order_id", "total"],
+                                                schema_name=pg_schema)
+        with pytest.raises(NotTried, match="copy_from_query is not tried"):
+            await dry.copy_from_query("SELECT 1", output="/dev/null")
+    assert await pg_pool.fetchval(f'SELECT count(*) FROM "{pg_schema}".lines') == 0
