@@ -10,6 +10,9 @@ types the consumer has no handler for are meant for other services and only coun
 Read-only (a read-only transaction per page) and bounded: the tables are read in pages of
 ``--page-size`` rows in key order, at most ``--max-records`` rows of each source, with a
 statement timeout, and only the first failures of each source are printed in full.
+
+With ``--try-handlers`` each handler then runs once, its statements prepared and never run
+(:mod:`.try_handlers`), on the first of those records that decodes for it.
 """
 
 from __future__ import annotations
