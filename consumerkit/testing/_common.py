@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import socket
 
+from ..errors import StartupError
 
-class ServiceStartError(RuntimeError):
+
+class ServiceStartError(StartupError, RuntimeError):
     """A local service could not be started or did not become ready in time."""
 
 
