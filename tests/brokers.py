@@ -34,3 +34,5 @@ REPLICATION_FACTOR = KAFKA_BROKERS if ON_KAFKA else 1
 # The producers' own default on Apache Kafka; Tansu cannot give a producer id.
 IDEMPOTENCE = ON_KAFKA
 PRODUCER_OPTIONS: dict[str, object] = {"enable_idempotence": IDEMPOTENCE}
+# The CLI's spelling of the same choice (``consumerkit run/relay``).
+IDEMPOTENCE_FLAG: tuple[str, ...] = () if IDEMPOTENCE else ("--no-enable-idempotence",)

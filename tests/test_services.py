@@ -24,6 +24,8 @@ from consumerkit.testing.services import (
     start_tansu,
 )
 
+from .brokers import IDEMPOTENCE
+
 # Tansu answers a JoinGroup after about half the session timeout: keep it short in tests.
 GROUP_SETTINGS: dict[str, Any] = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 300}
 DEADLINE = 30.0
@@ -31,8 +33,9 @@ DEADLINE = 30.0
 
 @asynccontextmanager
 async def producer(bootstrap: str) -> AsyncIterator[Any]:
-    # Tansu has no idempotent producer (InitProducerId fails).
-    client = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=False, acks="all")
+    # Tansu has no idempotent producer (InitProducerId fails); Kafka's is the default.
+    client = AIOKafkaProducer(bootstrap_servers=bootstrap, enable_idempotence=IDEMPOTENCE,
+                              acks="all")
     await client.start()
     try:
         yield client

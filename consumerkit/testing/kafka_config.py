@@ -69,6 +69,11 @@ def node_properties(
         "share.coordinator.state.topic.replication.factor": str(factor),
         "share.coordinator.state.topic.min.isr": str(min_isr),
         "group.initial.rebalance.delay.ms": "0",
+        # Tests run consumers with sessions of a few seconds, under the 6 s default minimum.
+        "group.min.session.timeout.ms": "1000",
+        # Tests send record timestamps days ahead (a duplicate across the dedup table's day
+        # partitions); 4.x refuses more than an hour ahead by default, 3.x accepts any.
+        "log.message.timestamp.after.max.ms": str(30 * 24 * 3600 * 1000),
         # Its 128 MiB default is heap; tests never compact that much.
         "log.cleaner.dedupe.buffer.size": "2097152",
         "log.cleaner.threads": "1",

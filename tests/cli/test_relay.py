@@ -13,6 +13,7 @@ import asyncpg
 from consumerkit.outbox import Outbox, OutboxTable
 from consumerkit.testing.services import MakeTopic
 
+from ..brokers import IDEMPOTENCE
 from ..outbox.conftest import pending, read_all, wait_until
 from .conftest import PASSWORD, cli, finish, start, terminate, with_password
 
@@ -35,7 +36,7 @@ async def test_relay_publishes_pending_rows_and_stops_on_sigterm(
                              aggregate_id=f"order-{n % 7}", payload={"n": n})
     topic = await make_topic(2)
     env = {"CONSUMERKIT_POSTGRES_DSN": dsn, "CONSUMERKIT_SCHEMA": pg_schema,
-           "CONSUMERKIT_ENABLE_IDEMPOTENCE": "false"}  # Tansu has no idempotent producer
+           "CONSUMERKIT_ENABLE_IDEMPOTENCE": str(IDEMPOTENCE).lower()}
     proc = await start("relay", "--kafka", kafka_bootstrap, "--route", topic,
                        "--batch-size", "7", "--log-level", "info", cwd=tmp_path, env=env)
 

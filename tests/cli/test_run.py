@@ -15,13 +15,14 @@ import orjson
 from consumerkit.testing.services import MakeTopic
 from consumerkit.transport.kafka import KafkaProducer
 
+from ..brokers import PRODUCER_OPTIONS
 from .conftest import PASSWORD, cli, finish, start, terminate, with_password
 
 ORDERS = 60
 
 
 async def publish(bootstrap: str, topic: str, orders: int, copies: int = 1) -> None:
-    producer = KafkaProducer(bootstrap, {"enable_idempotence": False})
+    producer = KafkaProducer(bootstrap, dict(PRODUCER_OPTIONS))
     await producer.start()
     try:
         for n in range(orders):

@@ -20,6 +20,7 @@ from consumerkit.outbox.table import SLOTS
 from consumerkit.testing.services import MakeTopic, free_port
 from consumerkit.transport.kafka import KafkaProducer
 
+from ..brokers import IDEMPOTENCE_FLAG, PRODUCER_OPTIONS
 from ..observability.scrape import get, samples, value
 from ..outbox.conftest import read_all
 from .conftest import PASSWORD, Done, cli, start, with_password
@@ -89,7 +90,7 @@ async def status(port: int, path: str) -> int:
 async def send_poison(bootstrap: str, topic: str) -> str:
     """A charge the handler refuses with ``DeadLetter``; returns its event id."""
     event_id = f"{topic}-poison"
-    producer = KafkaProducer(bootstrap, {"enable_idempotence": False})
+    producer = KafkaProducer(bootstrap, dict(PRODUCER_OPTIONS))
     await producer.start()
     try:
         await producer.send(topic, key=b"poison",
@@ -203,7 +204,7 @@ async def test_relay_serves_pending_and_published_on_the_metrics_port(
         await blocker.execute("SELECT pg_advisory_lock($1, s) FROM generate_series(0, $2) s",
                               OutboxTable(pg_schema, "outbox").lock_class, SLOTS - 1)
         async with running("relay", "--kafka", kafka_bootstrap, "--route", topic,
-                           "--no-enable-idempotence",  # Tansu has no idempotent producer
+                           *IDEMPOTENCE_FLAG,
                            "--metrics-port", str(port), "--metrics-host", "127.0.0.1",
                            "--log-level", "info", cwd=tmp_path, env=env) as command:
             await command.until(counted, "the relay's first count of its backlog")

@@ -17,6 +17,8 @@ from consumerkit.transport.kafka import KafkaSource, default_partition
 from consumerkit.transport.memory import MemoryBroker
 from consumerkit.transport.source import Partition, RebalanceHandler, Source
 
+from ..brokers import IDEMPOTENCE
+
 DEADLINE = 30.0  # generous: joining a group on a real broker takes a few seconds
 
 
@@ -88,7 +90,7 @@ async def backend(request: pytest.FixtureRequest, kafka_bootstrap: str,
     if request.param == "memory":
         yield MemoryBackend()
         return
-    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, enable_idempotence=False)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_bootstrap, enable_idempotence=IDEMPOTENCE)
     await producer.start()
     try:
         yield KafkaBackend(kafka_bootstrap, make_topic, producer)

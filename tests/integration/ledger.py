@@ -18,6 +18,8 @@ from consumerkit import Consumer, HandlerContext, RetryPolicy, handler
 from consumerkit._identifiers import identifier
 from consumerkit.types import DbConnection
 
+from ..brokers import IDEMPOTENCE
+
 FAST_GROUP = {  # quick joins and rebalances on the test broker (it holds a join ~session/2)
     "session_timeout_ms": 3000,
     "heartbeat_interval_ms": 300,
@@ -76,7 +78,8 @@ def ledger_handler(schema: str, fail: Hook | None = None) -> Hook:
 
 
 async def publish(bootstrap: str, topic: str, events: Sequence[Event]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=False,
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
+                                enable_idempotence=IDEMPOTENCE,
                                 linger_ms=5)
     await producer.start()
     try:
@@ -94,7 +97,8 @@ async def publish(bootstrap: str, topic: str, events: Sequence[Event]) -> None:
 async def publish_raw(bootstrap: str, topic: str,
                       records: Sequence[tuple[bytes | None, bytes | None,
                                               list[tuple[str, bytes]]]]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=False)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
+                                enable_idempotence=IDEMPOTENCE)
     await producer.start()
     try:
         for key, value, headers in records:

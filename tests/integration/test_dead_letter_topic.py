@@ -16,6 +16,7 @@ from consumerkit.deadletter.writer import DeadLetterWriter
 from consumerkit.testing.services import MakeTopic
 from consumerkit.types import SinkResources
 
+from ..brokers import PRODUCER_OPTIONS
 from .ledger import read_topic
 
 ENTRY = DeadLetterEntry(
@@ -31,7 +32,7 @@ async def open_sink(
     opened: list[DeadLetterTopic] = []
 
     async def _open(topic: str, **producer_options: object) -> DeadLetterTopic:
-        sink = DeadLetterTopic(topic, producer_options={"enable_idempotence": False,
+        sink = DeadLetterTopic(topic, producer_options={**PRODUCER_OPTIONS,
                                                         **producer_options})
         await sink.open(SinkResources(pg_pool, "unused", kafka_bootstrap, {}, ("source",)))
         opened.append(sink)

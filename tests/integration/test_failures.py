@@ -20,6 +20,7 @@ from consumerkit import (
 from consumerkit.deadletter.table import list_dead_letters
 from consumerkit.testing.services import MakeTopic
 
+from ..brokers import PRODUCER_OPTIONS
 from .conftest import LedgerTopic
 from .ledger import (
     Running,
@@ -105,7 +106,7 @@ async def test_every_kind_of_bad_input_is_dead_lettered_and_the_consumer_keeps_r
     consumer = build("strict", pg_schema, topic, postgres_dsn, kafka_bootstrap,
                      max_message_bytes=4096,
                     dead_letter=[DeadLetterTable(), DeadLetterTopic(
-                        dlq_topic, producer_options={"enable_idempotence": False})])
+                        dlq_topic, producer_options=dict(PRODUCER_OPTIONS))])
     async with Running(consumer) as running:
         await wait_for(lambda: settled(consumer, len(bad) + 1), 60, "every record settled")
         assert running.stats.applied == 1
@@ -160,7 +161,7 @@ async def test_a_missing_dead_letter_topic_is_a_clear_startup_error(
 ) -> None:
     topic = await make_topic(partitions=1)
     consumer = build("nodlq", pg_schema, topic, postgres_dsn, kafka_bootstrap,
-                     dead_letter=DeadLetterTopic(producer_options={"enable_idempotence": False}))
+                     dead_letter=DeadLetterTopic(producer_options=dict(PRODUCER_OPTIONS)))
     missing = f"dead-letter topics missing on the broker: {topic}.dlq"
     with pytest.raises(StartupError, match=missing):
         await asyncio.wait_for(consumer.run(), 60)

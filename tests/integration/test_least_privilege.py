@@ -31,6 +31,7 @@ from consumerkit.testing.services import MakeTopic
 from consumerkit.webhook.signature import WebhookSecret, generate_secret, sign_headers
 from tests.webhooks.conftest import serve
 
+from ..brokers import PRODUCER_OPTIONS
 from .conftest import LedgerTopic
 from .ledger import build, ledger_handler, make_events, publish, publish_raw, read_topic, wait_for
 from .worker import emit_billed
@@ -160,7 +161,7 @@ async def test_a_role_without_ddl_rights_runs_consumer_relay_and_receiver(
 
     # the relay: slots (advisory locks), LISTEN, publish, delete, under the same role
     relay = Relay(dsn, KafkaSink(kafka_bootstrap, route=downstream,
-                                 kafka_options={"enable_idempotence": False}),
+                                 kafka_options=dict(PRODUCER_OPTIONS)),
                   schema=pg_schema, handle_signals=False, poll_interval=0.2)
     relaying = asyncio.create_task(relay.run())
     try:

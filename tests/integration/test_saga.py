@@ -20,6 +20,7 @@ from consumerkit._identifiers import identifier
 from consumerkit.outbox import KafkaSink, Relay
 from consumerkit.testing.services import MakeTopic
 
+from ..brokers import PRODUCER_OPTIONS
 from .conftest import LedgerTopic
 from .ledger import group, ledger_rows, make_events, publish, read_topic, verify, wait_for
 from .worker import BILLED
@@ -64,7 +65,7 @@ async def test_a_crashed_saga_step_emits_each_downstream_event_once(
     assert set(causes.values()) == {1}
 
     relay = Relay(postgres_dsn, KafkaSink(kafka_bootstrap, route=downstream,
-                                          kafka_options={"enable_idempotence": False}),
+                                          kafka_options=dict(PRODUCER_OPTIONS)),
                   schema=pg_schema, handle_signals=False, poll_interval=0.2)
     running = asyncio.create_task(relay.run())
     try:

@@ -8,6 +8,7 @@ import asyncpg
 from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay, migrate_outbox
 from consumerkit.testing.services import MakeTopic, free_port
 
+from ..brokers import PRODUCER_OPTIONS
 from ..outbox.conftest import RelayRunning, wait_until
 from .scrape import get, samples, value
 
@@ -30,7 +31,7 @@ async def test_pending_then_published_on_the_metrics_port(
                              aggregate_id="x", payload={})
     port = free_port()
     sink = KafkaSink(kafka_bootstrap, route="{aggregate_type}",
-                     kafka_options={"enable_idempotence": False})
+                     kafka_options=dict(PRODUCER_OPTIONS))
     relay = Relay(postgres_dsn, sink, schema=pg_schema, table="outbox", handle_signals=False,
                   metrics_port=port, metrics_host="127.0.0.1")
     relay.backlog_interval = 3600  # the first round's count, taken before it publishes

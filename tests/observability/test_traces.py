@@ -16,6 +16,7 @@ from consumerkit.observability.tracing import Tracing
 from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay, migrate_outbox
 from consumerkit.testing.services import MakeTopic
 
+from ..brokers import PRODUCER_OPTIONS
 from ..integration.ledger import FAST_GROUP, Running, settled
 from ..integration.ledger import wait_for as wait
 from ..outbox.conftest import RelayRunning, read_all
@@ -57,7 +58,7 @@ async def test_one_trace_from_the_order_through_the_relay_to_billing_and_on(
         outbox=outbox, handle_signals=False, kafka_consumer_options=FAST_GROUP,
         observers=[Tracing(tracer_provider=provider)])
     relay = Relay(postgres_dsn, KafkaSink(kafka_bootstrap, route="{aggregate_type}",
-                                          kafka_options={"enable_idempotence": False}),
+                                          kafka_options=dict(PRODUCER_OPTIONS)),
                   schema=pg_schema, table="outbox", handle_signals=False)
     async with RelayRunning(relay), Running(billing):
         await wait(lambda: settled(billing, 1), 60, "the order billed")

@@ -18,6 +18,7 @@ import asyncpg
 from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay, migrate_outbox
 from consumerkit.testing.services import free_port
 
+from ..brokers import PRODUCER_OPTIONS
 from ..integration.conftest import LedgerTopic
 from ..integration.ledger import Running, build, publish_raw, settled, wait_for
 from ..outbox.conftest import RelayRunning
@@ -70,7 +71,7 @@ async def test_a_row_given_up_on_fires_the_outbox_alert(
         await migrate_outbox(conn, OutboxTable(pg_schema, "outbox"))
     port = free_port()
     sink = KafkaSink(kafka_bootstrap, route="{aggregate_type}",
-                     kafka_options={"enable_idempotence": False})
+                     kafka_options=dict(PRODUCER_OPTIONS))
     relay = Relay(postgres_dsn, sink, schema=pg_schema, table="outbox", handle_signals=False,
                   metrics_port=port, metrics_host="127.0.0.1")
     relay.backlog_interval = 0.2

@@ -8,6 +8,8 @@ import logging
 
 from consumerkit.outbox import KafkaSink, Relay
 
+from ..brokers import PRODUCER_OPTIONS
+
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
@@ -15,7 +17,7 @@ async def main() -> None:
         parser.add_argument(name, required=True)
     args = parser.parse_args()
     sink = KafkaSink(args.bootstrap, route=args.topic,
-                     kafka_options={"enable_idempotence": False})
+                     kafka_options=dict(PRODUCER_OPTIONS))
     relay = Relay(args.dsn, sink, schema=args.schema, name=args.name, batch_size=200,
                   rebalance_interval=0.5)
     await relay.run()

@@ -31,6 +31,7 @@ from consumerkit.outbox import (
 from consumerkit.retry import RetryPolicy
 from consumerkit.testing.services import MakeTopic, start_tansu
 
+from ..brokers import PRODUCER_OPTIONS
 from .conftest import RelayRunning, pending, read_all, wait_until
 
 FAST_RETRY = RetryPolicy(max_attempts=3, initial_delay=0.2, max_delay=0.4)
@@ -90,7 +91,7 @@ async def test_failed_rows_back_off_fail_block_and_can_be_retried_or_skipped(
     make_topic: MakeTopic, outbox: Outbox, outbox_table: OutboxTable,
 ) -> None:
     topic = await make_topic(partitions=2)
-    sink = FlakySink(kafka_bootstrap, route=topic, kafka_options={"enable_idempotence": False})
+    sink = FlakySink(kafka_bootstrap, route=topic, kafka_options=dict(PRODUCER_OPTIONS))
     relay = Relay(postgres_dsn, sink, schema=outbox_table.schema, retry=FAST_RETRY,
                   handle_signals=False)
     bad1, bad2 = await _add(outbox, pg_pool, "bad", 1), await _add(outbox, pg_pool, "bad", 2)
@@ -214,7 +215,7 @@ async def test_a_connection_left_mid_operation_pauses_the_relay_and_loses_nothin
     InternalClientError ("another operation is in progress"). The relay took it for a bug
     and exited; it is an outage: pause, reconnect, publish everything."""
     topic = await make_topic(partitions=1)
-    sink = KafkaSink(kafka_bootstrap, route=topic, kafka_options={"enable_idempotence": False})
+    sink = KafkaSink(kafka_bootstrap, route=topic, kafka_options=dict(PRODUCER_OPTIONS))
     relay = Relay(postgres_dsn, sink, schema=outbox_table.schema, handle_signals=False,
                   retry=RetryPolicy(max_attempts=3, initial_delay=0.05, max_delay=0.1))
     claim = relay._store.claim

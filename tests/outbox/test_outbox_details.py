@@ -48,6 +48,7 @@ from tests.integration.ledger import (
     wait_for,
 )
 
+from ..brokers import PRODUCER_OPTIONS
 from .conftest import RelayRunning, read_all, wait_until
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -62,7 +63,7 @@ class ScriptedSink(KafkaSink):
 
     def __init__(self, bootstrap: str, topic: str, *, refuse: frozenset[str] = frozenset(),
                  lose: dict[str, int] | None = None) -> None:
-        super().__init__(bootstrap, route=topic, kafka_options=NO_IDEMPOTENCE)
+        super().__init__(bootstrap, route=topic, kafka_options=dict(PRODUCER_OPTIONS))
         self.refuse = refuse
         self.lose = lose or {}
         self.seen: list[OutboxEvent] = []
@@ -162,7 +163,7 @@ async def test_cleanup_refuses_inside_a_transaction_a_bad_batch_and_a_running_re
 
     topic = await make_topic(partitions=1)
     relay = relay_for(postgres_dsn, outbox_table,
-                      KafkaSink(kafka_bootstrap, route=topic, kafka_options=NO_IDEMPOTENCE))
+                      KafkaSink(kafka_bootstrap, route=topic, kafka_options=dict(PRODUCER_OPTIONS)))
     async with RelayRunning(relay), pg_pool.acquire() as conn:
         await wait_until(lambda: _relays(pg_pool, outbox_table, 1), 30, "the relay connected")
         with pytest.raises(ConfigurationError, match=r"relay of .* is running"):
@@ -289,7 +290,7 @@ async def test_an_event_carries_its_write_time_not_its_publish_time(
     await wait_until(a_second_later, 10, "a second to pass since the write")
     publishing = datetime.now(UTC)
     relay = relay_for(postgres_dsn, outbox_table,
-                      KafkaSink(kafka_bootstrap, route=topic, kafka_options=NO_IDEMPOTENCE))
+                      KafkaSink(kafka_bootstrap, route=topic, kafka_options=dict(PRODUCER_OPTIONS)))
     async with RelayRunning(relay):
         await wait_until(lambda: _published(relay, 1), 30, "the event published")
     [record] = await read_all(kafka_bootstrap, [topic], lambda found: len(found) >= 1)
@@ -347,7 +348,7 @@ async def test_the_default_relay_retry_is_the_documented_back_off(
     attempts, initial, cap = (int(g) for g in documented.groups())
     assert (attempts, initial, cap) == (10, 1, 60)
 
-    sink = KafkaSink(kafka_bootstrap, kafka_options=NO_IDEMPOTENCE)
+    sink = KafkaSink(kafka_bootstrap, kafka_options=dict(PRODUCER_OPTIONS))
     try:
         relay = Relay(postgres_dsn, sink, handle_signals=False)
     finally:
@@ -372,7 +373,7 @@ async def test_the_sink_producer_is_idempotent_with_acks_all_by_default(
         producer_options({"acks": 1})
 
     default = KafkaSink(kafka_bootstrap)
-    plain = KafkaSink(kafka_bootstrap, kafka_options=NO_IDEMPOTENCE)
+    plain = KafkaSink(kafka_bootstrap, kafka_options=dict(PRODUCER_OPTIONS))
     try:
         # aiokafka keeps a transaction manager only for an idempotent producer; -1 is "all"
         built = default._producer._producer

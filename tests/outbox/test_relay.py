@@ -14,9 +14,10 @@ from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay
 from consumerkit.testing.services import MakeTopic
 from consumerkit.transport.kafka import create_topic
 
+from ..brokers import PRODUCER_OPTIONS
 from .conftest import RelayRunning, pending, read_all, wait_until
 
-NO_IDEMPOTENCE = {"enable_idempotence": False}
+SINK_OPTIONS = PRODUCER_OPTIONS
 
 
 class OrderPlaced(BaseModel):
@@ -26,7 +27,7 @@ class OrderPlaced(BaseModel):
 
 def relay_for(dsn: str, table: OutboxTable, bootstrap: str, route: str,
               **options: object) -> Relay:
-    sink = KafkaSink(bootstrap, route=route, kafka_options=NO_IDEMPOTENCE)
+    sink = KafkaSink(bootstrap, route=route, kafka_options=dict(SINK_OPTIONS))
     return Relay(dsn, sink, schema=table.schema, table=table.table, handle_signals=False,
                  **options)  # type: ignore[arg-type]
 

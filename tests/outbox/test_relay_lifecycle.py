@@ -30,6 +30,7 @@ from consumerkit.outbox.webhook import WebhookSink
 from consumerkit.testing.services import MakeTopic
 from tests.webhooks.conftest import Reply, ScriptedEndpoint, serve
 
+from ..brokers import PRODUCER_OPTIONS
 from .conftest import Published, RelayRunning, pending, read_all, wait_until
 
 ALL_SLOTS = frozenset(range(SLOTS))
@@ -44,7 +45,7 @@ class GatedSink(KafkaSink):
     it is sent. Remembers the batch waiting and the events acknowledged."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        super().__init__(bootstrap, route=topic, kafka_options={"enable_idempotence": False})
+        super().__init__(bootstrap, route=topic, kafka_options=dict(PRODUCER_OPTIONS))
         self.gate = asyncio.Event()
         self.gate.set()
         self.waiting: list[OutboxEvent] = []

@@ -9,6 +9,7 @@ from consumerkit.observability import BaseObserver
 from consumerkit.outbox import KafkaSink, OutboxTable, Relay
 from consumerkit.testing.services import MakeTopic
 
+from ..brokers import PRODUCER_OPTIONS
 from .conftest import wait_until
 
 
@@ -26,7 +27,7 @@ async def test_a_cancelled_relay_reports_stopping(
     topic = await make_topic(partitions=1)
     told = Readiness()
     relay = Relay(postgres_dsn, KafkaSink(kafka_bootstrap, route=topic,
-                                          kafka_options={"enable_idempotence": False}),
+                                          kafka_options=dict(PRODUCER_OPTIONS)),
                   schema=outbox_table.schema, table=outbox_table.table,
                   handle_signals=False, observers=[told])
     task = asyncio.create_task(relay.run())

@@ -29,6 +29,7 @@ from consumerkit.retry import RetryPolicy
 from consumerkit.testing.services import MakeTopic
 from consumerkit.types import DbConnection
 
+from ..brokers import PRODUCER_OPTIONS
 from .conftest import read_all, wait_until
 from .test_torture import AGGREGATES, Workload, check
 
@@ -122,7 +123,7 @@ async def test_the_checker_catches_a_broken_relay(
     await pool.execute(f"INSERT INTO {identifier(schema)}.counters (aggregate) "
                        f"SELECT 'agg-' || i FROM generate_series(0, {AGGREGATES - 1}) i")
     work = Workload(outbox, schema, seed=11, events=EVENTS)
-    sink = FlakySink(kafka_bootstrap, route=topic, kafka_options={"enable_idempotence": False})
+    sink = FlakySink(kafka_bootstrap, route=topic, kafka_options=dict(PRODUCER_OPTIONS))
     relay = Relay(postgres_dsn, sink, schema=schema, handle_signals=False, batch_size=100,
                   poll_interval=0.1, retry=RetryPolicy(max_attempts=10, initial_delay=0.05,
                                                        max_delay=0.2))
