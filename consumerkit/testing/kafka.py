@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import concurrent.futures
 import os
 import shutil
 import signal
@@ -24,15 +23,13 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
 
 from . import kafka_lookup
 from ._common import ServiceStartError, free_port
 from ._process import _Service, _tcp_accepts
 from .kafka_config import (
     JVM_OPTIONS,
-    LOG4J1,
-    LOG4J2,
+    log_option,
     new_cluster_id,
     node_properties,
     render_properties,
@@ -53,16 +50,7 @@ READY_TIMEOUT = 180.0  # three JVMs registering at once on two busy cores
 STOP_TIMEOUT = 60.0  # a controlled shutdown moves leaders away first
 LOOKUP_TIMEOUT = 60.0
 _POLL = 0.25
-_T = TypeVar("_T")
-
-def _in_thread(factory: Callable[[], Awaitable[_T]], timeout: float) -> _T:
-    """Run a coroutine to completion from sync code, whether or not a loop is running here."""
-    async def bounded() -> _T:
-        return await asyncio.wait_for(factory(), timeout)
-
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, bounded()).result(timeout + 5)
-
+_PORT_ATTEMPTS = 3
 
 class KafkaNode:
     """One KRaft node (broker and controller) of a :class:`KafkaCluster`; its log dir and log
@@ -174,7 +162,7 @@ class KafkaCluster(_Service):
             # An open port first: a metadata request to a closed one only logs refusals.
             if all(_tcp_accepts(self.node(n).port) for n in wanted):
                 try:
-                    listed = _in_thread(
+                    listed = kafka_lookup.in_thread(
                         lambda: kafka_lookup.listed_brokers(self._live_bootstrap()), 15.0)
                 except Exception:  # not serving yet; the deadline bounds this
                     listed = set()
@@ -271,12 +259,19 @@ def start_kafka(
         raise ValueError(f"start_kafka runs 1 or 3 brokers, not {brokers}")
     java, _ = require_tools(maven=False)
     lib = kafka_lib(version)
+    for attempt in range(1, _PORT_ATTEMPTS + 1):
+        try:
+            return _launch(java, lib, brokers, version, timeout, jvm_options)
+        except ServiceStartError as exc:  # a free port taken before the node bound it
+            if attempt == _PORT_ATTEMPTS or "Address already in use" not in str(exc):
+                raise
+    raise AssertionError("unreachable")
+
+
+def _launch(java: str, lib: Path, brokers: int, version: str, timeout: float,
+            jvm_options: tuple[str, ...]) -> KafkaCluster:
     workdir = Path(tempfile.mkdtemp(prefix="consumerkit-kafka-"))
-    log4j2 = int(version.split(".", 1)[0]) >= 4
-    log_config = workdir / ("log4j2.properties" if log4j2 else "log4j.properties")
-    log_config.write_text(LOG4J2 if log4j2 else LOG4J1)
-    log_opt = (f"-Dlog4j2.configurationFile={log_config}" if log4j2
-               else f"-Dlog4j.configuration=file:{log_config}")
+    log_opt = log_option(version, workdir)
     ids = list(range(1, brokers + 1))
     ports = {n: (free_port(), free_port()) for n in ids}
     nodes = []

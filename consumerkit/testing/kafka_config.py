@@ -7,7 +7,7 @@ import base64
 import uuid
 from pathlib import Path
 
-__all__ = ["JVM_OPTIONS", "LOG4J1", "LOG4J2", "new_cluster_id", "node_properties",
+__all__ = ["JVM_OPTIONS", "LOG4J1", "LOG4J2", "log_option", "new_cluster_id", "node_properties",
            "render_properties"]
 
 # Small heaps and one GC thread: up to three nodes share two cores with the tests.
@@ -89,3 +89,13 @@ def node_properties(
 
 def render_properties(properties: dict[str, str]) -> str:
     return "".join(f"{key}={value}\n" for key, value in properties.items())
+
+
+def log_option(version: str, directory: Path) -> str:
+    """Write the logging configuration of Kafka ``version`` into ``directory``; return the JVM
+    option that points to it (log4j2 from 4.0 on, reload4j before)."""
+    if int(version.split(".", 1)[0]) >= 4:
+        (directory / "log4j2.properties").write_text(LOG4J2)
+        return f"-Dlog4j2.configurationFile={directory / 'log4j2.properties'}"
+    (directory / "log4j.properties").write_text(LOG4J1)
+    return f"-Dlog4j.configuration=file:{directory / 'log4j.properties'}"

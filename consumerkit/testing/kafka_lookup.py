@@ -11,9 +11,10 @@ request, so its version 0 is declared here with aiokafka's protocol types.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import concurrent.futures
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.protocol.api import Request, RequestStruct, Response
@@ -31,12 +32,14 @@ __all__ = [
     "METADATA_TOPIC",
     "active_controller",
     "group_coordinator",
+    "in_thread",
     "listed_brokers",
     "partition_leader",
 ]
 
 METADATA_TOPIC = "__cluster_metadata"
 REQUEST_TIMEOUT_MS = 10_000
+_T = TypeVar("_T")
 
 _REPLICA = CompactArray(("replica_id", Int32), ("log_end_offset", Int64), ("tags", TaggedFields))
 
@@ -136,3 +139,12 @@ async def group_coordinator(bootstrap: str, group_id: str) -> int:
     """The node id of the broker coordinating consumer group ``group_id``."""
     async with _admin(bootstrap) as admin:
         return int(await admin.find_coordinator(group_id))
+
+
+def in_thread(factory: Callable[[], Awaitable[_T]], timeout: float) -> _T:
+    """Run a coroutine to completion from sync code, whether or not a loop is running here."""
+    async def bounded() -> _T:
+        return await asyncio.wait_for(factory(), timeout)
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, bounded()).result(timeout + 5)

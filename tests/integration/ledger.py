@@ -77,10 +77,11 @@ def ledger_handler(schema: str, fail: Hook | None = None) -> Hook:
     return record_step
 
 
-async def publish(bootstrap: str, topic: str, events: Sequence[Event]) -> None:
+async def publish(bootstrap: str, topic: str, events: Sequence[Event],
+                  idempotence: bool = IDEMPOTENCE) -> None:
+    """Send ``events`` in order; ``idempotence`` defaults to what the session's broker has."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
-                                enable_idempotence=IDEMPOTENCE,
-                                linger_ms=5)
+                                enable_idempotence=idempotence, linger_ms=5)
     await producer.start()
     try:
         futures = [

@@ -114,7 +114,7 @@ async def test_stop_returns_when_the_broker_stops_answering(
         async with pg_pool.acquire() as conn:
             await create_ledger(conn, pg_schema)
         events = make_events(keys=2, per_key=3)
-        await publish(broker.bootstrap, topic, events)
+        await publish(broker.bootstrap, topic, events, idempotence=False)  # Tansu has none
         consumer = build("frozen", pg_schema, topic, postgres_dsn, broker.bootstrap,
                          shutdown_timeout=3.0)
         task = asyncio.create_task(consumer.run())

@@ -5,6 +5,7 @@ its kept log dir, and records written with ``acks=all`` survive the leader's dea
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -22,6 +23,7 @@ from consumerkit.testing.services import (
     KafkaNode,
     MissingToolError,
     ServiceStartError,
+    free_port,
     start_kafka,
 )
 
@@ -147,3 +149,30 @@ def test_a_node_that_dies_at_start_raises_with_its_log() -> None:
     assert "Kafka node 1" in message
     assert "died while the cluster started" in message
     assert "NoSuchOptionForThisTest" in message  # the JVM's own words, from the node's log
+
+
+def test_a_port_taken_before_the_node_binds_it_is_retried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    try:
+        require_tools()
+    except MissingToolError as exc:
+        pytest.skip(str(exc))
+    from consumerkit.testing import kafka
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = int(taken.getsockname()[1])
+        handed: list[int] = []
+
+        def first_taken() -> int:  # the first client port handed out is one in use
+            port = busy if not handed else free_port()
+            handed.append(port)
+            return port
+
+        monkeypatch.setattr(kafka, "free_port", first_taken)
+        with start_kafka(brokers=1) as cluster:
+            assert cluster.nodes[0].port != busy
+    assert handed[0] == busy
+    assert len(handed) == 4  # two ports, twice

@@ -373,7 +373,7 @@ async def test_the_sink_producer_is_idempotent_with_acks_all_by_default(
         producer_options({"acks": 1})
 
     default = KafkaSink(kafka_bootstrap)
-    plain = KafkaSink(kafka_bootstrap, kafka_options=dict(PRODUCER_OPTIONS))
+    plain = KafkaSink(kafka_bootstrap, kafka_options=NO_IDEMPOTENCE)
     try:
         # aiokafka keeps a transaction manager only for an idempotent producer; -1 is "all"
         built = default._producer._producer
