@@ -123,7 +123,10 @@ def test_without_java_one_line_names_what_to_install(monkeypatch: pytest.MonkeyP
 
 def test_without_maven_one_line_names_maven(monkeypatch: pytest.MonkeyPatch,
                                             tmp_path: Path) -> None:
-    java = require_tools(maven=False)[0]
+    try:
+        java = require_tools(maven=False)[0]
+    except MissingToolError as exc:
+        pytest.skip(f"needs a Java to keep on PATH: {exc}")
     (tmp_path / "java").symlink_to(java)
     monkeypatch.setenv("PATH", str(tmp_path))  # java only
     monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
