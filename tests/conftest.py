@@ -32,6 +32,7 @@ import pytest
 import pytest_asyncio
 import redis
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.protocol.metadata import MetadataRequest
 
 from consumerkit.testing.services import (
     EmbeddedPostgres,
@@ -224,16 +225,25 @@ def kafka_cluster(_three_node_kafka: KafkaCluster) -> Iterator[KafkaCluster]:
     _three_node_kafka.wait_ready()
 
 
-async def _wait_for_partitions(admin: AIOKafkaAdminClient, topic: str, partitions: int) -> None:
+def _ready(topics: list[Any], topic: str) -> int:
+    return len([
+        p for t in topics if t["topic"] == topic and t["error_code"] == 0
+        for p in t["partitions"] if p["error_code"] == 0 and p["leader"] >= 0
+    ])
+
+
+async def wait_for_partitions(admin: AIOKafkaAdminClient, topic: str, partitions: int) -> None:
+    """Wait until every broker's metadata shows the topic's partitions with leaders: a KRaft
+    broker learns of a new topic when it replays the metadata log, so a consumer asking
+    another broker right after creation could still be told the topic is missing."""
     deadline = time.monotonic() + TOPIC_READY_TIMEOUT
-    seen: list[Any] = []
+    seen: dict[int, list[Any]] = {}
+    request = MetadataRequest([topic], allow_auto_topic_creation=False)
     while time.monotonic() < deadline:
-        seen = await admin.describe_topics([topic])
-        ready = [
-            p for t in seen if t["topic"] == topic and t["error_code"] == 0
-            for p in t["partitions"] if p["error_code"] == 0 and p["leader"] >= 0
-        ]
-        if len(ready) == partitions:
+        nodes = [broker.nodeId for broker in admin._client.cluster.brokers()] or [None]
+        seen = {node: (await admin._send_request(request, node)).to_object()["topics"]
+                for node in nodes}
+        if all(_ready(topics, topic) == partitions for topics in seen.values()):
             return
         await asyncio.sleep(0.05)
     raise TimeoutError(f"topic {topic} lacks {partitions} ready partitions; metadata: {seen}")
@@ -259,7 +269,7 @@ async def make_topic(kafka_bootstrap: str) -> AsyncIterator[MakeTopic]:
         errors = [err for err in response.topic_errors if err[1] != 0]
         if errors:
             raise RuntimeError(f"creating topic {name} failed: {errors}")
-        await _wait_for_partitions(admin, name, partitions)
+        await wait_for_partitions(admin, name, partitions)
         return name
 
     yield make

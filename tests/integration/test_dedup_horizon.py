@@ -23,6 +23,8 @@ from consumerkit.dedup.horizon import (
 from consumerkit.testing.services import free_port
 from consumerkit.transport.kafka import describe_topic_configs
 
+from ..conftest import wait_for_partitions
+
 DAY = timedelta(days=1)
 WEEK = DedupPolicy()  # 7 days, expired="dead_letter"
 
@@ -74,6 +76,8 @@ async def topics(kafka_bootstrap: str) -> AsyncIterator[dict[str, str]]:
     await admin.create_topics([
         NewTopic(name, 1, 1, topic_configs={"retention.ms": str(retention[label])})
         for label, name in names.items()])
+    for name in names.values():  # known to every broker before one is asked for its configs
+        await wait_for_partitions(admin, name, 1)
     try:
         yield names
     finally:
