@@ -5,7 +5,8 @@ Metadata and FindCoordinator go through aiokafka's admin client. The active cont
 a KRaft cluster's metadata (brokers answer a random live broker there, since clients never talk
 to controllers), so it comes from the DescribeQuorum API (key 55, KIP-595/836), which a broker
 forwards to the quorum: its leader is the active controller. aiokafka has no class for that
-request, so its version 0 is declared here with aiokafka's protocol types.
+request, so its version 0 is declared in ``_describe_quorum`` with aiokafka's protocol types
+(aiokafka 0.14 or newer for that lookup).
 """
 
 from __future__ import annotations
@@ -17,19 +18,8 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.protocol.api import Request, RequestStruct, Response
-from aiokafka.protocol.types import (
-    CompactArray,
-    CompactString,
-    Int16,
-    Int32,
-    Int64,
-    Schema,
-    TaggedFields,
-)
 
 __all__ = [
-    "METADATA_TOPIC",
     "active_controller",
     "group_coordinator",
     "in_thread",
@@ -37,56 +27,8 @@ __all__ = [
     "partition_leader",
 ]
 
-METADATA_TOPIC = "__cluster_metadata"
 REQUEST_TIMEOUT_MS = 10_000
 _T = TypeVar("_T")
-
-_REPLICA = CompactArray(("replica_id", Int32), ("log_end_offset", Int64), ("tags", TaggedFields))
-
-
-class DescribeQuorumResponse_v0(Response):  # type: ignore[misc]
-    API_KEY = 55
-    API_VERSION = 0
-    SCHEMA = Schema(
-        ("error_code", Int16),
-        ("topics", CompactArray(
-            ("topic_name", CompactString("utf-8")),
-            ("partitions", CompactArray(
-                ("partition_index", Int32),
-                ("error_code", Int16),
-                ("leader_id", Int32),
-                ("leader_epoch", Int32),
-                ("high_watermark", Int64),
-                ("current_voters", _REPLICA),
-                ("observers", _REPLICA),
-                ("tags", TaggedFields),
-            )),
-            ("tags", TaggedFields),
-        )),
-        ("tags", TaggedFields),
-    )
-
-
-class DescribeQuorumRequest_v0(RequestStruct):  # type: ignore[misc]
-    FLEXIBLE_VERSION = True
-    API_KEY = 55
-    API_VERSION = 0
-    RESPONSE_TYPE = DescribeQuorumResponse_v0
-    SCHEMA = Schema(
-        ("topics", CompactArray(
-            ("topic_name", CompactString("utf-8")),
-            ("partitions", CompactArray(("partition_index", Int32), ("tags", TaggedFields))),
-            ("tags", TaggedFields),
-        )),
-        ("tags", TaggedFields),
-    )
-
-
-class DescribeQuorumRequest(Request[DescribeQuorumRequest_v0]):  # type: ignore[misc]
-    API_KEY = 55
-
-    def build(self, request_struct_class: type[DescribeQuorumRequest_v0]) -> Any:
-        return request_struct_class([(METADATA_TOPIC, [(0, {})], {})], {})
 
 
 @asynccontextmanager
@@ -123,6 +65,10 @@ async def partition_leader(bootstrap: str, topic: str, partition: int) -> int:
 async def active_controller(bootstrap: str) -> int:
     """The node id of the active controller (the metadata quorum's leader); -1 during an
     election."""
+    # Imported here: the request is declared the aiokafka 0.14 way, and consumerkit.testing
+    # must import under the older aiokafka versions consumerkit supports.
+    from ._describe_quorum import DescribeQuorumRequest
+
     async with _admin(bootstrap) as admin:
         response = await admin._send_request(DescribeQuorumRequest())  # no public call for it
     if response.error_code != 0:
