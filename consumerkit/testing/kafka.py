@@ -185,15 +185,16 @@ class KafkaCluster(_Service):
             except Exception as exc:  # an election in progress; bounded
                 last = exc
             else:
-                if node_id >= 0:
+                # A broker's metadata may still name a node just killed: not an answer yet.
+                if node_id >= 0 and self.node(node_id).running():
                     return self.node(node_id)
-                last = "none yet (-1)"
+                last = f"node {node_id}, not running" if node_id >= 0 else "none yet (-1)"
             await asyncio.sleep(_POLL)
         raise TimeoutError(f"no {what} within {timeout:g}s; last answer: {last!r}")
 
     async def leader(self, topic: str, partition: int = 0,
                      timeout: float = LOOKUP_TIMEOUT) -> KafkaNode:
-        """The node leading ``topic``'s ``partition`` (waits out an election)."""
+        """The running node leading ``topic``'s ``partition`` (waits out an election)."""
         return await self._until(
             lambda: kafka_lookup.partition_leader(self._live_bootstrap(), topic, partition),
             f"leader of {topic}-{partition}", timeout)

@@ -13,6 +13,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from consumerkit.cli import main
 from consumerkit.testing.services import MakeTopic
 
+from ..conftest import wait_for_partitions
+
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     code = main(list(argv))
@@ -85,6 +87,7 @@ async def test_check_reports_a_topic_that_outlives_the_window(
     try:
         await admin.create_topics([NewTopic(kept, 1, 1, topic_configs={
             "retention.ms": str(int(timedelta(days=30).total_seconds() * 1000))})])
+        await wait_for_partitions(admin, kept, 1)  # every broker knows it before the check
         code, out = await cli(capsys, "dedup", "check", "--kafka", kafka_bootstrap,
                               "--topic", kept, "--retention", "7d")
         assert code == 0
