@@ -85,7 +85,7 @@ async def consume(args: argparse.Namespace) -> None:
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
     if _stop_early:
         stopping.set()
-    if args.young:  # the footing of the peers in the runner's process (consumerkit._heap)
+    if args.young:  # the footing of the peers in the runner's process (consumerkit.shared.heap)
         gc.collect()
         gc.freeze()
         first, middle, old = gc.get_threshold()

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
-from consumerkit import _heap, _loop
+from consumerkit.shared import aio, heap
 from consumerkit.testing import services as embedded
 
 from .pgstats import statements_available
@@ -128,12 +128,12 @@ def _git_revision() -> str:
 
 
 def tune_gc(wanted: bool) -> str:
-    """Tune the collector as ``consumerkit run`` does once started (:mod:`consumerkit._heap`),
+    """Tune the collector as ``consumerkit run`` does once started (:mod:`consumerkit.shared.heap`),
     for this process, so for every peer measured in it alike; say what was done."""
     if wanted:
-        _heap.tune_gc()
-        return f"tuned as by `consumerkit run`, for every peer ({_heap.describe()})"
-    return f"CPython's defaults ({_heap.describe()})"
+        heap.tune_gc()
+        return f"tuned as by `consumerkit run`, for every peer ({heap.describe()})"
+    return f"CPython's defaults ({heap.describe()})"
 
 
 async def collect(svc: Services, uvloop: bool = True, gc_state: str = "") -> dict[str, str]:
@@ -160,8 +160,8 @@ async def collect(svc: Services, uvloop: bool = True, gc_state: str = "") -> dic
         "libraries": libraries,
         "consumerkit revision": _git_revision(),
         "python": f"{platform.python_implementation()} {sys.version.split()[0]}",
-        "event loop": _loop.report(uvloop),
-        "garbage collector": gc_state or f"CPython's defaults ({_heap.describe()})",
+        "event loop": aio.report(uvloop),
+        "garbage collector": gc_state or f"CPython's defaults ({heap.describe()})",
         "cpus": f"{cpus} ({usable} usable), {platform.machine()}, {platform.system()} "
                 f"{platform.release()}",
     }

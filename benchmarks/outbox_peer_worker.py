@@ -29,7 +29,7 @@ from faststream_outbox import OutboxBroker, make_outbox_table
 from sqlalchemy import MetaData, Table
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from consumerkit import _loop
+from consumerkit.shared import aio
 
 QUEUE = "events"
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--flush-batch", type=int, default=1)
     p.add_argument("--no-uvloop", dest="uvloop", action="store_false")
     args = p.parse_args(argv)
-    _loop.run(relay(args), use_uvloop=args.uvloop)
+    aio.run(relay(args), use_uvloop=args.uvloop)
 
 
 if __name__ == "__main__":

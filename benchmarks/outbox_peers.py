@@ -29,7 +29,7 @@ from typing import Any
 
 import asyncpg
 
-from consumerkit import _loop
+from consumerkit.shared import aio
 
 from .context import collect, services
 from .outbox import _fill, _fresh, settled, start_relay, stop_relays
@@ -286,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                       args.aggregates, args.runs, log, args.uvloop)
 
     with services(args.postgres, args.kafka) as svc:
-        context, result = _loop.run(both(svc), use_uvloop=args.uvloop)
+        context, result = aio.run(both(svc), use_uvloop=args.uvloop)
     from .markdown import relay_section
 
     print(relay_section(result))

@@ -10,8 +10,8 @@ import argparse
 import logging
 from collections.abc import Sequence
 
-from consumerkit import _loop
 from consumerkit.outbox import KafkaSink, Relay
+from consumerkit.shared import aio
 
 
 async def relay(args: argparse.Namespace) -> None:
@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = p.parse_args(argv)
-    _loop.run(relay(args), use_uvloop=args.uvloop)
+    aio.run(relay(args), use_uvloop=args.uvloop)
 
 
 if __name__ == "__main__":

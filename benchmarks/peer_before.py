@@ -31,7 +31,7 @@ from pathlib import Path
 
 import asyncpg
 
-from consumerkit import _loop
+from consumerkit.shared import aio
 
 from .before_worker import DSN_VARIABLE
 from .effects import DbEffect
@@ -135,7 +135,7 @@ class ConsumerkitBeforePeer(Peer):
     def _footing(self) -> list[str]:
         """The event loop and collector settings of this process, for the worker."""
         flags = []
-        if _loop.describe().startswith("uvloop"):
+        if aio.describe().startswith("uvloop"):
             flags.append("--uvloop")
         if gc.get_freeze_count():
             flags += ["--young", str(gc.get_threshold()[0])]

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from consumerkit import _loop
+from consumerkit.shared import aio
 
 from . import acceptance, docs, markdown, plots
 from .cleanup import measure_cleanup
@@ -148,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     profile = PROFILES[args.profile]()
     cells = set(args.cells.split(",")) if args.cells else None
     with services(args.postgres, args.kafka, args.redis, want_redis=True) as svc:
-        document = _loop.run(run_suite(svc, profile, _log, cells, uvloop=args.uvloop,
+        document = aio.run(run_suite(svc, profile, _log, cells, uvloop=args.uvloop,
                                        gc_tuning=args.gc_tuning),
                              use_uvloop=args.uvloop)
     for path in write(document, args.out):

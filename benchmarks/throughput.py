@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from consumerkit import _loop
+from consumerkit.shared import aio
 
 from .context import collect, services, tune_gc
 from .lineup import PEERS, SUITE
@@ -66,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     peers = [PEERS[name] for name in args.peers.split(",")]
     with services(args.postgres, args.kafka, want_redis=True) as svc, \
-            asyncio.Runner(loop_factory=_loop.loop_factory(args.uvloop)) as runner:
+            asyncio.Runner(loop_factory=aio.loop_factory(args.uvloop)) as runner:
         settings = Settings(events=args.events, keys=args.keys, dup_rate=args.dup_rate,
                             runs=args.runs, partitions=args.partitions, deadline=args.deadline,
                             redis_url=svc.redis_url)

@@ -2,7 +2,6 @@
 
 from typing import TYPE_CHECKING
 
-from ._heap import tune_gc
 from .catalog import EventCatalog, Receives, Sends
 from .consumer import Consumer
 from .context import BatchContext, HandlerContext
@@ -26,6 +25,7 @@ from .outbox import KafkaSink, Outbox, OutboxSink, Relay, migrate_outbox
 from .registry import HandlerRegistry, handler
 from .retry import RetryPolicy
 from .schema import migrate
+from .shared.heap import tune_gc
 from .stats import ConsumerStats
 from .versions import upcaster
 from .webhook import WebhookError, WebhookReceiver

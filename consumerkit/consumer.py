@@ -13,20 +13,17 @@ from typing import Any
 import asyncpg
 from prometheus_client import CollectorRegistry
 
-from . import _signals
-from ._configure import configure, records_given
-from ._decode import Decoder
-from ._engine import Engine
-from ._identifiers import check_name, redact_dsn
-from ._lifecycle import bounded, cancel, connect, open_pool
-from ._observing import Observed, observe_consumer
-from ._pipeline import Pipeline
-from ._stall import Breaker, StallPolicy
-from ._upkeep import DedupUpkeep, check_horizon
 from .deadletter.table import DeadLetterTable
 from .deadletter.writer import DeadLetterWriter
 from .dedup.policy import DedupPolicy
 from .dedup.stores import store_for
+from .engine.configure import configure, records_given
+from .engine.decode import Decoder
+from .engine.lifecycle import bounded, cancel, connect, open_pool
+from .engine.pipeline import Pipeline
+from .engine.runner import Engine
+from .engine.stall import Breaker, StallPolicy
+from .engine.upkeep import DedupUpkeep, check_horizon
 from .envelope import WireFormat
 from .errors import ConfigurationError
 from .observability.observer import Observer
@@ -38,6 +35,9 @@ from .parking.lot import ParkingLot, open_parking, parks
 from .registry import HandlerSource, RouteTable
 from .retry import RetryPolicy
 from .schema import migrate
+from .shared import signals
+from .shared.identifiers import check_name, redact_dsn
+from .shared.observing import Observed, observe_consumer
 from .stats import ConsumerStats
 from .transport.kafka import KafkaSource, consumer_options, producer_options
 from .transport.source import Partition, RebalanceHandler, Source
@@ -324,7 +324,7 @@ class Consumer:
         stack.push_async_callback(cancel, maintenance)
         observed.track_lag(stack, engine, source, self.lag_interval)
         if self.handle_signals:
-            stack.callback(_signals.install(self._on_signal))
+            stack.callback(signals.install(self._on_signal))
         if self._stop_requested.is_set():
             engine.stopping.set()
         self.started.set()

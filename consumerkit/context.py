@@ -11,7 +11,7 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
-from ._deferred import Deferred, FlushingConnection, Immediate
+from .engine.deferred import Deferred, FlushingConnection, Immediate
 from .errors import ConfigurationError
 
 if TYPE_CHECKING:

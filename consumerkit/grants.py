@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import re
 
-from ._identifiers import identifier, qualified
 from .deadletter.table import TABLE as DEAD_LETTERS
 from .dedup.ddl_functions import FUNCTIONS
 from .dedup.names import FUNCTION as NAME_KEY
@@ -48,6 +47,7 @@ from .parking.tables import COMPONENT as PARKING
 from .parking.tables import KEYS as PARKED_KEYS
 from .parking.tables import RECORDS as PARKED_RECORDS
 from .schema import VERSION_TABLE, applied_versions
+from .shared.identifiers import identifier, qualified
 from .types import DbConnection
 
 _ROLE = re.compile(r"[A-Za-z_][A-Za-z0-9_$-]{0,62}")

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from ._identifiers import identifier, qualified
 from .deadletter.table import dead_letter_ddl
 from .dedup.ddl_functions import ddl_functions_ddl, record_interval
 from .dedup.layout import check_layout
@@ -39,6 +38,7 @@ from .dedup.upgrade import lean_rows_ddl
 from .errors import StartupError
 from .offsets.postgres import offsets_ddl
 from .parking.tables import migrate_parking
+from .shared.identifiers import identifier, qualified
 from .types import DbConnection
 
 VERSION_TABLE = "consumerkit_schema_version"

@@ -28,7 +28,7 @@ if [ "$status" != 1 ] || [ "$lost" -lt 1 ]; then
 fi
 echo "torture: failover with offsets in Kafka lost $lost effects, as it must"
 
-for mutant in $($python -c "from consumerkit._faults import MUTANTS; print(*MUTANTS)"); do
+for mutant in $($python -c "from consumerkit.shared.faults import MUTANTS; print(*MUTANTS)"); do
     caught=""
     for seed in 1 2; do
         status=0

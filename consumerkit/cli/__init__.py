@@ -19,9 +19,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from .. import _loop
 from ..logs import configure_logging
 from ..settings import SETTINGS, ConsumerSettings
+from ..shared import aio
 from . import admin, asyncapi, check, config, migrate, parked, relay, run, topics
 from .common import HelpFormatter, duration, sub
 from .errors import database_error, one_line, scrub
@@ -145,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = args.handler(args)
         if inspect.iscoroutine(result):
-            result = _loop.run(result, use_uvloop=_uvloop_wanted(args))
+            result = aio.run(result, use_uvloop=_uvloop_wanted(args))
         return int(result)
     except KeyboardInterrupt:
         return 130

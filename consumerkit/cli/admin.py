@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 
-from .._identifiers import identifier
 from ..deadletter.table import list_dead_letters
 from ..dedup import cli as dedup_cli
 from ..dedup.policy import DedupPolicy
 from ..outbox import cli as outbox_cli
+from ..shared.identifiers import identifier
 from .check import reach_broker
 from .common import count, database_args, duration, policy_args, positive, sub
 from .errors import database

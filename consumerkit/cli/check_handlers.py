@@ -26,18 +26,18 @@ from typing import Any, Protocol
 import asyncpg
 import orjson
 
-from .._decode import Decoder
-from .._identifiers import qualified
 from ..consumer import Consumer
 from ..deadletter.table import TABLE as DEAD_LETTERS
 from ..deadletter.table import decode_headers
 from ..dedup.postgres import PostgresDedupStore
+from ..engine.decode import Decoder
 from ..envelope import Record
 from ..errors import DecodeError
 from ..outbox.event import OutboxEvent
 from ..outbox.kafka import wire_record
 from ..outbox.table import OutboxTable
 from ..parking.tables import RECORDS as PARKED
+from ..shared.identifiers import qualified
 from .errors import CommandError, database
 from .target import load_consumer
 from .try_handlers import Trial, trial, try_handlers

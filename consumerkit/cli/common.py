@@ -14,7 +14,7 @@ from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from typing import Any
 
-from .. import _heap, _signals
+from ..shared import heap, signals
 
 log = logging.getLogger("consumerkit.cli")
 _DURATION = re.compile(r"(\d+)([dhm])")
@@ -99,9 +99,9 @@ async def run_until_signalled(
 ) -> None:
     """Run ``run`` as a task, calling ``on_signal(sig, task)`` on SIGTERM/SIGINT meanwhile;
     a task cancelled by it (a forced stop) ends quietly, any other error is raised. Once
-    ``started`` is set, the collector is tuned for the long run (:mod:`consumerkit._heap`)."""
+    ``started`` is set, the collector is tuned for the long run (:mod:`consumerkit.shared.heap`)."""
     task = asyncio.create_task(run)
-    remove = _signals.install(lambda sig: on_signal(sig, task))
+    remove = signals.install(lambda sig: on_signal(sig, task))
     tune = asyncio.create_task(_tune_gc_once(started)) if started is not None else None
     try:
         with contextlib.suppress(asyncio.CancelledError):
@@ -114,4 +114,4 @@ async def run_until_signalled(
 
 async def _tune_gc_once(started: asyncio.Event) -> None:
     await started.wait()
-    log.info("garbage collector: %s", _heap.tune_gc())
+    log.info("garbage collector: %s", heap.tune_gc())

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 
-from .._identifiers import redact_dsn
 from ..settings import SETTINGS, CommonSettings, ConsumerSettings, env_name
+from ..shared.identifiers import redact_dsn
 from .common import HelpFormatter
 from .options import add_settings_arguments, load_settings, shown, sources
 from .run import ARGUMENTS, settle_settings

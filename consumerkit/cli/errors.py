@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 
 import asyncpg
 
-from .._identifiers import redact_dsn
 from ..errors import ConsumerKitError
+from ..shared.identifiers import redact_dsn
 
 MIGRATE_HINT = "run `consumerkit migrate` (with the same --postgres and --schema) to create it"
 

@@ -13,10 +13,10 @@ import sys
 
 import asyncpg
 
-from .._identifiers import identifier
 from ..parking import store
 from ..parking.replay import ParkingError, discard_key, replay_key
 from ..settings import ConsumerSettings
+from ..shared.identifiers import identifier
 from .admin import dsn
 from .common import count, database_args, sub
 from .errors import MIGRATE_HINT, CommandError, database

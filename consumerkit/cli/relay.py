@@ -13,13 +13,13 @@ import asyncio
 import logging
 import signal
 
-from .. import _loop
 from ..logs import configure_logging
 from ..outbox.kafka import KafkaSink
 from ..outbox.relay import Relay
 from ..outbox.sink import OutboxSink
 from ..outbox.table import OutboxTable
 from ..settings import RelaySettings
+from ..shared import aio
 from .common import run_until_signalled, sub
 from .errors import CommandError, database
 from .options import add_settings_arguments, load_settings
@@ -82,7 +82,7 @@ async def relay_command(args: argparse.Namespace) -> int:
             log.warning("%s: stopping now", sig.name)
             task.cancel()
 
-    log.info("event loop: %s", _loop.report(settings.uvloop))
+    log.info("event loop: %s", aio.report(settings.uvloop))
     await run_until_signalled(relay.run(), on_signal,
                               relay.started if settings.gc_tuning else None)
     return 0

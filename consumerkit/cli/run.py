@@ -15,11 +15,11 @@ import asyncio
 import logging
 import signal
 
-from .. import _loop
-from .._identifiers import redact_dsn
 from ..consumer import Consumer
 from ..logs import configure_logging
 from ..settings import ConsumerSettings, flag
+from ..shared import aio
+from ..shared.identifiers import redact_dsn
 from .common import run_until_signalled, sub
 from .errors import check_database
 from .options import add_settings_arguments, load_settings, sources
@@ -101,7 +101,7 @@ async def run_command(args: argparse.Namespace) -> int:
     consumer = await load_consumer(args.target)
     apply_settings(consumer, settings, sources(args, ConsumerSettings))
     await check_database(consumer.postgres_dsn)
-    log.info("event loop: %s", _loop.report(settings.uvloop))
+    log.info("event loop: %s", aio.report(settings.uvloop))
     consumer.handle_signals = True  # the process is ours: drain on the first, force on the next
 
     def on_signal(sig: signal.Signals, task: asyncio.Task[None]) -> None:

@@ -16,7 +16,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ValidationError
 
-from .._decode import _short
+from ..engine.decode import _short
 
 
 class Unbuildable(Exception):

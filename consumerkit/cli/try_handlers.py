@@ -7,7 +7,7 @@ a dead letter, an outbox row) or else on an instance built from its model
 run (:mod:`.dry_connection`), inside a read-only transaction that is always rolled back.
 ``ctx.defer`` goes through it too, as does ``ctx.publish`` (the outbox's insert is checked,
 nothing is written). A statement the database refuses for a reason every record would hit
-(:data:`consumerkit._stall.SYSTEMIC`: an undefined table, column or schema, a missing
+(:data:`consumerkit.engine.stall.SYSTEMIC`: an undefined table, column or schema, a missing
 privilege) is a problem: the consumer would stall on it after the deploy. Anything else the
 handler raises is said ("could not be tried") without failing the check: the dry connection
 returns no rows, which a handler may not expect.
@@ -25,11 +25,11 @@ from typing import Any, Protocol, cast
 import asyncpg
 from pydantic import BaseModel
 
-from .._decode import Decoded
-from .._deferred import Deferred
-from .._stall import systemic_cause
 from ..consumer import Consumer
 from ..context import BatchContext, HandlerContext
+from ..engine.decode import Decoded
+from ..engine.deferred import Deferred
+from ..engine.stall import systemic_cause
 from ..envelope import Envelope
 from ..registry import Route
 from ..types import DbConnection

@@ -26,8 +26,8 @@ from collections.abc import Sequence
 
 import asyncpg
 
-from .._identifiers import identifier, qualified
 from ..errors import ConsumerKitError
+from ..shared.identifiers import identifier, qualified
 from ..types import DbConnection, SinkResources
 from .entry import DeadLetterEntry
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .._identifiers import check_name
 from ..errors import StartupError
+from ..shared.identifiers import check_name
 from ..transport.kafka import KafkaProducer
 from ..types import SinkResources
 from .entry import DeadLetterEntry

@@ -19,8 +19,8 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
-from .._identifiers import qualified
 from ..errors import ConfigurationError, StartupError
+from ..shared.identifiers import qualified
 from ..types import DbConnection
 from .layout import check_layout, check_lean_rows
 from .policy import DedupPolicy

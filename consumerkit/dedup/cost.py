@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
-from .._identifiers import qualified
+from ..shared.identifiers import qualified
 from ..types import DbConnection
 from .names import FUNCTION as NAME_KEY
 from .partitions import maintain, partition_floor, partition_name

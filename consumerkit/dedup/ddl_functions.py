@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from .._identifiers import identifier, qualified
+from ..shared.identifiers import identifier, qualified
 from ..types import DbConnection
 
 CREATE = "consumerkit_create_partition"

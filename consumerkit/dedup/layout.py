@@ -7,8 +7,8 @@ run (``ATTACH PARTITION`` on a plain table, ``ON CONFLICT`` without a unique key
 
 from __future__ import annotations
 
-from .._identifiers import identifier, qualified
 from ..errors import StartupError
+from ..shared.identifiers import identifier, qualified
 from ..types import DbConnection
 from .policy import DedupPolicy, Layout
 

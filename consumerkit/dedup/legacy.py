@@ -10,7 +10,7 @@ these statements.
 
 from __future__ import annotations
 
-from .._identifiers import identifier, qualified
+from ..shared.identifiers import identifier, qualified
 from .partitions import LOCK_SEED
 from .policy import DedupPolicy
 from .rows import check_dedup_names, claim_function

@@ -17,7 +17,7 @@ two transactions running at the same moment.
 
 from __future__ import annotations
 
-from .._identifiers import identifier, qualified
+from ..shared.identifiers import identifier, qualified
 
 TABLE = "consumerkit_names"
 FUNCTION = "consumerkit_name_key"

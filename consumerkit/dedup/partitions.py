@@ -27,8 +27,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from .._identifiers import identifier, qualified
 from ..errors import ConfigurationError, StartupError
+from ..shared.identifiers import identifier, qualified
 from ..types import DbConnection
 from .cleanup import clean_table
 from .ddl_functions import create_partition, drop_partition

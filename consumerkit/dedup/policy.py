@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
 
-from .._identifiers import identifier
 from ..errors import ConfigurationError
+from ..shared.identifiers import identifier
 
 ExpiredPolicy = Literal["dead_letter", "skip", "apply"]
 Layout = Literal["partitioned", "table"]

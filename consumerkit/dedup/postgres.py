@@ -31,8 +31,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from .._identifiers import qualified
 from ..envelope import Envelope
+from ..shared.identifiers import qualified
 from ..types import Claim, ClaimRequest, ClaimStatus, DbConnection
 from .ids import is_canonical_uuid
 from .names import key_sql

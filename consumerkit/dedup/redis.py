@@ -42,8 +42,8 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from urllib.parse import urlsplit
 
-from .._identifiers import redact_dsn
 from ..errors import ConfigurationError, MissingExtraError
+from ..shared.identifiers import redact_dsn
 
 try:
     from redis.asyncio import Redis

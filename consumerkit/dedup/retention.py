@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from .._identifiers import qualified
+from ..shared.identifiers import qualified
 from ..types import DbConnection
 
 TABLE = "consumerkit_retention"

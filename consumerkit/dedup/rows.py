@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from .._identifiers import identifier, qualified
+from ..shared.identifiers import identifier, qualified
 from .ids import UUID_SQL_PATTERN
 from .names import FUNCTION as NAME_KEY
 from .names import TABLE as NAMES

@@ -21,7 +21,7 @@ From the rename to the commit the old table is locked ``ACCESS EXCLUSIVE``: clai
 
 from __future__ import annotations
 
-from .._identifiers import identifier, qualified
+from ..shared.identifiers import identifier, qualified
 from .ids import UUID_SQL_PATTERN
 from .names import FUNCTION as NAME_KEY
 from .names import key_sql

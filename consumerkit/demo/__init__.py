@@ -28,11 +28,11 @@ from pathlib import Path
 
 import asyncpg
 
-from .. import _loop
-from .._identifiers import redact_dsn
 from ..errors import ConsumerKitError, MissingExtraError, StartupError
 from ..outbox import migrate_outbox
 from ..schema import migrate
+from ..shared import aio
+from ..shared.identifiers import redact_dsn
 from ..testing.services import ServiceStartError
 from ..transport.kafka import create_topic
 from . import shop
@@ -177,5 +177,5 @@ def main(orders: int, kafka: str | None, postgres: str | None,
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for library in QUIET:  # their failures are reported once, in one line
         logging.getLogger(library).setLevel(logging.CRITICAL)
-    return _loop.run(_main(orders, kafka, postgres, json_path),
-                     use_uvloop=_loop.wanted_from_environment())
+    return aio.run(_main(orders, kafka, postgres, json_path),
+                     use_uvloop=aio.wanted_from_environment())

@@ -21,9 +21,9 @@ import sys
 
 import asyncpg
 
-from .. import _loop
 from ..consumer import Consumer
 from ..outbox import KafkaSink, Relay
+from ..shared import aio
 from . import shop
 
 REPORT_INTERVAL = 0.1
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyError as exc:
         print(f"{args.role}: set {exc.args[0]}", file=sys.stderr)
         return 2
-    _loop.run(work(args.role, args.run, kafka, dsn), use_uvloop=_loop.wanted_from_environment())
+    aio.run(work(args.role, args.run, kafka, dsn), use_uvloop=aio.wanted_from_environment())
     return 0
 
 

@@ -10,7 +10,7 @@ Imports go one way, from the bottom up::
                              check that the database did not move back
     tracker                  commits the watermarks to the stores, and places new ownerships
 
-The engine (:mod:`consumerkit._engine`) and the applier use this package; nothing here imports
+The engine (:mod:`consumerkit.engine.runner`) and the applier use this package; nothing here imports
 them.
 """
 

@@ -18,8 +18,8 @@ from collections.abc import Collection, Mapping, Sequence
 
 import asyncpg
 
-from .._identifiers import qualified
 from ..errors import StartupError
+from ..shared.identifiers import qualified
 from ..transport.source import Partition
 from ..types import DbConnection
 from .store import OffsetStoreName

@@ -48,7 +48,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from .._failures import ConnectionLost
+from ..shared.failures import ConnectionLost
 from ..types import Claim, ClaimStatus, DbConnection
 from .postgres import PostgresOffsets
 from .state import PartitionState
@@ -56,7 +56,7 @@ from .state import PartitionState
 if TYPE_CHECKING:
     import asyncpg
 
-    from .._decode import Decoded
+    from ..engine.decode import Decoded
     from ..observability.observer import Observer
     from ..transport.source import Partition
 

@@ -23,15 +23,15 @@ from datetime import UTC, datetime
 import asyncpg
 from prometheus_client import CollectorRegistry
 
-from .. import _faults, _signals
-from .._failures import BROKEN_CONNECTION
-from .._identifiers import redact_dsn
-from .._observing import Probe, serve_metrics
 from ..errors import ConfigurationError
 from ..observability.logging import LogObserver
 from ..observability.metrics import RelayMetrics
 from ..observability.observer import Observer, fanout
 from ..retry import RetryPolicy
+from ..shared import faults, signals
+from ..shared.failures import BROKEN_CONNECTION
+from ..shared.identifiers import redact_dsn
+from ..shared.observing import Probe, serve_metrics
 from .event import OutboxEvent
 from .settle import settle
 from .sink import OutboxSink
@@ -133,7 +133,7 @@ class Relay:
 
     async def run(self) -> None:
         """Publish until :meth:`stop` (or SIGTERM/SIGINT with ``handle_signals``)."""
-        remove = _signals.install(self._on_signal) if self.handle_signals else (lambda: None)
+        remove = signals.install(self._on_signal) if self.handle_signals else (lambda: None)
         stack = contextlib.AsyncExitStack()
         try:
             if self.metrics_port is not None and self.registry is None:
@@ -192,8 +192,8 @@ class Relay:
         except Exception as exc:  # a failed batch is an outage: pause, count no attempt
             await self._pause(f"sink failed the whole batch: {exc!r}")
             return
-        if _faults.ON:
-            _faults.point("relay_after_publish")
+        if faults.ON:
+            faults.point("relay_after_publish")
         await self._settle(conn, events, results)
 
     async def _settle(self, conn: asyncpg.Connection[asyncpg.Record],

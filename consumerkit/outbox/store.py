@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from .. import _faults
+from ..shared import faults
 from ..types import DbConnection
 from .event import OutboxEvent
 from .table import OutboxTable
@@ -77,7 +77,7 @@ class RelayStore:
     async def claim(self, conn: DbConnection, slots: Collection[int],
                     limit: int) -> list[OutboxEvent]:
         rows = await conn.fetch(self._claim, sorted(slots), limit)
-        if _faults.ON and _faults.mutant("relay_cursor"):  # broken on purpose: see _faults
+        if faults.ON and faults.mutant("relay_cursor"):  # broken on purpose: see faults
             rows = [r for r in rows if r[0] > self._cursor]
             self._cursor = max([self._cursor, *(r[0] for r in rows)])
         # by position, in the SELECT's column order: the relay's hottest Python loop

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from .._identifiers import identifier, qualified
 from ..dedup.partitions import LOCK_SEED
 from ..errors import ConfigurationError, StartupError
 from ..schema import VERSION_TABLE
+from ..shared.identifiers import identifier, qualified
 from ..types import DbConnection
 
 SLOTS = 64

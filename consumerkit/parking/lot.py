@@ -16,14 +16,14 @@ from collections.abc import Iterable, Sequence
 
 import asyncpg
 
-from .._decode import Decoded
-from .._failures import describe, judge
 from ..deadletter.writer import wait_or_abandon
+from ..engine.decode import Decoded
 from ..envelope import RecordLike
 from ..errors import StartupError
 from ..observability.observer import Observer
 from ..registry import RouteTable
 from ..retry import RetryPolicy
+from ..shared.failures import describe, judge
 from . import store
 from .entry import ParkedRecord
 

@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
-from .._decode import Decoded, Decoder
-from .._failures import describe, judge
-from .._lifecycle import open_pool
-from .._observing import consumer_observer
-from .._pipeline import Outcome, Pipeline
 from ..deadletter.writer import DeadLetterWriter
 from ..dedup.stores import store_for
+from ..engine.decode import Decoded, Decoder
+from ..engine.lifecycle import open_pool
+from ..engine.pipeline import Outcome, Pipeline
 from ..errors import ConsumerKitError, DeadLetter, DecodeError, is_retriable
+from ..shared.failures import describe, judge
+from ..shared.observing import consumer_observer
 from ..stats import ConsumerStats
 from ..types import ClaimStatus, DbConnection, SinkResources
 from . import store

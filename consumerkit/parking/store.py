@@ -13,8 +13,8 @@ import getpass
 import socket
 from collections.abc import Iterable, Sequence
 
-from .._identifiers import identifier, qualified
 from ..deadletter.table import decode_headers, encode_headers, pg_text
+from ..shared.identifiers import identifier, qualified
 from ..types import DbConnection
 from .entry import ParkedKey, ParkedRecord
 from .tables import AUDIT, KEYS, RECORDS

@@ -9,7 +9,7 @@ order, with their exact bytes, why they were parked and, once replayed, when.
 
 from __future__ import annotations
 
-from .._identifiers import identifier, qualified
+from ..shared.identifiers import identifier, qualified
 from ..types import DbConnection
 
 KEYS = "parked_keys"

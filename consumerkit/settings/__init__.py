@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from .._identifiers import identifier, redact_dsn
+from ..shared.identifiers import identifier, redact_dsn
 
 PREFIX = "CONSUMERKIT_"
 

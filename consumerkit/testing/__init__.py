@@ -7,7 +7,7 @@
 - :mod:`consumerkit.testing.services`: start Tansu, PostgreSQL and Redis without Docker.
 """
 
-from .._pipeline import Outcome
+from ..engine.pipeline import Outcome
 from ..transport.memory import MemoryBroker, MemorySource
 from .harness import FAST_RETRY, TestConsumer
 from .observe import Settled

@@ -17,12 +17,12 @@ from typing import Any, Self
 
 from pydantic import BaseModel
 
-from .._engine import Engine
-from .._pipeline import Outcome
 from ..consumer import Consumer
 from ..deadletter.entry import DeadLetterEntry
 from ..deadletter.table import DeadLetterTable
 from ..deadletter.topic import DeadLetterTopic
+from ..engine.pipeline import Outcome
+from ..engine.runner import Engine
 from ..envelope import Envelope, Record, RecordLike
 from ..errors import ConfigurationError
 from ..registry import HandlerSource

@@ -8,9 +8,9 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-from .._pipeline import Outcome
 from ..context import BatchContext, HandlerContext
 from ..deadletter.entry import DeadLetterEntry
+from ..engine.pipeline import Outcome
 from ..envelope import Envelope, RecordLike
 from ..errors import HandlerSignal
 from ..observability.observer import BaseObserver

@@ -33,7 +33,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from .._identifiers import redact_dsn
+from ..shared.identifiers import redact_dsn
 from ..transport.kafka import create_topic
 from .services import start_postgres, start_tansu
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import asyncpg
 
-from .._failures import ClaimBlocked, HandlerFailure, describe, judge
 from ..dedup.policy import ExpiredPolicy
 from ..errors import DeadLetter, Retry, is_retriable
+from ..shared.failures import ClaimBlocked, HandlerFailure, describe, judge
 from ..types import Claim, ClaimStatus
 from ._asgi import Send, respond
 

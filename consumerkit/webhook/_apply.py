@@ -1,7 +1,7 @@
 """One webhook delivery applied through the consumer's transaction path, top to bottom.
 
 [ BEGIN (READ COMMITTED); claim the Idempotency-Key (dedup row, first statement); handler;
-  COMMIT ] (:mod:`consumerkit._apply`, a batch of one) -> the claim's status, or an exception
+  COMMIT ] (:mod:`consumerkit.engine.apply`, a batch of one) -> the claim's status, or an exception
 saying why not -> the outcome reported.
 
 There are no retries here: the sender retries, and a retry finds either no row (the earlier
@@ -17,12 +17,12 @@ from collections.abc import AsyncIterator
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from .._apply import Applier
-from .._decode import Decoded
-from .._failures import describe
 from ..dedup.policy import ExpiredPolicy
+from ..engine.apply import Applier
+from ..engine.decode import Decoded
 from ..envelope import RecordLike
 from ..observability.observer import Observer
+from ..shared.failures import describe
 from ..types import Claim, ClaimStatus
 
 log = logging.getLogger("consumerkit.webhook")

@@ -20,8 +20,8 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from .._failures import describe
 from ..envelope import Envelope, Record
+from ..shared.failures import describe
 from ..types import ClaimRequest, DedupStore
 from . import headers as wh
 

@@ -29,19 +29,19 @@ from datetime import timedelta
 
 import asyncpg
 
-from .._apply import Applier
-from .._decode import Decoded, Decoder
-from .._failures import describe
-from .._identifiers import check_name, identifier, redact_dsn
 from ..dedup.partitions import maintain
 from ..dedup.policy import DedupPolicy
 from ..dedup.postgres import PostgresDedupStore
+from ..engine.apply import Applier
+from ..engine.decode import Decoded, Decoder
 from ..envelope import Record
 from ..errors import ConfigurationError, DecodeError, StartupError
 from ..observability.logging import LogObserver, message_fields
 from ..observability.observer import Observer, fanout
 from ..registry import HandlerRegistry, HandlerSource, RouteTable
 from ..schema import check_synchronous_commit, migrate
+from ..shared.failures import describe
+from ..shared.identifiers import check_name, identifier, redact_dsn
 from . import _answers as answers
 from . import headers as wh
 from ._apply import apply, report

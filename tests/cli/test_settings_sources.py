@@ -20,11 +20,11 @@ from pydantic import SecretStr
 from pydantic.fields import FieldInfo
 
 from consumerkit import Consumer
-from consumerkit._identifiers import redact_dsn
 from consumerkit.cli import main
 from consumerkit.cli.options import shown as shown_value
 from consumerkit.cli.run import ARGUMENTS, UNSET_BY_NONE
 from consumerkit.settings import SETTINGS, ConsumerSettings, env_name, flag
+from consumerkit.shared.identifiers import redact_dsn
 from consumerkit.testing.services import MakeTopic
 
 from .app_consumer import charge

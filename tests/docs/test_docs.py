@@ -39,9 +39,9 @@ from consumerkit import (
     RetryPolicy,
     WireFormat,
 )
-from consumerkit._decode import Decoder
 from consumerkit.cli import _parser, duration
 from consumerkit.cli import main as cli_main
+from consumerkit.engine.decode import Decoder
 from consumerkit.errors import ConfigurationError, is_retriable
 from consumerkit.parking.tables import STEPS as PARKING_STEPS
 from consumerkit.registry import RouteTable
@@ -474,7 +474,7 @@ def _reason_codes_in_code() -> set[str]:
     the batcher; ``_dead_letter`` in older code), the third of ``self.exhausted(...)``, and
     string constants assigned to a variable ``reason``."""
     codes: set[str] = set()
-    for module in ("_decode.py", "versions.py", "_pipeline.py", "_batch.py"):
+    for module in ("engine/decode.py", "versions.py", "engine/pipeline.py", "engine/batch.py"):
         for node in ast.walk(ast.parse((PACKAGE / module).read_text())):
             if isinstance(node, ast.Call) and node.args:
                 func = node.func

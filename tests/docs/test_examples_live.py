@@ -34,11 +34,11 @@ from consumerkit import (
     WireFormat,
     handler,
 )
-from consumerkit._decode import Decoder
-from consumerkit._pipeline import Outcome, Pipeline
 from consumerkit.cli import main as cli_main
 from consumerkit.deadletter.writer import DeadLetterWriter
 from consumerkit.dedup.postgres import PostgresDedupStore
+from consumerkit.engine.decode import Decoder
+from consumerkit.engine.pipeline import Outcome, Pipeline
 from consumerkit.registry import RouteTable
 from consumerkit.schema import migrate
 from consumerkit.stats import ConsumerStats

@@ -15,7 +15,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from pydantic import BaseModel
 
 from consumerkit import Consumer, HandlerContext, RetryPolicy, handler
-from consumerkit._identifiers import identifier
+from consumerkit.shared.identifiers import identifier
 from consumerkit.types import DbConnection
 
 from ..brokers import IDEMPOTENCE

@@ -17,16 +17,16 @@ import pytest
 from pydantic import BaseModel
 
 from consumerkit import BatchContext, HandlerContext, RetryPolicy, handler
-from consumerkit._batch import Batcher
-from consumerkit._decode import Decoder
-from consumerkit._identifiers import identifier
-from consumerkit._pipeline import Outcome, Pipeline
 from consumerkit.deadletter.entry import DeadLetterEntry
 from consumerkit.deadletter.writer import DeadLetterWriter
 from consumerkit.dedup import PostgresDedupStore
+from consumerkit.engine.batch import Batcher
+from consumerkit.engine.decode import Decoder
+from consumerkit.engine.pipeline import Outcome, Pipeline
 from consumerkit.envelope import Record, RecordLike, WireFormat
 from consumerkit.registry import RouteTable
 from consumerkit.schema import migrate
+from consumerkit.shared.identifiers import identifier
 from consumerkit.stats import ConsumerStats
 
 TOPIC = "lines"

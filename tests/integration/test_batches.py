@@ -19,18 +19,18 @@ import pytest
 from pydantic import BaseModel
 
 from consumerkit import HandlerContext, RetryPolicy, handler
-from consumerkit._batch import Batcher
-from consumerkit._decode import Decoded, Decoder
-from consumerkit._engine import Engine
-from consumerkit._identifiers import identifier
-from consumerkit._pipeline import Outcome, Pipeline
 from consumerkit.deadletter.entry import DeadLetterEntry
 from consumerkit.deadletter.writer import DeadLetterWriter
 from consumerkit.dedup import PostgresDedupStore
+from consumerkit.engine.batch import Batcher
+from consumerkit.engine.decode import Decoded, Decoder
+from consumerkit.engine.pipeline import Outcome, Pipeline
+from consumerkit.engine.runner import Engine
 from consumerkit.envelope import Record, RecordLike, WireFormat
 from consumerkit.offsets.state import PartitionState
 from consumerkit.registry import RouteTable
 from consumerkit.schema import migrate
+from consumerkit.shared.identifiers import identifier
 from consumerkit.stats import ConsumerStats
 from consumerkit.transport.kafka import Partition
 from consumerkit.transport.memory import MemoryBroker

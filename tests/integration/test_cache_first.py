@@ -11,11 +11,11 @@ from datetime import timedelta
 import asyncpg
 
 from consumerkit import HandlerContext, RetryPolicy, handler
-from consumerkit._decode import Decoder
-from consumerkit._pipeline import Outcome, Pipeline
 from consumerkit.deadletter.writer import DeadLetterWriter
 from consumerkit.dedup import PostgresDedupStore
 from consumerkit.dedup.redis import RedisDedupCache
+from consumerkit.engine.decode import Decoder
+from consumerkit.engine.pipeline import Outcome, Pipeline
 from consumerkit.envelope import WireFormat
 from consumerkit.registry import RouteTable
 from consumerkit.schema import migrate

@@ -13,8 +13,8 @@ import asyncpg
 import pytest
 
 from consumerkit import Envelope, HandlerContext
-from consumerkit._deferred import Deferred
-from consumerkit._identifiers import identifier
+from consumerkit.engine.deferred import Deferred
+from consumerkit.shared.identifiers import identifier
 from consumerkit.types import DbConnection
 
 

@@ -16,17 +16,17 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
 from consumerkit import BatchContext, Envelope, HandlerContext, RetryPolicy, handler
-from consumerkit._batch import Batcher
-from consumerkit._decode import Decoder
-from consumerkit._identifiers import identifier
-from consumerkit._pipeline import Outcome, Pipeline
 from consumerkit.deadletter.writer import DeadLetterWriter
 from consumerkit.dedup import PostgresDedupStore
+from consumerkit.engine.batch import Batcher
+from consumerkit.engine.decode import Decoder
+from consumerkit.engine.pipeline import Outcome, Pipeline
 from consumerkit.envelope import RecordLike, WireFormat
 from consumerkit.errors import ConsumerKitError, DeadLetter
 from consumerkit.observability.tracing import Tracing
 from consumerkit.registry import RouteTable
 from consumerkit.schema import migrate
+from consumerkit.shared.identifiers import identifier
 from consumerkit.stats import ConsumerStats
 
 from .test_batch_handlers import Line, ListSink, rec

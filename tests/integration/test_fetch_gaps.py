@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 import asyncpg
 import pytest
 
-from consumerkit._engine import Engine
+from consumerkit.engine.runner import Engine
 from consumerkit.envelope import RecordLike
 from consumerkit.errors import TransportError
 from consumerkit.testing import TestConsumer

@@ -16,8 +16,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from consumerkit._identifiers import identifier
 from consumerkit.outbox import KafkaSink, Relay
+from consumerkit.shared.identifiers import identifier
 from consumerkit.testing.services import MakeTopic
 
 from ..brokers import PRODUCER_OPTIONS

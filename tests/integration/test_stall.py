@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from consumerkit import BatchContext, Consumer, HandlerContext, RetryPolicy, handler
-from consumerkit._identifiers import identifier
+from consumerkit.shared.identifiers import identifier
 from consumerkit.testing.services import MakeTopic, free_port
 
 from ..observability.scrape import get, samples, value

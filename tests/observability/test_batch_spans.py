@@ -15,11 +15,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from consumerkit import BatchContext, RetryPolicy, handler
-from consumerkit._batch import Batcher
-from consumerkit._decode import Decoder
-from consumerkit._pipeline import Outcome, Pipeline
 from consumerkit.deadletter.writer import DeadLetterWriter
 from consumerkit.dedup import PostgresDedupStore
+from consumerkit.engine.batch import Batcher
+from consumerkit.engine.decode import Decoder
+from consumerkit.engine.pipeline import Outcome, Pipeline
 from consumerkit.envelope import RecordLike, WireFormat
 from consumerkit.observability.observer import Fanout
 from consumerkit.observability.tracing import Tracing

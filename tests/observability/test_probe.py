@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from consumerkit._observing import Probe
+from consumerkit.shared.observing import Probe
 from consumerkit.testing.services import free_port
 
 

@@ -20,7 +20,6 @@ import orjson
 import pytest
 
 from consumerkit import HandlerContext, Retry, RetryPolicy
-from consumerkit._identifiers import identifier
 from consumerkit.errors import ConfigurationError
 from consumerkit.outbox import (
     DEFAULT_RETRY,
@@ -33,6 +32,7 @@ from consumerkit.outbox import (
     cleanup,
     live_relays,
 )
+from consumerkit.shared.identifiers import identifier
 from consumerkit.testing.services import MakeTopic
 from consumerkit.transport.kafka import producer_options
 from tests.integration.ledger import (

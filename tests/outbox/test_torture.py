@@ -22,8 +22,8 @@ import asyncpg
 import orjson
 import pytest
 
-from consumerkit._identifiers import identifier
 from consumerkit.outbox import NewEvent, Outbox, OutboxTable
+from consumerkit.shared.identifiers import identifier
 from consumerkit.testing.services import MakeTopic
 
 from .conftest import Published, pending, read_all, wait_until

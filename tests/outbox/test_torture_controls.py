@@ -22,10 +22,10 @@ import asyncpg
 import orjson
 import pytest
 
-from consumerkit._identifiers import identifier
 from consumerkit.outbox import KafkaSink, NewEvent, Outbox, OutboxEvent, OutboxTable, Relay
 from consumerkit.outbox.store import RelayStore
 from consumerkit.retry import RetryPolicy
+from consumerkit.shared.identifiers import identifier
 from consumerkit.testing.services import MakeTopic
 from consumerkit.types import DbConnection
 

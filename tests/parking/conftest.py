@@ -10,7 +10,7 @@ import pytest_asyncio
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from consumerkit import HandlerContext
-from consumerkit._identifiers import identifier
+from consumerkit.shared.identifiers import identifier
 from consumerkit.testing.services import MakeTopic
 
 from ..integration.ledger import Step, create_ledger, ledger_rows

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from consumerkit._lifecycle import open_pool
+from consumerkit.engine.lifecycle import open_pool
 from consumerkit.errors import StartupError
 
 from .conftest import Conn

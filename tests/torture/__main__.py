@@ -13,7 +13,7 @@ import logging
 import sys
 from pathlib import Path
 
-from consumerkit._faults import MUTANTS
+from consumerkit.shared.faults import MUTANTS
 
 from .profiles import PROFILES
 from .report import markdown

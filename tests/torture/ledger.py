@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from pydantic import BaseModel
 
 from consumerkit import BatchContext, HandlerContext, handler
-from consumerkit._identifiers import identifier
+from consumerkit.shared.identifiers import identifier
 from consumerkit.types import DbConnection
 
 from .check import History, Produced

@@ -18,8 +18,8 @@ import uuid
 
 import asyncpg
 
-from consumerkit._identifiers import identifier
 from consumerkit.outbox import NewEvent, Outbox
+from consumerkit.shared.identifiers import identifier
 
 from .ledger import EVENT_TYPE
 

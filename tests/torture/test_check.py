@@ -125,8 +125,8 @@ def test_fail_points_and_mutants_exist_only_in_test_mode(value: str, expected: s
     env = {k: v for k, v in os.environ.items() if k != "CONSUMERKIT_TORTURE"}
     if value:
         env["CONSUMERKIT_TORTURE"] = value
-    code = ("from consumerkit import _faults; _faults.point('after_claim'); "
-            "print(_faults.ON, _faults.mutant('claim_skipped'))")
+    code = ("from consumerkit.shared import faults; faults.point('after_claim'); "
+            "print(faults.ON, faults.mutant('claim_skipped'))")
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, check=True,
                          capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == expected

@@ -12,10 +12,10 @@ from .procs import ROOT, Proc
 # passes "before_commit" over and over; "after_claim" never
 LOOP = """
 import time
-from consumerkit import _faults
+from consumerkit.shared import faults
 print("ready", flush=True)
 for _ in range(3000):
-    _faults.point("before_commit")
+    faults.point("before_commit")
     time.sleep(0.01)
 """
 

@@ -9,7 +9,7 @@ from typing import cast
 
 import pytest
 
-from consumerkit._engine import _trace_fetch
+from consumerkit.engine.runner import _trace_fetch
 from consumerkit.envelope import Record
 from consumerkit.offsets.gaps import through
 from consumerkit.offsets.state import PartitionState

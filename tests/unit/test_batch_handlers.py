@@ -13,8 +13,8 @@ from consumerkit import (
     HandlerRegistry,
     handler,
 )
-from consumerkit._apply import plan
-from consumerkit._decode import Decoded
+from consumerkit.engine.apply import plan
+from consumerkit.engine.decode import Decoded
 from consumerkit.envelope import Envelope
 from consumerkit.registry import Route, RouteTable, resolve
 

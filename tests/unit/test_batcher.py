@@ -10,13 +10,13 @@ from typing import cast
 
 from pydantic import BaseModel
 
-from consumerkit._batch import Batcher
-from consumerkit._decode import Decoded
-from consumerkit._failures import HandlerFailure
-from consumerkit._ordering import KeyedExecutor, KeyedLanes
-from consumerkit._pipeline import Outcome, Pipeline
+from consumerkit.engine.batch import Batcher
+from consumerkit.engine.decode import Decoded
+from consumerkit.engine.lanes import KeyedExecutor, KeyedLanes
+from consumerkit.engine.pipeline import Outcome, Pipeline
 from consumerkit.envelope import Envelope, Record, RecordLike
 from consumerkit.registry import Route
+from consumerkit.shared.failures import HandlerFailure
 from consumerkit.stats import ConsumerStats, StatsObserver
 from consumerkit.types import Claim, ClaimStatus
 

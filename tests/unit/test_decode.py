@@ -5,7 +5,7 @@ import pytest
 from pydantic import BaseModel, field_validator
 
 from consumerkit import DecodeError, HandlerContext, Record, WireFormat, handler
-from consumerkit._decode import Decoder, record_time
+from consumerkit.engine.decode import Decoder, record_time
 from consumerkit.registry import RouteTable
 
 

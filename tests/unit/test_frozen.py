@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from consumerkit._frozen import maker
+from consumerkit.engine.frozen import maker
 from consumerkit.envelope import Envelope, Record
 from consumerkit.types import ClaimRequest
 

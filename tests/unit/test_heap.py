@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from consumerkit import _heap
+from consumerkit.shared import heap
 
 
 @pytest.fixture
@@ -22,23 +22,23 @@ def restored() -> Iterator[None]:
 def test_tune_gc_freezes_start_up_and_raises_the_young_threshold(restored: None) -> None:
     gc.set_threshold(700, 10, 10)
     alive: list[object] = [object() for _ in range(10)]  # something start-up would keep
-    said = _heap.tune_gc()
+    said = heap.tune_gc()
     assert gc.get_freeze_count() > 0
-    assert gc.get_threshold() == (_heap.YOUNG_THRESHOLD, 10, 10)
-    assert f"every {_heap.YOUNG_THRESHOLD:,} allocations" in said
+    assert gc.get_threshold() == (heap.YOUNG_THRESHOLD, 10, 10)
+    assert f"every {heap.YOUNG_THRESHOLD:,} allocations" in said
     assert f"{gc.get_freeze_count():,} start-up objects frozen" in said
-    assert "objects frozen" in _heap.describe()
+    assert "objects frozen" in heap.describe()
     assert alive
 
 
 def test_tune_gc_keeps_a_higher_threshold(restored: None) -> None:
-    gc.set_threshold(_heap.YOUNG_THRESHOLD * 4, 20, 30)
-    _heap.tune_gc()
-    assert gc.get_threshold() == (_heap.YOUNG_THRESHOLD * 4, 20, 30)
+    gc.set_threshold(heap.YOUNG_THRESHOLD * 4, 20, 30)
+    heap.tune_gc()
+    assert gc.get_threshold() == (heap.YOUNG_THRESHOLD * 4, 20, 30)
 
 
 def test_cycles_are_still_collected_after_tuning(restored: None) -> None:
-    _heap.tune_gc()
+    heap.tune_gc()
 
     class Node:
         other: object = None

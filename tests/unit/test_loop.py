@@ -7,34 +7,34 @@ import importlib.util
 
 import pytest
 
-from consumerkit import _loop
+from consumerkit.shared import aio
 
 UVLOOP = importlib.util.find_spec("uvloop") is not None
 
 
 async def _running() -> str:
-    return _loop.describe()
+    return aio.describe()
 
 
 def test_turned_off_runs_the_standard_loop() -> None:
-    assert _loop.loop_factory(use_uvloop=False) is None
-    assert _loop.run(_running(), use_uvloop=False) == "asyncio"
+    assert aio.loop_factory(use_uvloop=False) is None
+    assert aio.run(_running(), use_uvloop=False) == "asyncio"
 
 
 @pytest.mark.skipif(not UVLOOP, reason="uvloop is not installed (the fast extra)")
 def test_wanted_and_installed_runs_uvloop() -> None:
-    assert _loop.run(_running()).startswith("uvloop ")
+    assert aio.run(_running()).startswith("uvloop ")
 
 
 @pytest.mark.skipif(UVLOOP, reason="uvloop is installed")
 def test_wanted_but_not_installed_runs_the_standard_loop() -> None:
-    assert _loop.loop_factory() is None
-    assert _loop.run(_running()) == "asyncio"
+    assert aio.loop_factory() is None
+    assert aio.run(_running()) == "asyncio"
 
 
 def test_report_says_why_the_standard_loop_runs() -> None:
     async def report(wanted: bool) -> str:
-        return _loop.report(wanted)
+        return aio.report(wanted)
 
     assert asyncio.run(report(False)) == "asyncio (uvloop turned off)"
     expected = "asyncio" if UVLOOP else "asyncio (uvloop not installed)"
@@ -50,4 +50,4 @@ def test_the_environment_variable_turns_it_off(
         monkeypatch.delenv("CONSUMERKIT_UVLOOP", raising=False)
     else:
         monkeypatch.setenv("CONSUMERKIT_UVLOOP", value)
-    assert _loop.wanted_from_environment() is wanted
+    assert aio.wanted_from_environment() is wanted

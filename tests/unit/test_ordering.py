@@ -3,7 +3,7 @@ import functools
 import random
 from collections.abc import Awaitable, Callable, Hashable
 
-from consumerkit._ordering import KeyedExecutor, KeyedLanes
+from consumerkit.engine.lanes import KeyedExecutor, KeyedLanes
 
 Job = Callable[[], Awaitable[None]]
 

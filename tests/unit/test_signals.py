@@ -2,7 +2,7 @@ import asyncio
 import os
 import signal
 
-from consumerkit import _signals
+from consumerkit.shared import signals
 
 
 async def test_one_signal_reaches_every_consumer_and_the_default_comes_back() -> None:
@@ -16,8 +16,8 @@ async def test_one_signal_reaches_every_consumer_and_the_default_comes_back() ->
         seen.append(("second", sig))
         both.set()
 
-    remove_first = _signals.install(first)
-    remove_second = _signals.install(second)
+    remove_first = signals.install(first)
+    remove_second = signals.install(second)
     os.kill(os.getpid(), signal.SIGTERM)
     await asyncio.wait_for(both.wait(), 5)
     assert seen == [("first", signal.SIGTERM), ("second", signal.SIGTERM)]

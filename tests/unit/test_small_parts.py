@@ -4,8 +4,8 @@ from datetime import timedelta
 import pytest
 
 from consumerkit import ConfigurationError, DedupPolicy, RetryPolicy
-from consumerkit._identifiers import check_name, identifier, qualified, redact_dsn
 from consumerkit.errors import DeadLetter, Retry, is_retriable
+from consumerkit.shared.identifiers import check_name, identifier, qualified, redact_dsn
 
 
 def test_backoff_grows_with_jitter_and_is_capped() -> None:

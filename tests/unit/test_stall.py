@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from consumerkit import DeadLetter, Retry
-from consumerkit._stall import SYSTEMIC, Breaker, StallPolicy, systemic
+from consumerkit.engine.stall import SYSTEMIC, Breaker, StallPolicy, systemic
 from consumerkit.observability import BaseObserver, LogObserver
 from consumerkit.stats import ConsumerStats, StatsObserver
 

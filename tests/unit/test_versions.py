@@ -24,8 +24,8 @@ from consumerkit import (
     handler,
     upcaster,
 )
-from consumerkit._decode import Decoder
 from consumerkit.cli import main
+from consumerkit.engine.decode import Decoder
 from consumerkit.registry import RouteTable
 from examples.event_versions import OrderCreated, orders
 

@@ -94,7 +94,7 @@ def _receiver_codes() -> set[str]:
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                 and node.func.id == "Rejection" and (code := _text(node.args[0]))):
             codes.add(code)
-    decode = ast.parse((CODE / "_decode.py").read_text())
+    decode = ast.parse((CODE / "engine/decode.py").read_text())
     for node in ast.walk(decode):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                 and node.func.id == "DecodeError" and (code := _text(node.args[0]))):

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from consumerkit import DeadLetter, Retry
-from consumerkit._failures import ClaimBlocked, HandlerFailure
+from consumerkit.shared.failures import ClaimBlocked, HandlerFailure
 from consumerkit.webhook import _answers as answers
 
 

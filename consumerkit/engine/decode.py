@@ -10,11 +10,11 @@ from datetime import UTC, datetime, timedelta
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from ._frozen import maker
-from .envelope import Envelope, IdSource, RecordLike, WireFormat
-from .errors import DecodeError
-from .registry import Route, RouteTable
-from .versions import read_version, upcast_json
+from ..envelope import Envelope, IdSource, RecordLike, WireFormat
+from ..errors import DecodeError
+from ..registry import Route, RouteTable
+from ..versions import read_version, upcast_json
+from .frozen import maker
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,12 +12,12 @@ by one through the per-record path, with its retries, back-off and dead letters,
 record costs its neighbours a second try and nothing else.
 
 Groups come in two ways. :meth:`Batcher.process` is awaited by a task of the caller's.
-:meth:`Batcher.submit` takes a group from task-less lanes (:class:`~consumerkit._ordering.
+:meth:`Batcher.submit` takes a group from task-less lanes (:class:`~consumerkit.engine.lanes.
 KeyedLanes`) and settles it when its batch ends, without a task: a batch gathers the groups
 of hundreds of keys, and a task each would cost more than their transaction. Only what has to
 wait (a fallback one by one, an expired record's dead letter, a parked key, an undecodable
-record) gets a task, tracked by the group's :class:`~consumerkit._settle.Owner` so that a
-revocation can cut it short. How a group's records settle: :mod:`consumerkit._settle`.
+record) gets a task, tracked by the group's :class:`~consumerkit.engine.settle.Owner` so that a
+revocation can cut it short. How a group's records settle: :mod:`consumerkit.engine.settle`.
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from ._apply import RecordFailed
-from ._decode import Decoded
-from ._failures import HandlerFailure, describe
-from ._pipeline import Pipeline
-from ._settle import Body, Owner, Report, Result, RolledBack, accounted, conclude, settle_now
-from .envelope import RecordLike
-from .errors import DecodeError
+from ..envelope import RecordLike
+from ..errors import DecodeError
+from ..shared.failures import HandlerFailure, describe
+from .apply import RecordFailed
+from .decode import Decoded
+from .pipeline import Pipeline
+from .settle import Body, Owner, Report, Result, RolledBack, accounted, conclude, settle_now
 
 log = logging.getLogger("consumerkit.pipeline")
 

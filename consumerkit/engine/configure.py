@@ -8,13 +8,13 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec
 
-from ._identifiers import identifier
-from .dedup.horizon import horizon_findings
-from .errors import ConfigurationError
-from .offsets.store import OFFSET_STORES
+from ..dedup.horizon import horizon_findings
+from ..errors import ConfigurationError
+from ..offsets.store import OFFSET_STORES
+from ..shared.identifiers import identifier
 
 if TYPE_CHECKING:
-    from .consumer import Consumer
+    from ..consumer import Consumer
 
 _P = ParamSpec("_P")
 CONFIGURABLE = frozenset({

@@ -14,10 +14,10 @@ import asyncio
 import contextlib
 import logging
 
-from ._engine import Engine
-from .errors import TransportError
-from .observability.observer import Observer
-from .transport.source import Partition, Source
+from ..errors import TransportError
+from ..observability.observer import Observer
+from ..transport.source import Partition, Source
+from .runner import Engine
 
 log = logging.getLogger("consumerkit.consumer")
 

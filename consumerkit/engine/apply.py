@@ -7,7 +7,7 @@
 
 One record is a batch of one: a consumer's per-record attempts, its batches and the webhook
 receiver all apply records here. Retries, outage waits, the fallback one by one and dead
-letters wrap this (see :mod:`~consumerkit._pipeline` and :mod:`~consumerkit._batch`).
+letters wrap this (see :mod:`~consumerkit.engine.pipeline` and :mod:`~consumerkit.engine.batch`).
 
 What a failure is charged to:
 
@@ -41,21 +41,26 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 
-from . import _faults
-from ._decode import Decoded
-from ._deferred import Deferred
-from ._failures import ClaimBlocked, HandlerEndedTransaction, HandlerFailure, TransactionReplaced
-from ._frozen import maker
-from ._xact import Mark, check, mark, verify
-from .context import BatchContext, HandlerContext
-from .observability.observer import Observer
-from .registry import Route
-from .types import Claim, ClaimRequest, ClaimStatus, DbConnection, DedupCache, DedupStore
+from ..context import BatchContext, HandlerContext
+from ..observability.observer import Observer
+from ..registry import Route
+from ..shared import faults
+from ..shared.failures import (
+    ClaimBlocked,
+    HandlerEndedTransaction,
+    HandlerFailure,
+    TransactionReplaced,
+)
+from ..types import Claim, ClaimRequest, ClaimStatus, DbConnection, DedupCache, DedupStore
+from .decode import Decoded
+from .deferred import Deferred
+from .frozen import maker
+from .xact import Mark, check, mark, verify
 
 if TYPE_CHECKING:
-    from .observability.tracing import Tracing
-    from .offsets.recheck import Recheck, Written
-    from .outbox.writer import Outbox
+    from ..observability.tracing import Tracing
+    from ..offsets.recheck import Recheck, Written
+    from ..outbox.writer import Outbox
 
 log = logging.getLogger("consumerkit.pipeline")
 
@@ -138,9 +143,9 @@ class Applier:
         claimed: list[ClaimRequest] = []
         written: Written = []
         committed = handling = False
-        outside = _faults.ON and _faults.mutant("claim_outside_tx")
+        outside = faults.ON and faults.mutant("claim_outside_tx")
         try:
-            if outside:  # broken on purpose (see _faults): the claim commits by itself
+            if outside:  # broken on purpose (see faults): the claim commits by itself
                 claims = await self._claim(conn, requests)
             # pinned: the claim's lock-then-look-up needs a fresh snapshot per statement
             async with conn.transaction(isolation="read_committed"):
@@ -150,7 +155,7 @@ class Applier:
                          if c.status is ClaimStatus.CLAIMED]
                 if fresh:
                     claimed = [r for _, r in fresh]
-                    if _faults.ON:
+                    if faults.ON:
                         await _faults_after_claim(self.cache, self._cache_namespace(),
                                                   claimed)
                     token = await mark(conn)
@@ -158,13 +163,13 @@ class Applier:
                     await self._handle_all(conn, [d for d, _ in fresh], attempt, token)
                 if self.offsets is not None:
                     written = await self.offsets.write(conn, items, claims)
-                if fresh and _faults.ON:
-                    _faults.point("before_commit")
+                if fresh and faults.ON:
+                    faults.point("before_commit")
             committed = True
             if self.offsets is not None:
                 self.offsets.confirm(written)
-            if _faults.ON and claimed:
-                _faults.point("after_commit")
+            if faults.ON and claimed:
+                faults.point("after_commit")
         except HandlerFailure:
             raise
         except Exception as exc:
@@ -177,7 +182,7 @@ class Applier:
         return claims
 
     async def _claim(self, conn: DbConnection, requests: list[ClaimRequest]) -> list[Claim]:
-        if _faults.ON and _faults.mutant("claim_skipped"):  # broken on purpose: see _faults
+        if faults.ON and faults.mutant("claim_skipped"):  # broken on purpose: see faults
             return [Claim(ClaimStatus.CLAIMED) for _ in requests]
         try:
             return await self.dedup.claim_many(
@@ -195,8 +200,8 @@ class Applier:
         namespace = self._cache_namespace()
         if committed and self.cache is not None and namespace is not None:
             await self.cache.remember(namespace, [r.envelope.event_id for r in claimed])
-            if _faults.ON:
-                _faults.point("after_cache_write")
+            if faults.ON:
+                faults.point("after_cache_write")
 
     async def _handle_all(self, conn: DbConnection, items: list[Decoded], attempt: int,
                           token: str) -> None:
@@ -298,8 +303,8 @@ class Applier:
 async def _faults_after_claim(cache: DedupCache | None, namespace: str | None,
                               claimed: list[ClaimRequest]) -> None:
     """The torture test's fail-point after a fresh claim, and its cache mutant."""
-    _faults.point("after_claim")
-    if cache is not None and namespace is not None and _faults.mutant("cache_before_commit"):
+    faults.point("after_claim")
+    if cache is not None and namespace is not None and faults.mutant("cache_before_commit"):
         await cache.remember(namespace, [r.envelope.event_id for r in claimed])
 
 

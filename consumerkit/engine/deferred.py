@@ -23,8 +23,8 @@ import asyncpg
 from asyncpg.connection import _ConnectionProxy
 from asyncpg.prepared_stmt import PreparedStatement
 
-from .errors import ConsumerKitError
-from .types import DbConnection
+from ..errors import ConsumerKitError
+from ..types import DbConnection
 
 if TYPE_CHECKING:
     _Proxy = _ConnectionProxy[asyncpg.Record]

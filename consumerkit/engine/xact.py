@@ -23,7 +23,7 @@ import logging
 import os
 from enum import Enum
 
-from .types import DbConnection
+from ..types import DbConnection
 
 _MARK = ("SELECT set_config('consumerkit.xact', $1, true),"
          " set_config('consumerkit.claimed', $1, false)")

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from ._failures import describe
-from .envelope import RecordLike
-from .errors import HandlerSignal, is_retriable
-from .observability.observer import Observer
+from ..envelope import RecordLike
+from ..errors import HandlerSignal, is_retriable
+from ..observability.observer import Observer
+from ..shared.failures import describe
 
 SYSTEMIC: dict[str, str] = {
     "42P01": "undefined_table",

@@ -13,16 +13,16 @@ from typing import Any
 
 import asyncpg
 
-from ._observing import partitions_ahead
-from .dedup.horizon import redelivery_horizon_check
-from .dedup.partitions import maintain
-from .dedup.policy import DedupPolicy
-from .observability.observer import Observer
-from .outbox.table import migrate_outbox
-from .outbox.writer import Outbox
-from .retry import RetryPolicy
-from .schema import check_synchronous_commit, migrate
-from .types import DbConnection
+from ..dedup.horizon import redelivery_horizon_check
+from ..dedup.partitions import maintain
+from ..dedup.policy import DedupPolicy
+from ..observability.observer import Observer
+from ..outbox.table import migrate_outbox
+from ..outbox.writer import Outbox
+from ..retry import RetryPolicy
+from ..schema import check_synchronous_commit, migrate
+from ..shared.observing import partitions_ahead
+from ..types import DbConnection
 
 log = logging.getLogger("consumerkit.consumer")
 

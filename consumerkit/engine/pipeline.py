@@ -1,13 +1,13 @@
 """A record's way through the consumer, top to bottom, with the default settings.
 
 key parked on this partition: park the record -> decode (undecodable: dead letter)
-       -> apply it in a transaction (:mod:`~consumerkit._apply`)
+       -> apply it in a transaction (:mod:`~consumerkit.engine.apply`)
        -> on failure: wait out an outage, or a failure every record would hit (the consumer
-          stalls, :mod:`~consumerkit._stall`), or retry with back-off -> dead letter if
+          stalls, :mod:`~consumerkit.engine.stall`), or retry with back-off -> dead letter if
           exhausted (or park its key, with ``on_exhausted="park"``)
        -> settle: the outcome told to the observers.
 
-With batches, the batcher (:mod:`~consumerkit._batch`) applies many records at once through
+With batches, the batcher (:mod:`~consumerkit.engine.batch`) applies many records at once through
 the same transaction (:meth:`Pipeline.apply_batch`) and falls back to :meth:`Pipeline.
 process_decoded` for each record of a batch that failed.
 
@@ -25,27 +25,27 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 
-from ._apply import Applier
-from ._connections import Connections
-from ._decode import Decoded, Decoder, header_map
-from ._failures import ConnectionLost, HandlerFailure, describe, judge
-from ._stall import Breaker, key_of
-from .deadletter.entry import DeadLetterEntry
-from .deadletter.writer import DeadLetterWriter, wait_or_abandon
-from .dedup.policy import ExpiredPolicy
-from .envelope import RecordLike
-from .errors import DeadLetter, DecodeError, Retry, is_retriable
-from .observability.logging import message_fields
-from .observability.observer import Observer
-from .retry import RetryPolicy
-from .stats import ConsumerStats, StatsObserver
-from .types import Claim, ClaimStatus, DedupCache, DedupStore
+from ..deadletter.entry import DeadLetterEntry
+from ..deadletter.writer import DeadLetterWriter, wait_or_abandon
+from ..dedup.policy import ExpiredPolicy
+from ..envelope import RecordLike
+from ..errors import DeadLetter, DecodeError, Retry, is_retriable
+from ..observability.logging import message_fields
+from ..observability.observer import Observer
+from ..retry import RetryPolicy
+from ..shared.failures import ConnectionLost, HandlerFailure, describe, judge
+from ..stats import ConsumerStats, StatsObserver
+from ..types import Claim, ClaimStatus, DedupCache, DedupStore
+from .apply import Applier
+from .connections import Connections
+from .decode import Decoded, Decoder, header_map
+from .stall import Breaker, key_of
 
 if TYPE_CHECKING:
-    from .observability.tracing import Tracing
-    from .offsets.recheck import Recheck
-    from .outbox.writer import Outbox
-    from .parking.lot import ParkingLot
+    from ..observability.tracing import Tracing
+    from ..offsets.recheck import Recheck
+    from ..outbox.writer import Outbox
+    from ..parking.lot import ParkingLot
 
 log = logging.getLogger("consumerkit.pipeline")
 

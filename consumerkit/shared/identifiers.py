@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from .errors import ConfigurationError
+from ..errors import ConfigurationError
 
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")

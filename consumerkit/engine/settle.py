@@ -10,11 +10,11 @@ from collections.abc import Callable, Coroutine, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ._apply import RecordFailed
-from ._decode import Decoded
-from ._pipeline import Outcome, Pipeline
-from .envelope import RecordLike
-from .types import Claim
+from ..envelope import RecordLike
+from ..types import Claim
+from .apply import RecordFailed
+from .decode import Decoded
+from .pipeline import Outcome, Pipeline
 
 Report = Callable[[RecordLike, Outcome], None]
 
@@ -30,7 +30,7 @@ Result = list[Claim] | RolledBack
 
 
 class Owner(Protocol):
-    """Who handed a group in with :meth:`~consumerkit._batch.Batcher.submit`: the lanes of
+    """Who handed a group in with :meth:`~consumerkit.engine.batch.Batcher.submit`: the lanes of
     one partition."""
 
     abandon: asyncio.Event  # set: the partition is revoked, or the consumer stops

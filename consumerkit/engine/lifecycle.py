@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import asyncpg
 
-from ._identifiers import redact_dsn
-from .errors import StartupError
+from ..errors import StartupError
+from ..shared.identifiers import redact_dsn
 
 log = logging.getLogger("consumerkit.consumer")
 

@@ -9,17 +9,17 @@ from collections.abc import Collection, Hashable, Sequence
 from functools import partial
 from typing import Any
 
-from . import _faults
-from ._batch import Batcher
-from ._ordering import KeyedExecutor, KeyedLanes
-from ._pipeline import Outcome, Pipeline
-from .envelope import RecordLike
-from .offsets import gaps as _gaps
-from .offsets.state import PartitionState
-from .offsets.tracker import Tracker
-from .parking.lot import ParkingLot
-from .stats import ConsumerStats
-from .transport.source import Partition, Source
+from ..envelope import RecordLike
+from ..offsets import gaps as _gaps
+from ..offsets.state import PartitionState
+from ..offsets.tracker import Tracker
+from ..parking.lot import ParkingLot
+from ..shared import faults
+from ..stats import ConsumerStats
+from ..transport.source import Partition, Source
+from .batch import Batcher
+from .lanes import KeyedExecutor, KeyedLanes
+from .pipeline import Outcome, Pipeline
 
 log = logging.getLogger("consumerkit.consumer")
 # each ownership's first offset, jumps between fetches and dropped fetches, at DEBUG (with the
@@ -144,7 +144,7 @@ class Engine:
 
     async def run(self, source: Source) -> None:
         """Fetch and dispatch until ``stopping`` is set; raise a lane's failure if one broke.
-        With ``max_in_flight`` records in flight, or stalled (:mod:`~consumerkit._stall`), it
+        With ``max_in_flight`` records in flight, or stalled (:mod:`~consumerkit.engine.stall`), it
         waits for room; if none comes within ``keepalive`` seconds it polls with every
         partition paused, so the member stays in its group (pausing drops prefetched records,
         hence only then)."""
@@ -262,15 +262,15 @@ class Engine:
                 state.settled()
                 self.commits.wanted.set()
                 continue
-            if _faults.ON and _faults.mutant("offset_before_commit"):
-                state.offsets.finished(record.offset)  # broken on purpose: see _faults
+            if faults.ON and faults.mutant("offset_before_commit"):
+                state.offsets.finished(record.offset)  # broken on purpose: see faults
                 self.commits.wanted.set()
             self.in_flight += 1
             # one lane per key of this ownership of the partition: a zombie left by an earlier
             # ownership never holds up (or breaks) the lanes of the current one
             lane = record.key
-            if _faults.ON and _faults.mutant("lanes_ignore_key"):
-                lane = str(record.offset % 8).encode()  # broken on purpose: see _faults
+            if faults.ON and faults.mutant("lanes_ignore_key"):
+                lane = str(record.offset % 8).encode()  # broken on purpose: see faults
             self.lanes.submit((state, lane), record)
 
     def _start_group(self, lane: Hashable, records: list[RecordLike]) -> None:
@@ -352,7 +352,7 @@ class Engine:
 
 
 class _Owner:
-    """A partition's lanes, as the batcher sees them (:class:`~consumerkit._batch.Owner`)."""
+    """A partition's lanes, as the batcher sees them (:class:`~consumerkit.engine.batch.Owner`)."""
 
     __slots__ = ("abandon", "engine", "running", "state")
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 import asyncpg
 
-from ._failures import ConnectionLost, HandlerFailure, connection_lost, describe
+from ..shared.failures import ConnectionLost, HandlerFailure, connection_lost, describe
 
 log = logging.getLogger("consumerkit.pipeline")
 

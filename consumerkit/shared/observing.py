@@ -13,21 +13,21 @@ from typing import TYPE_CHECKING
 import asyncpg
 from prometheus_client import CollectorRegistry
 
-from ._failures import describe
-from ._lag import track_lag
-from ._lifecycle import cancel
-from .dedup.partitions import list_partitions
-from .observability.logging import LogObserver
-from .observability.metrics import ConsumerMetrics
-from .observability.observer import Observer, fanout
-from .observability.server import HealthServer, Readiness
-from .observability.tracing import Tracing, default_tracing
-from .stats import ConsumerStats, StatsObserver
-from .types import DbConnection
+from ..dedup.partitions import list_partitions
+from ..engine.lag import track_lag
+from ..engine.lifecycle import cancel
+from ..observability.logging import LogObserver
+from ..observability.metrics import ConsumerMetrics
+from ..observability.observer import Observer, fanout
+from ..observability.server import HealthServer, Readiness
+from ..observability.tracing import Tracing, default_tracing
+from ..stats import ConsumerStats, StatsObserver
+from ..types import DbConnection
+from .failures import describe
 
 if TYPE_CHECKING:
-    from ._engine import Engine
-    from .transport.source import Source
+    from ..engine.runner import Engine
+    from ..transport.source import Source
 
 PING_TIMEOUT = 2.0  # /readyz: PostgreSQL must answer within this
 

@@ -1,0 +1,22 @@
+"""The consumption engine: internal, not API (import from :mod:`consumerkit`).
+
+A record's way, one module per step::
+
+    runner       fetch from the broker, hand records to keyed lanes, follow rebalances,
+                 have the watermarks committed (through :mod:`consumerkit.offsets`)
+    decode       broker record -> routed, validated event, or a reason it is not one
+    lanes        per-key order: one group of a key at a time, keys concurrently
+    pipeline     one record: park, decode, apply, retry or stall, dead letter, settle
+      connections  the pool connection and concurrency slot of an attempt
+    apply        one transaction: claim the ids, the handlers, ``ctx.defer`` writes
+                 (deferred), the check that it is still the claiming transaction (xact),
+                 COMMIT
+    batch        many records of many lanes in one such transaction
+    settle       each record's outcome once its batch ended
+    offsets      (:mod:`consumerkit.offsets`) the watermark, stored and committed
+
+Around the flow: stall (failures every record would hit, waited out), lag, upkeep (the
+dedup table over the consumer's life), lifecycle (pools and tasks opened and closed),
+configure (the consumer's values from code or settings), frozen (fast per-record objects).
+Helpers shared with the relay and the CLI are in :mod:`consumerkit.shared`.
+"""
