@@ -1,5 +1,6 @@
-"""The running loop of a consumer: fetch, hand records to keyed lanes, follow rebalances,
-and have the watermarks committed (:mod:`~consumerkit.offsets.tracker`)."""
+"""The running loop of a consumer: fetch, hand records to keyed lanes, and have the
+watermarks committed (:mod:`~consumerkit.offsets.tracker`); rebalances are followed in
+:mod:`~consumerkit.engine.ownership`."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ..stats import ConsumerStats
 from ..transport.source import Partition, Source
 from .batch import Batcher
 from .lanes import KeyedExecutor, KeyedLanes
+from .ownership import Ownership
 from .pipeline import Outcome, Pipeline
 
 log = logging.getLogger("consumerkit.consumer")
@@ -31,8 +33,9 @@ Fetched = tuple[dict[Partition, list[RecordLike]], dict[Partition, PartitionStat
 """Records fetched, and the state of each partition when they came."""
 
 
-class Engine:
-    """Owns the partition states, their keyed lanes and the offset commits."""
+class Engine(Ownership):
+    """Owns the partition states, their keyed lanes and the offset commits; what begins and
+    ends an ownership (rebalances, rewinds, the drain at stop) is :class:`Ownership`."""
 
     def __init__(
         self, *, pipeline: Pipeline, max_in_flight: int, batch_size: int, max_batch: int,
@@ -54,7 +57,7 @@ class Engine:
             self.lanes = KeyedLanes(self._start_group, max_group=max_batch)
             # a lane's group never outgrows the batches
             self.batcher.on_limit = partial(setattr, self.lanes, "max_group")
-        self._owners: dict[PartitionState, _Owner] = {}
+        self._owners = {}
         self.max_in_flight = max_in_flight
         self.batch_size = batch_size
         self.revoke_timeout = revoke_timeout
@@ -71,74 +74,6 @@ class Engine:
         if pipeline.breaker is not None:  # a stall that begins or ends: look at the room again
             pipeline.breaker.on_change = self._room.set
         self._rewinds: set[asyncio.Task[None]] = set()
-
-    # -- rebalance callbacks (called by the transport during a group rebalance) ------------
-
-    async def on_assigned(self, partitions: list[Partition]) -> None:
-        # always fresh: aiokafka resumes from the committed offset, unless the database
-        # keeps the offsets (then from there, once read)
-        placing = self.commits.database is not None
-        fresh = [PartitionState(part, placing=placing) for part in partitions]
-        for state in fresh:
-            self.states[state.partition] = state
-        if self.parking is not None:
-            self.parking.assigned(partitions)
-        await self.commits.place(fresh)
-        self.joined.set()
-        log.info("assigned %s", sorted(partitions))
-
-    async def on_revoked(self, partitions: list[Partition]) -> None:
-        """Abandon queued work of the revoked partitions, give running handlers
-        ``revoke_timeout`` to finish, cancel the rest (they roll back; the new owner applies
-        them), commit what is done, then forget the partitions."""
-        if not partitions:
-            return  # aiokafka announces an empty revocation before the first join
-        states = [s for p in partitions if (s := self.states.get(p)) is not None]
-        for state in states:
-            state.abandon.set()
-        if self.batcher is not None:
-            self.batcher.sweep()  # their groups still waiting for a batch give up at once
-        if not await _drained(states, self.revoke_timeout):
-            log.warning("cancelling handlers of revoked partitions still busy after %.1fs",
-                        self.revoke_timeout)
-            for state in states:
-                state.kill()
-            await _drained(states, self.revoke_timeout / 2)
-        await self.commits.commit(states)
-        for state in states:
-            self.states.pop(state.partition, None)
-            self._owners.pop(state, None)
-            self.pipeline.observe.lag(*state.partition, None)
-        if self.parking is not None:
-            self.parking.revoked(partitions)
-        self.stats.revocations += 1
-        log.info("revoked %s", sorted(partitions))
-
-    def rewind(self, state: PartitionState, offset: int) -> None:
-        """The database moved back under ``state``: end its ownership at once (its work is
-        abandoned, nothing more of it is stored), and own the partition again from
-        ``offset`` once that work has drained (as a revocation would leave it)."""
-        state.rewound = True
-        state.abandon.set()
-        if self.batcher is not None:
-            self.batcher.sweep()
-        task = asyncio.create_task(self._own_again(state, offset))
-        self._rewinds.add(task)
-        task.add_done_callback(self._rewinds.discard)
-
-    async def _own_again(self, state: PartitionState, offset: int) -> None:
-        if not await _drained([state], self.revoke_timeout):
-            state.kill()
-            await _drained([state], self.revoke_timeout / 2)
-        part = state.partition
-        if self.states.get(part) is not state or self.stopping.is_set():
-            return  # revoked meanwhile: its next owner reads from the stored offset
-        again = PartitionState(part, start=offset, fetched=offset)
-        again.offsets.stored = offset
-        self._owners.pop(state, None)
-        self.states[part] = again
-        if self.source is not None:
-            self.source.seek(part, offset)
 
     # -- the fetch loop ---------------------------------------------------------------------
 
@@ -329,28 +264,6 @@ class Engine:
             state.offsets.finished(record.offset)
             self.commits.wanted.set()
 
-    async def drain(self, timeout: float, force: asyncio.Event) -> None:
-        """Stop dispatching, let running handlers finish (abandon waits and queued work),
-        cancel what is still running after ``timeout`` or when ``force`` is set, commit."""
-        for state in self.states.values():
-            state.abandon.set()
-        if self.batcher is not None:
-            self.batcher.sweep()
-        join = asyncio.ensure_future(self.lanes.join())
-        forced = asyncio.ensure_future(force.wait())
-        done, _ = await asyncio.wait({join, forced}, timeout=timeout,
-                                     return_when=asyncio.FIRST_COMPLETED)
-        forced.cancel()
-        if join not in done:
-            join.cancel()
-            log.warning("cancelling %d in-flight messages at shutdown", self.in_flight)
-            if self.executor is not None:
-                await self.executor.cancel()
-        if self.batcher is not None:
-            await self.batcher.close()
-        await self.commits.commit(list(self.states.values()))
-
-
 class _Owner:
     """A partition's lanes, as the batcher sees them (:class:`~consumerkit.engine.batch.Owner`)."""
 
@@ -378,14 +291,3 @@ def _trace_fetch(part: Partition, fetched: int | None, records: Sequence[RecordL
     if last - first + 1 != len(records):
         trace.debug("%s/%d: %d records fetched between offsets %d and %d", *part,
                     len(records), first, last)
-
-
-async def _drained(states: list[PartitionState], timeout: float) -> bool:
-    """Wait until none of ``states`` has work in flight; False after ``timeout``."""
-    waits = [asyncio.ensure_future(s.drained.wait()) for s in states]
-    if not waits:
-        return True
-    _, late = await asyncio.wait(waits, timeout=timeout)
-    for task in late:
-        task.cancel()
-    return not late
