@@ -10,38 +10,29 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-import asyncpg
 from prometheus_client import CollectorRegistry
 
 from .deadletter.table import DeadLetterTable
-from .deadletter.writer import DeadLetterWriter
 from .dedup.policy import DedupPolicy
-from .dedup.stores import store_for
 from .engine.configure import configure, records_given
-from .engine.decode import Decoder
-from .engine.lifecycle import bounded, cancel, connect, open_pool
-from .engine.pipeline import Pipeline
+from .engine.lifecycle import connect
 from .engine.runner import Engine
-from .engine.stall import Breaker, StallPolicy
-from .engine.upkeep import DedupUpkeep, check_horizon
+from .engine.serve import serve
 from .envelope import WireFormat
 from .errors import ConfigurationError
 from .observability.observer import Observer
-from .offsets import OFFSET_STORES, OffsetStoreName, PostgresOffsets
-from .offsets.postgres import require_table
+from .offsets import OFFSET_STORES, OffsetStoreName
 from .offsets.recheck import Recheck
 from .outbox.writer import Outbox
-from .parking.lot import ParkingLot, open_parking, parks
 from .registry import HandlerSource, RouteTable
 from .retry import RetryPolicy
 from .schema import migrate
-from .shared import signals
 from .shared.identifiers import check_name, redact_dsn
-from .shared.observing import Observed, observe_consumer
+from .shared.observing import Observed
 from .stats import ConsumerStats
-from .transport.kafka import KafkaSource, consumer_options, producer_options
+from .transport.kafka import consumer_options, producer_options
 from .transport.source import Partition, RebalanceHandler, Source
-from .types import DeadLetterSink, DedupCache, SinkResources
+from .types import DeadLetterSink, DedupCache
 
 log = logging.getLogger("consumerkit.consumer")
 
@@ -226,7 +217,7 @@ class Consumer:
         self._running = True
         try:
             async with contextlib.AsyncExitStack() as stack:
-                await self._serve(stack)
+                await serve(self, stack)
         finally:
             self._finished.set()
 
@@ -263,107 +254,9 @@ class Consumer:
         # its own connection: a busy pool must not make the consumer look unready
         return await self._observed.probe.check()
 
-    async def _serve(self, stack: contextlib.AsyncExitStack) -> None:
-        dsn, bootstrap = self._services()
-        if self.metrics_port is not None and self.registry is None:
-            self.registry = CollectorRegistry()  # one per consumer: no clash in a process
-        observed = self._observed = await observe_consumer(
-            stack, name=self.name, dsn=dsn, stats=self.stats, observers=self.observers,
-            registry=self.registry, readiness=self.readiness, metrics_port=self.metrics_port,
-            metrics_host=self.metrics_host)
-        observer = observed.observer
-        pool = await open_pool(dsn, self.name, self.concurrency + 2, warm=self.concurrency,
-                               on_change=self._connections_changed)
-        stack.push_async_callback(pool.close)
-        upkeep = DedupUpkeep(pool, self.schema, self.dedup, self.name, observer)
-        await upkeep.prepare(auto_migrate=self.auto_migrate, outbox=self.outbox)
-        recheck = None
-        if self.offset_store == "postgres":
-            async with pool.acquire() as conn:
-                await require_table(conn, self.schema)
-            recheck = self._recheck = Recheck(
-                PostgresOffsets(pool, self.schema, self.name), observer,
-                skip_expired=self.dedup.expired == "skip")
-        resources = SinkResources(pool, self.schema, bootstrap, self.kafka_options,
-                                  tuple(self.topics))
-        for sink in self.dead_letter:
-            await sink.open(resources)
-            stack.push_async_callback(sink.close)
-        if self.dedup_cache is not None:
-            if hasattr(self.dedup_cache, "on_lookup"):  # the cache counts its own answers
-                self.dedup_cache.on_lookup = observer.cache_lookup
-            await self.dedup_cache.open()
-            stack.push_async_callback(self.dedup_cache.close)
-        parking = await open_parking(stack, pool, self.schema, self.name, observer,
-                                     parks(self.routes, self.retry), self.parking_interval)
-        engine = self._engine = Engine(
-            pipeline=self._pipeline(pool, observed, parking, recheck),
-            max_in_flight=self.max_in_flight, batch_size=self.batch_size,
-            max_batch=self.max_batch, revoke_timeout=self.revoke_timeout,
-            keepalive=self.keepalive, stats=self.stats, parking=parking)
-        if recheck is not None:  # the database keeps the offsets, and is checked
-            recheck.owner = engine
-            engine.commits.database, engine.commits.recheck = recheck.store, recheck
-            rechecks = asyncio.create_task(recheck.run(pool, engine.stopping))
-            stack.push_async_callback(cancel, rechecks)
-        source: Source
-        if self.source_factory is None:
-            source = KafkaSource(
-                topics=self.topics, group_id=self.name, bootstrap=bootstrap,
-                options=self.kafka_consumer_options, rebalance=engine)
-        else:
-            source = self.source_factory(engine)
-        await source.start()
-        stack.push_async_callback(bounded, source.stop, self.shutdown_timeout)
-        if isinstance(source, KafkaSource):  # the topics' retention is the broker's to tell
-            await check_horizon(self.dedup, topics=self.topics, kafka_bootstrap=bootstrap,
-                                retry=self.retry, handler_timeout=self.handler_timeout,
-                                kafka_options=self.kafka_options)
-        maintenance = asyncio.create_task(
-            upkeep.run(self.maintenance_interval, engine.pipeline.maintenance_wanted))
-        stack.push_async_callback(cancel, maintenance)
-        observed.track_lag(stack, engine, source, self.lag_interval)
-        if self.handle_signals:
-            stack.callback(signals.install(self._on_signal))
-        if self._stop_requested.is_set():
-            engine.stopping.set()
-        self.started.set()
-        log.info("consumer %s started on %s", self.name, ", ".join(self.topics))
-        try:
-            await engine.run(source)
-        finally:
-            # whatever ended the run: no longer ready; a first signal now still drains
-            self._ending = True
-            await engine.drain(self.shutdown_timeout, self._force)
-            log.info("consumer %s stopped: %s", self.name, self.stats)
-            try:
-                await self.readiness()  # "stopping", for the gauge and the log
-            except Exception:  # nothing left to spoil, but the run's own error comes first
-                log.exception("consumer %s: reporting its readiness failed", self.name)
-
     def _connections_changed(self) -> None:
         if self._recheck is not None:  # a server that moved back is found before any apply
             self._recheck.lost()
-
-    def _pipeline(self, pool: asyncpg.Pool, observed: Observed,
-                  parking: ParkingLot | None = None, offsets: Recheck | None = None,
-                  ) -> Pipeline:
-        return Pipeline(
-            consumer=self.name, namespace=self.name, pool=pool,
-            dedup=store_for(self.schema, self.dedup),
-            decoder=Decoder(self.routes, self.wire, self.max_message_bytes),
-            retry=self.retry, dead_letters=DeadLetterWriter(self.dead_letter),
-            expired=self.dedup.expired, stats=self.stats, concurrency=self.concurrency,
-            handler_timeout=self.handler_timeout, cache=self.dedup_cache, outbox=self.outbox,
-            observer=observed.observer, tracing=observed.tracing, parking=parking,
-            breaker=Breaker(self._stall_policy(), observed.observer), offsets=offsets)
-
-    def _stall_policy(self) -> StallPolicy:
-        """The stall's back-off: the retry policy's, from at least 0.1 s (0 would spin), up
-        to ``stall_max_delay``."""
-        initial = min(max(self.retry.initial_delay, 0.1), self.stall_max_delay)
-        return StallPolicy(after_keys=self.stall_after_keys, initial_delay=initial,
-                           multiplier=self.retry.multiplier, max_delay=self.stall_max_delay)
 
     def _on_signal(self, sig: signal.Signals) -> None:
         if self._stop_requested.is_set():
