@@ -2,11 +2,15 @@
 
 A record's way, one module per step::
 
-    runner       fetch from the broker, hand records to keyed lanes, follow rebalances,
-                 have the watermarks committed (through :mod:`consumerkit.offsets`)
+    serve        a consumer's run wired: what it opens before the engine, closes after
+    runner       fetch from the broker, hand records to keyed lanes, have the watermarks
+                 committed (through :mod:`consumerkit.offsets`)
+      ownership    a partition's ownership begun and ended: rebalances, rewinds, drain
     decode       broker record -> routed, validated event, or a reason it is not one
     lanes        per-key order: one group of a key at a time, keys concurrently
     pipeline     one record: park, decode, apply, retry or stall, dead letter, settle
+      unapplied    a record ended without its effect: parked with its key, dead-lettered
+      outcome      how a record left the pipeline
       connections  the pool connection and concurrency slot of an attempt
     apply        one transaction: claim the ids, the handlers, ``ctx.defer`` writes
                  (deferred), the check that it is still the claiming transaction (xact),

@@ -474,7 +474,8 @@ def _reason_codes_in_code() -> set[str]:
     the batcher; ``_dead_letter`` in older code), the third of ``self.exhausted(...)``, and
     string constants assigned to a variable ``reason``."""
     codes: set[str] = set()
-    for module in ("engine/decode.py", "versions.py", "engine/pipeline.py", "engine/batch.py"):
+    for module in ("engine/decode.py", "versions.py", "engine/pipeline.py", "engine/unapplied.py",
+                   "engine/batch.py"):
         for node in ast.walk(ast.parse((PACKAGE / module).read_text())):
             if isinstance(node, ast.Call) and node.args:
                 func = node.func
