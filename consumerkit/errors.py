@@ -8,6 +8,7 @@ Every exception the library raises derives from :class:`ConsumerKitError`::
     │       └── UpcasterChainError        the upcasters of an event type leave a gap
     ├── MissingExtraError         an optional dependency is not installed (also an ImportError)
     ├── StartupError              a service is unreachable, a topic is missing, a migration failed
+    │   └── IdempotenceRefusedError   the broker answered but refused the idempotent producer
     ├── TransportError            the broker failed an operation (commit, fetch); retriable
     │   └── RecordTooLargeError       the broker or producer refuses a record's size; permanent
     ├── DecodeError               a record cannot become an event (reason code; dead-lettered)
@@ -60,6 +61,22 @@ class MissingExtraError(ConsumerKitError, ImportError):
 
 class StartupError(ConsumerKitError):
     """The consumer cannot start: unreachable service, missing topic, failed migration."""
+
+
+class IdempotenceRefusedError(StartupError):
+    """The broker answered but refused the idempotent producer (its ``InitProducerId``):
+    a broker without it (Tansu), or a principal without the right to write idempotently
+    (``denied``). ``reason`` says which; :meth:`advice` adds how to turn it off, in the
+    words of whoever configures the producer (the CLI names its flag and variable)."""
+
+    def __init__(self, reason: str, *, denied: bool) -> None:
+        self.reason = reason
+        self.denied = denied
+        super().__init__(self.advice("enable_idempotence=False in the producer's Kafka options"))
+
+    def advice(self, setting: str) -> str:
+        """The message, naming ``setting`` as the way to turn the idempotent producer off."""
+        return f"{self.reason}; {'or ' if self.denied else ''}turn it off with {setting}"
 
 
 class TransportError(ConsumerKitError):

@@ -13,12 +13,13 @@ import asyncio
 import logging
 import signal
 
+from ..errors import IdempotenceRefusedError
 from ..logs import configure_logging
 from ..outbox.kafka import KafkaSink
 from ..outbox.relay import Relay
 from ..outbox.sink import OutboxSink
 from ..outbox.table import OutboxTable
-from ..settings import RelaySettings
+from ..settings import RelaySettings, env_name, flag
 from ..shared import aio
 from .common import run_until_signalled, sub
 from .errors import CommandError, database
@@ -83,6 +84,11 @@ async def relay_command(args: argparse.Namespace) -> int:
             task.cancel()
 
     log.info("event loop: %s", aio.report(settings.uvloop))
-    await run_until_signalled(relay.run(), on_signal,
-                              relay.started if settings.gc_tuning else None)
+    try:
+        await run_until_signalled(relay.run(), on_signal,
+                                  relay.started if settings.gc_tuning else None)
+    except IdempotenceRefusedError as exc:  # name the setting as this command spells it
+        name = "enable_idempotence"
+        raise CommandError(exc.advice(f"--no-{flag(name)[2:]} or {env_name(name)}=false")
+                           ) from None
     return 0

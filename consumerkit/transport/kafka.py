@@ -19,11 +19,24 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import IllegalStateError, KafkaError, MessageSizeTooLargeError
+from aiokafka.errors import (
+    ClusterAuthorizationFailedError,
+    IllegalStateError,
+    KafkaConnectionError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    TransactionalIdAuthorizationFailed,
+)
 from aiokafka.partitioner import DefaultPartitioner
 
 from ..envelope import RecordLike
-from ..errors import ConfigurationError, RecordTooLargeError, StartupError, TransportError
+from ..errors import (
+    ConfigurationError,
+    IdempotenceRefusedError,
+    RecordTooLargeError,
+    StartupError,
+    TransportError,
+)
 from .source import Partition as Partition  # re-exported: callers imported it from here
 from .source import RebalanceHandler as RebalanceHandler
 
@@ -174,18 +187,23 @@ class KafkaProducer:
     """A small producer with safe settings (``acks="all"``, idempotence unless disabled)."""
 
     def __init__(self, bootstrap: str, options: Mapping[str, Any]) -> None:
+        merged = producer_options(options)
         try:
-            self._producer = AIOKafkaProducer(
-                bootstrap_servers=bootstrap, **producer_options(options))
+            self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **merged)
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(f"invalid Kafka producer option: {exc}") from None
         self.bootstrap = bootstrap
+        self.idempotent = bool(merged["enable_idempotence"] or merged.get("transactional_id"))
 
     async def start(self) -> None:
         try:
             await self._producer.start()
         except KafkaError as exc:
             await self._producer.stop()
+            # start() bootstraps, whose every failure is a KafkaConnectionError, then (when
+            # idempotent) asks for a producer id: any other error is the broker's answer
+            if self.idempotent and not isinstance(exc, KafkaConnectionError):
+                raise idempotence_refused(self.bootstrap, exc) from exc
             raise StartupError(
                 f"cannot reach the Kafka broker at {self.bootstrap}: {exc}") from exc
 
@@ -245,6 +263,20 @@ class KafkaProducer:
 
     async def stop(self) -> None:
         await self._producer.stop()
+
+
+def idempotence_refused(bootstrap: str, exc: KafkaError) -> IdempotenceRefusedError:
+    """What the broker's refusal of ``InitProducerId`` means: a right missing, or no
+    idempotent producer on that broker at all."""
+    answer = f"InitProducerId answered {type(exc).__name__}"
+    if isinstance(exc, ClusterAuthorizationFailedError | TransactionalIdAuthorizationFailed):
+        return IdempotenceRefusedError(
+            f"the Kafka broker at {bootstrap} refused the idempotent producer ({answer}): the "
+            "principal needs WRITE on the topics it publishes to (or IDEMPOTENT_WRITE on the "
+            "cluster)", denied=True)
+    return IdempotenceRefusedError(
+        f"the Kafka broker at {bootstrap} answered but refused the idempotent producer "
+        f"({answer}), as a broker without one does (Tansu, for one)", denied=False)
 
 
 async def create_topic(bootstrap: str, name: str, partitions: int,
