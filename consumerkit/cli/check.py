@@ -3,11 +3,13 @@
 PostgreSQL: reachable, ``synchronous_commit`` on, every table migrated, dedup partitions
 created at least one interval ahead; a warning for each asynchronous standby (a failover to it
 can lose acknowledged commits). The broker: reachable, every topic present, no topic
-keeping records longer than the dedup window. With ``MODULE:ATTR`` the consumer's own schema,
-dedup policy, topics, retries and outbox are checked. With ``--handlers MODULE:ATTR`` the
-parked records, dead letters and unpublished outbox rows are decoded by that consumer's
-handlers (see :mod:`.check_handlers`). Exit status 1 when anything is wrong,
-else 0 and a short all-clear (warnings do not change it).
+keeping records longer than the dedup window, every consumed or published topic replicated
+(replication factor, ``min.insync.replicas``, no unclean leader election), and with published
+topics the relay's idempotent producer fitting the broker. With ``MODULE:ATTR`` the
+consumer's own schema, dedup policy, topics, retries and outbox are checked. With
+``--handlers MODULE:ATTR`` the parked records, dead letters and unpublished outbox rows are
+decoded by that consumer's handlers (see :mod:`.check_handlers`). Exit status 1 when
+anything is wrong, else 0 and a short all-clear (warnings do not change it).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ..dedup.horizon import redelivery_horizon_check
+from ..dedup.horizon import Finding, redelivery_horizon_check
 from ..dedup.layout import existing_layout
 from ..dedup.partitions import list_partitions
 from ..dedup.policy import DedupPolicy
@@ -26,11 +28,17 @@ from ..errors import ConsumerKitError
 from ..outbox.table import OutboxTable
 from ..retry import RetryPolicy
 from ..schema import VERSION_TABLE
-from ..settings import CommonSettings, ConsumerSettings
+from ..settings import CommonSettings, ConsumerSettings, RelaySettings
 from ..transport.kafka import KafkaProducer
 from .check_handlers import add_arguments as add_handlers_arguments
 from .check_handlers import check_handlers, validate_handlers_arguments
-from .common import policy_args, sub
+from .check_kafka import (
+    WANTED_REPLICATION,
+    durability_findings,
+    idempotence_finding,
+    topic_durability,
+)
+from .common import policy_args, positive, sub
 from .errors import MIGRATE_HINT, database, one_line
 from .options import add_settings_arguments, load_settings, sources
 from .run import apply_settings
@@ -55,6 +63,16 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--outbox-table", dest="outbox_tables", action="append", default=None,
                         metavar="TABLE", help="an outbox table to look for (repeat; "
                         "default: none)")
+    parser.add_argument("--published-topic", dest="published", action="append", default=None,
+                        metavar="TOPIC", help="a topic the relay publishes to (repeat; "
+                        "default: none); with one, the relay's idempotence is checked too")
+    parser.add_argument("--enable-idempotence", dest="enable_idempotence",
+                        action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                        help="the relay's idempotent producer (default: on; "
+                        "$CONSUMERKIT_ENABLE_IDEMPOTENCE)")
+    parser.add_argument("--min-replication", type=positive, default=WANTED_REPLICATION,
+                        help="the replication factor every topic must have at least "
+                        "(1 for a one-broker development cluster)")
     add_handlers_arguments(parser)
     parser.set_defaults(handler=check_command)
 
@@ -73,6 +91,9 @@ class Deployment:
     kafka_options: Mapping[str, Any] = field(repr=False)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     handler_timeout: float | None = 60.0
+    published: list[str] = field(default_factory=list)
+    idempotence: bool = True  # the relay's
+    replication: int = WANTED_REPLICATION
 
 
 @dataclass
@@ -117,6 +138,16 @@ async def check_command(args: argparse.Namespace) -> int:
 
 
 async def _deployment(args: argparse.Namespace, settings: CommonSettings) -> Deployment:
+    deployment = await _described(args, settings)
+    deployment.published = args.published or []
+    relay = load_settings(args, RelaySettings)
+    assert isinstance(relay, RelaySettings)
+    deployment.idempotence = relay.enable_idempotence
+    deployment.replication = args.min_replication
+    return deployment
+
+
+async def _described(args: argparse.Namespace, settings: CommonSettings) -> Deployment:
     if args.target is None:
         return Deployment(
             dsn=settings.dsn(), bootstrap=settings.kafka_bootstrap, schema=settings.db_schema,
@@ -218,16 +249,25 @@ async def check_broker(d: Deployment, report: Report) -> None:
     known = await broker_topics(d.bootstrap, d.kafka_options, report)
     if known is None:
         return
-    missing = sorted(set(d.topics) - known)
+    wanted = list(dict.fromkeys([*d.topics, *d.published]))
+    missing = sorted(set(wanted) - known)
     if missing:
         report.problem(f"topics missing on the broker: {', '.join(missing)}")
-    present = [t for t in d.topics if t in known]
-    if not present:
-        return
-    report.ok(f"topics present: {', '.join(present)}")
-    findings = await redelivery_horizon_check(
-        d.policy, topics=present, kafka_bootstrap=d.bootstrap, retry=d.retry,
-        handler_timeout=d.handler_timeout, kafka_options=d.kafka_options)
+    findings: list[Finding] = []
+    relay = await idempotence_finding(d.bootstrap, d.kafka_options, d.idempotence) if (
+        d.published) else None
+    findings += [relay] if relay is not None else []
+    present = [t for t in wanted if t in known]
+    if present:
+        report.ok(f"topics present: {', '.join(present)}")
+        findings += durability_findings(
+            await topic_durability(d.bootstrap, present, d.kafka_options),
+            replication=d.replication)
+    consumed = [t for t in d.topics if t in known]
+    if consumed:
+        findings += await redelivery_horizon_check(
+            d.policy, topics=consumed, kafka_bootstrap=d.bootstrap, retry=d.retry,
+            handler_timeout=d.handler_timeout, kafka_options=d.kafka_options)
     for finding in findings:
         if finding.level == "unknown":
             report.note(finding.message)

@@ -301,10 +301,7 @@ async def describe_topic_configs(
     DescribeConfigs, no answer within ``timeout`` seconds) is absent from the result: callers
     treat its configs as unknown. ``options`` are the Kafka options; those an admin client
     does not take are left out."""
-    accepted = set(inspect.signature(AIOKafkaAdminClient).parameters)
-    settings = {"request_timeout_ms": int(timeout * 1000),
-                **{k: v for k, v in (options or {}).items() if k in accepted}}
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **settings)
+    admin = _admin(bootstrap, options, timeout)
     found: dict[str, dict[str, str]] = {}
     try:
         async with asyncio.timeout(timeout):
@@ -326,3 +323,32 @@ async def describe_topic_configs(
                     if entry["config_value"] is not None
                     and (names is None or entry["config_names"] in names)}
     return found
+
+
+async def describe_replication(
+    bootstrap: str, topics: Sequence[str], *, options: Mapping[str, Any] | None = None,
+    timeout: float = 10.0,
+) -> dict[str, int]:
+    """The replication factor of each of ``topics`` (the fewest replicas of any of its
+    partitions) that the broker describes; the others are absent, as in
+    :func:`describe_topic_configs`."""
+    admin = _admin(bootstrap, options, timeout)
+    try:
+        async with asyncio.timeout(timeout):
+            await admin.start()
+            described = await admin.describe_topics(list(topics))
+    except (KafkaError, OSError, TimeoutError):
+        return {}
+    finally:
+        await admin.close()
+    return {t["topic"]: min(len(p["replicas"]) for p in t["partitions"])
+            for t in described if t["error_code"] == 0 and t["partitions"]}
+
+
+def _admin(bootstrap: str, options: Mapping[str, Any] | None,
+           timeout: float) -> AIOKafkaAdminClient:
+    """An admin client with the Kafka options it takes (the others are left out)."""
+    accepted = set(inspect.signature(AIOKafkaAdminClient).parameters)
+    settings = {"request_timeout_ms": int(timeout * 1000),
+                **{k: v for k, v in (options or {}).items() if k in accepted}}
+    return AIOKafkaAdminClient(bootstrap_servers=bootstrap, **settings)

@@ -1,0 +1,92 @@
+"""``consumerkit check`` and a broker that may lose what it acknowledged: replication factor,
+``min.insync.replicas``, unclean leader election, the relay's idempotent producer.
+
+On Tansu (one node, no topic configs, no idempotent producer) what can be read is reported
+and what cannot is one ``note`` line, never a traceback."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from consumerkit.cli.check_kafka import TopicDurability, durability_findings
+from consumerkit.testing.services import start_tansu
+
+from .conftest import cli, with_password
+
+
+@pytest.fixture(scope="module")
+def tansu() -> Iterator[str]:
+    """A Tansu broker of this module's own, whatever broker the session uses."""
+    with start_tansu() as broker:
+        yield broker.bootstrap
+
+
+def lines(out: str, start: str) -> list[str]:
+    return [line for line in out.splitlines() if line.startswith(start)]
+
+
+async def test_check_on_tansu_reports_what_it_read_and_what_it_could_not(
+    tansu: str, tmp_path: Path, postgres_dsn: str, pg_schema: str,
+) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=tansu, request_timeout_ms=10_000)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic("orders", 2, 1), NewTopic("invoices", 1, 1)])
+    finally:
+        await admin.close()
+    env = {"CONSUMERKIT_POSTGRES_DSN": with_password(postgres_dsn),
+           "CONSUMERKIT_SCHEMA": pg_schema}
+    base = ["check", "--kafka", tansu, "--topic", "orders", "--published-topic", "invoices"]
+
+    done = await cli(*base, cwd=tmp_path, env=env)
+    assert "Traceback" not in done.output
+    assert done.code == 1
+    problems = lines(done.out, "PROBLEM")
+    for topic in ("orders", "invoices"):
+        assert (f"PROBLEM  topic {topic} has replication factor 1, under 3: losing its broker "
+                "loses records already acknowledged") in problems
+    assert (f"PROBLEM  the relay's idempotent producer: the Kafka broker at {tansu} answered "
+            "but refused the idempotent producer (InitProducerId answered UnknownError), as a "
+            "broker without one does (Tansu, for one); turn it off with "
+            "--no-enable-idempotence or CONSUMERKIT_ENABLE_IDEMPOTENCE=false") in problems
+    notes = [n for n in lines(done.out, "note") if "not verified" in n]
+    assert notes == [
+        "note     not verified, the broker did not describe them: min.insync.replicas of "
+        "invoices, orders; unclean.leader.election.enable of invoices, orders"]
+
+    # what the broker allows, stated: only the notes remain
+    done = await cli(*base, "--min-replication", "1", "--no-enable-idempotence",
+                     cwd=tmp_path, env=env)
+    assert not [p for p in lines(done.out, "PROBLEM")
+                if "replication" in p or "idempotent" in p], done.out
+    assert len([n for n in lines(done.out, "note") if "not verified" in n]) == 1
+
+
+async def test_without_published_topics_the_relay_is_not_checked(
+    tansu: str, tmp_path: Path,
+) -> None:
+    done = await cli("check", "--kafka", tansu, "--min-replication", "1", cwd=tmp_path)
+    assert "idempotent" not in done.output
+
+
+def test_each_setting_that_loses_records_is_named_once() -> None:
+    """The judgement itself, on values a broker may give (a 3-broker cluster's good ones
+    included, so the check can also pass)."""
+    good = TopicDurability(replication=3, min_insync=2, unclean=False)
+    assert durability_findings({"a": good}) == []
+    bad = TopicDurability(replication=2, min_insync=1, unclean=True)
+    found = [f.message for f in durability_findings({"a": bad})]
+    assert found == [
+        "topic a has replication factor 2, under 3: losing brokers loses records already "
+        "acknowledged",
+        "topic a has min.insync.replicas=1, under 2: acks=all is then satisfied by 1 broker, "
+        "whose loss loses the record",
+        "topic a has unclean.leader.election.enable=true: a replica that missed acknowledged "
+        "records can become leader, and those records are lost; set it to false"]
+    one = TopicDurability(replication=1, min_insync=1, unclean=False)
+    assert durability_findings({"a": one}, replication=1) == []
