@@ -21,7 +21,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from . import kafka_lookup
@@ -35,6 +35,7 @@ from .kafka_config import (
     render_properties,
 )
 from .kafka_jars import DEFAULT_KAFKA_VERSION, MissingToolError, kafka_lib, require_tools
+from .kafka_security import KafkaSecurity
 
 __all__ = [
     "DEFAULT_KAFKA_VERSION",
@@ -220,13 +221,13 @@ class KafkaCluster(_Service):
 
 
 def _format(java: str, lib: Path, nodes: list[KafkaNode], cluster_id: str, log_opt: str,
-            timeout: float) -> None:
+            timeout: float, extra: Sequence[str] = ()) -> None:
     """Format every node's log dir (kafka.tools.StorageTool), the nodes in parallel."""
     running = []
     for node in nodes:
         argv = [java, "-Xmx128m", "-XX:TieredStopAtLevel=1", log_opt, "-cp", f"{lib}/*",
                 "kafka.tools.StorageTool", "format", "-t", cluster_id,
-                "-c", str(node.home / "server.properties")]
+                "-c", str(node.home / "server.properties"), *extra]
         log = (node.home / "format.log").open("wb")
         running.append((node, log, subprocess.Popen(  # noqa: S603 - argv built here
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)))
@@ -248,13 +249,14 @@ def _format(java: str, lib: Path, nodes: list[KafkaNode], cluster_id: str, log_o
 
 def start_kafka(
     brokers: int = 3, version: str = DEFAULT_KAFKA_VERSION, timeout: float = READY_TIMEOUT,
-    jvm_options: tuple[str, ...] = JVM_OPTIONS,
+    jvm_options: tuple[str, ...] = JVM_OPTIONS, security: KafkaSecurity | None = None,
 ) -> KafkaCluster:
     """Start an Apache Kafka ``version`` cluster of ``brokers`` KRaft nodes (1 or 3) and wait
     until its metadata lists every broker.
 
     Three nodes: replication factor 3, ``min.insync.replicas=2``, unclean leader election off.
-    One node: every replication factor 1.
+    One node: every replication factor 1. ``security`` adds a SASL_SSL listener with ACLs
+    (:mod:`consumerkit.testing.kafka_security`).
     """
     if brokers not in (1, 3):
         raise ValueError(f"start_kafka runs 1 or 3 brokers, not {brokers}")
@@ -262,7 +264,7 @@ def start_kafka(
     lib = kafka_lib(version)
     for attempt in range(1, _PORT_ATTEMPTS + 1):
         try:
-            return _launch(java, lib, brokers, version, timeout, jvm_options)
+            return _launch(java, lib, brokers, version, timeout, jvm_options, security)
         except ServiceStartError as exc:  # a free port taken before the node bound it
             if attempt == _PORT_ATTEMPTS or "Address already in use" not in str(exc):
                 raise
@@ -270,23 +272,28 @@ def start_kafka(
 
 
 def _launch(java: str, lib: Path, brokers: int, version: str, timeout: float,
-            jvm_options: tuple[str, ...]) -> KafkaCluster:
+            jvm_options: tuple[str, ...], security: KafkaSecurity | None) -> KafkaCluster:
     workdir = Path(tempfile.mkdtemp(prefix="consumerkit-kafka-"))
     log_opt = log_option(version, workdir)
     ids = list(range(1, brokers + 1))
     ports = {n: (free_port(), free_port()) for n in ids}
+    if security is not None:
+        security.prepare(workdir, {n: free_port() for n in ids})
     nodes = []
     for n in ids:
         home = workdir / f"node{n}"
         (home / "data").mkdir(parents=True)
         properties = node_properties(n, ports, home / "data")
+        if security is not None:
+            properties = security.node_properties(n, properties)
         (home / "server.properties").write_text(render_properties(properties))
         argv = [java, *jvm_options, log_opt, "-cp", f"{lib}/*", "kafka.Kafka",
                 str(home / "server.properties")]
         nodes.append(KafkaNode(n, *ports[n], home, argv))
     cluster = KafkaCluster(version, workdir, nodes)
     try:
-        _format(java, lib, nodes, new_cluster_id(), log_opt, timeout)
+        _format(java, lib, nodes, new_cluster_id(), log_opt, timeout,
+                security.format_arguments() if security is not None else ())
         for node in nodes:
             node.start()
         cluster.wait_ready(timeout)
