@@ -9,6 +9,7 @@ Every exception the library raises derives from :class:`ConsumerKitError`::
     ├── MissingExtraError         an optional dependency is not installed (also an ImportError)
     ├── StartupError              a service is unreachable, a topic is missing, a migration failed
     │   └── IdempotenceRefusedError   the broker answered but refused the idempotent producer
+    ├── AuthorizationError        the broker denied the client's principal a topic or group
     ├── TransportError            the broker failed an operation (commit, fetch); retriable
     │   └── RecordTooLargeError       the broker or producer refuses a record's size; permanent
     ├── DecodeError               a record cannot become an event (reason code; dead-lettered)
@@ -77,6 +78,13 @@ class IdempotenceRefusedError(StartupError):
     def advice(self, setting: str) -> str:
         """The message, naming ``setting`` as the way to turn the idempotent producer off."""
         return f"{self.reason}; {'or ' if self.denied else ''}turn it off with {setting}"
+
+
+class AuthorizationError(ConsumerKitError):
+    """The broker denied the client's principal a topic or a group: an ACL is missing. The
+    message names the principal, the resource and the operation to allow."""
+
+    retriable = False
 
 
 class TransportError(ConsumerKitError):

@@ -20,23 +20,18 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import (
-    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
     IllegalStateError,
     KafkaConnectionError,
     KafkaError,
     MessageSizeTooLargeError,
-    TransactionalIdAuthorizationFailed,
+    TopicAuthorizationFailedError,
 )
 from aiokafka.partitioner import DefaultPartitioner
 
 from ..envelope import RecordLike
-from ..errors import (
-    ConfigurationError,
-    IdempotenceRefusedError,
-    RecordTooLargeError,
-    StartupError,
-    TransportError,
-)
+from ..errors import ConfigurationError, RecordTooLargeError, StartupError, TransportError
+from .kafka_access import denied, hidden_topics, idempotence_refused, login_failure
 from .source import Partition as Partition  # re-exported: callers imported it from here
 from .source import RebalanceHandler as RebalanceHandler
 
@@ -111,6 +106,8 @@ class KafkaSource:
     ) -> None:
         self.topics = list(topics)
         self.bootstrap = bootstrap
+        self.group_id = group_id
+        self._options = dict(options)
         self._rebalance = rebalance
         try:
             self._consumer = AIOKafkaConsumer(
@@ -123,21 +120,29 @@ class KafkaSource:
             await self._consumer.start()
         except KafkaError as exc:
             await self._consumer.stop()
+            reason = await login_failure(self.bootstrap, self._options)
             raise StartupError(
-                f"cannot reach the Kafka broker at {self.bootstrap}: {exc}") from exc
+                reason or f"cannot reach the Kafka broker at {self.bootstrap}: {exc}") from exc
         try:
             existing = await self._consumer.topics()
         except KafkaError as exc:
             await self._consumer.stop()
             raise StartupError(f"cannot read topic metadata: {exc}") from exc
         missing = sorted(set(self.topics) - set(existing))
-        if missing:
+        if missing:  # the topic list leaves out those the principal may not describe
             await self._consumer.stop()
+            hidden = await hidden_topics(self.bootstrap, missing, self._options)
+            if hidden:
+                raise denied(TopicAuthorizationFailedError(), self._options, topics=hidden)
             raise StartupError(f"topics missing on the broker: {', '.join(missing)}")
         self._consumer.subscribe(topics=self.topics, listener=_Listener(self._rebalance))
 
     async def fetch(self, timeout_ms: int, max_records: int) -> dict[Partition, list[RecordLike]]:
-        batches = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+        try:
+            batches = await self._consumer.getmany(timeout_ms=timeout_ms,
+                                                   max_records=max_records)
+        except (GroupAuthorizationFailedError, TopicAuthorizationFailedError) as exc:
+            raise denied(exc, self._options, group=self.group_id, topics=self.topics) from exc
         return {(tp.topic, tp.partition): records for tp, records in batches.items()}
 
     def pause(self, paused: bool) -> None:
@@ -193,6 +198,7 @@ class KafkaProducer:
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(f"invalid Kafka producer option: {exc}") from None
         self.bootstrap = bootstrap
+        self._options = dict(options)
         self.idempotent = bool(merged["enable_idempotence"] or merged.get("transactional_id"))
 
     async def start(self) -> None:
@@ -203,9 +209,10 @@ class KafkaProducer:
             # start() bootstraps, whose every failure is a KafkaConnectionError, then (when
             # idempotent) asks for a producer id: any other error is the broker's answer
             if self.idempotent and not isinstance(exc, KafkaConnectionError):
-                raise idempotence_refused(self.bootstrap, exc) from exc
+                raise idempotence_refused(self.bootstrap, exc, self._options) from exc
+            reason = await login_failure(self.bootstrap, self._options)
             raise StartupError(
-                f"cannot reach the Kafka broker at {self.bootstrap}: {exc}") from exc
+                reason or f"cannot reach the Kafka broker at {self.bootstrap}: {exc}") from exc
 
     async def topics(self) -> set[str]:
         """Every topic the cluster knows (an all-topics metadata request creates none)."""
@@ -263,20 +270,6 @@ class KafkaProducer:
 
     async def stop(self) -> None:
         await self._producer.stop()
-
-
-def idempotence_refused(bootstrap: str, exc: KafkaError) -> IdempotenceRefusedError:
-    """What the broker's refusal of ``InitProducerId`` means: a right missing, or no
-    idempotent producer on that broker at all."""
-    answer = f"InitProducerId answered {type(exc).__name__}"
-    if isinstance(exc, ClusterAuthorizationFailedError | TransactionalIdAuthorizationFailed):
-        return IdempotenceRefusedError(
-            f"the Kafka broker at {bootstrap} refused the idempotent producer ({answer}): the "
-            "principal needs WRITE on the topics it publishes to (or IDEMPOTENT_WRITE on the "
-            "cluster)", denied=True)
-    return IdempotenceRefusedError(
-        f"the Kafka broker at {bootstrap} answered but refused the idempotent producer "
-        f"({answer}), as a broker without one does (Tansu, for one)", denied=False)
 
 
 async def create_topic(bootstrap: str, name: str, partitions: int,
