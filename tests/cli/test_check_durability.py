@@ -1,17 +1,21 @@
 """``consumerkit check`` and a broker that may lose what it acknowledged: replication factor,
 ``min.insync.replicas``, unclean leader election, the relay's idempotent producer.
 
-On Tansu (one node, no topic configs, no idempotent producer) what can be read is reported
-and what cannot is one ``note`` line, never a traceback."""
+On Apache Kafka (three brokers; skipped, with the reason, without Java or Maven) each
+misconfiguration is named. On Tansu (one node, no topic configs, no idempotent producer) what
+can be read is reported and what cannot is one ``note`` line, never a traceback."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from consumerkit.cli.check_kafka import TopicDurability, durability_findings
+from consumerkit.testing.kafka import KafkaCluster
 from consumerkit.testing.services import start_tansu
 
 from .conftest import cli, with_password
@@ -31,8 +35,6 @@ def lines(out: str, start: str) -> list[str]:
 async def test_check_on_tansu_reports_what_it_read_and_what_it_could_not(
     tansu: str, tmp_path: Path, postgres_dsn: str, pg_schema: str,
 ) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
     admin = AIOKafkaAdminClient(bootstrap_servers=tansu, request_timeout_ms=10_000)
     await admin.start()
     try:
@@ -90,3 +92,47 @@ def test_each_setting_that_loses_records_is_named_once() -> None:
         "records can become leader, and those records are lost; set it to false"]
     one = TopicDurability(replication=1, min_insync=1, unclean=False)
     assert durability_findings({"a": one}, replication=1) == []
+
+
+async def test_check_on_apache_kafka_names_each_misconfiguration(
+    kafka_cluster: KafkaCluster, tmp_path: Path,
+) -> None:
+    """Three brokers: a topic made unsafe in every way, and one with the cluster's defaults
+    (replication factor 3, min.insync.replicas=2, unclean election off) that passes."""
+    suffix = uuid.uuid4().hex[:8]
+    bad, good = f"ck-bad-{suffix}", f"ck-good-{suffix}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_cluster.bootstrap,
+                                request_timeout_ms=30_000)
+    await admin.start()
+    try:
+        await admin.create_topics([
+            NewTopic(bad, 2, 1, topic_configs={"min.insync.replicas": "1",
+                                               "unclean.leader.election.enable": "true"}),
+            NewTopic(good, 2, 3)])
+    finally:
+        await admin.close()
+    bootstrap = kafka_cluster.bootstrap
+
+    done = await cli("check", "--kafka", bootstrap, "--topic", bad, "--published-topic", good,
+                     "--no-enable-idempotence", cwd=tmp_path)
+    assert "Traceback" not in done.output
+    assert done.code == 1
+    kafka = [line for line in lines(done.out, "PROBLEM") if "database" not in line]
+    assert kafka == [
+        "PROBLEM  the relay's idempotent producer is off (CONSUMERKIT_ENABLE_IDEMPOTENCE=false "
+        f"or --no-enable-idempotence) but the broker at {bootstrap} grants it: turn it on; "
+        "without it a batch the producer sends again after a lost acknowledgement is written "
+        "twice",
+        f"PROBLEM  topic {bad} has replication factor 1, under 3: losing its broker loses "
+        "records already acknowledged",
+        f"PROBLEM  topic {bad} has min.insync.replicas=1, under 2: acks=all is then satisfied "
+        "by 1 broker, whose loss loses the record",
+        f"PROBLEM  topic {bad} has unclean.leader.election.enable=true: a replica that missed "
+        "acknowledged records can become leader, and those records are lost; set it to false"]
+    assert "not verified" not in done.out  # Apache Kafka describes every config
+
+    done = await cli("check", "--kafka", bootstrap, "--topic", good, "--published-topic", good,
+                     cwd=tmp_path)
+    assert [line for line in lines(done.out, "PROBLEM") if "database" not in line] == []
+    assert "not verified" not in done.out
+    assert f"ok       topics present: {good}" in done.out
