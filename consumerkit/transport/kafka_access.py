@@ -42,6 +42,8 @@ async def login_failure(bootstrap: str, options: Mapping[str, Any],
                         timeout: float = 10.0) -> str | None:
     """Why a client with ``options`` cannot log in to the first of ``bootstrap``'s brokers
     (``None``: it can, or the broker does not answer at all, which is an outage)."""
+    if options.get("security_protocol", "PLAINTEXT") == "PLAINTEXT":
+        return None  # no login, no handshake: nothing to refuse
     host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
     settings = {k: v for k, v in options.items() if k in _CONNECTION}
     try:
