@@ -121,8 +121,8 @@ class KafkaSink:
                     raise TransportError(f"topic {topic} is not on the broker: {CREATE_IT}")
                 partition = await self._producer.partition_for(
                     topic, event.aggregate_id.encode())
-            except TransportError as exc:
-                results[i] = exc
+            except TransportError as exc:  # a topic denied is refused for good, as below
+                results[i] = PermanentSendError(str(exc)) if _refused(exc) else exc
                 continue
             lanes.setdefault((topic, partition), []).append(i)
         records = [wire_record(e) for e in events]

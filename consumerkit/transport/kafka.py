@@ -31,7 +31,13 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from ..envelope import RecordLike
 from ..errors import ConfigurationError, RecordTooLargeError, StartupError, TransportError
-from .kafka_access import denied, hidden_topics, idempotence_refused, login_failure
+from .kafka_access import (
+    denied,
+    hidden_topics,
+    idempotence_refused,
+    login_failure,
+    write_denied,
+)
 from .source import Partition as Partition  # re-exported: callers imported it from here
 from .source import RebalanceHandler as RebalanceHandler
 
@@ -236,6 +242,8 @@ class KafkaProducer:
         ``key`` in ``topic``, once the topic's metadata is known."""
         try:
             partitions = sorted(await self._producer.partitions_for(topic))
+        except TopicAuthorizationFailedError as exc:
+            raise TransportError(write_denied(topic, self._options)) from exc
         except KafkaError as exc:
             raise TransportError(f"no metadata for topic {topic}: {exc!r}") from exc
         return int(DefaultPartitioner()(key, partitions, partitions))
@@ -264,6 +272,8 @@ class KafkaProducer:
             await future
         except MessageSizeTooLargeError as exc:
             raise RecordTooLargeError(f"record batch refused for its size: {exc}") from exc
+        except TopicAuthorizationFailedError as exc:
+            raise TransportError(write_denied(topic, self._options)) from exc
         except KafkaError as exc:
             raise TransportError(f"send to {topic}/{partition} failed: {exc!r}") from exc
         return count

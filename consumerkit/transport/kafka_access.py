@@ -99,6 +99,12 @@ def denied(exc: GroupAuthorizationFailedError | TopicAuthorizationFailedError,
         "needs an ACL allowing READ on each")
 
 
+def write_denied(topic: str, options: Mapping[str, Any]) -> str:
+    """A producer's missing ACL, named: WRITE on ``topic``."""
+    return (f"the Kafka broker denied {principal(options)} the topic {topic} "
+            "(TOPIC_AUTHORIZATION_FAILED): it needs an ACL allowing WRITE on it")
+
+
 def idempotence_refused(bootstrap: str, exc: KafkaError,
                         options: Mapping[str, Any]) -> IdempotenceRefusedError:
     """What the broker's refusal of ``InitProducerId`` means: a right missing, or no

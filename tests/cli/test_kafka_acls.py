@@ -24,6 +24,7 @@ from ..brokers import KAFKA_VERSION
 from .conftest import PASSWORD, Done, cli, finish, start, terminate, with_password
 
 TOPIC = "billing.orders"
+UNGRANTED = "billing.refunds"  # no principal but the admin may use it
 GROUP = "billing"
 EVENTS = 30
 USERS = {"billing-consumer": "c0nsumer-pw", "billing-relay": "rel4y-pw",
@@ -59,7 +60,7 @@ async def cluster(secured: tuple[KafkaCluster, KafkaSecurity]) -> AsyncIterator[
     await admin.start()
     try:
         if TOPIC not in await admin.list_topics():
-            await admin.create_topics([NewTopic(TOPIC, 2, 1)])
+            await admin.create_topics([NewTopic(TOPIC, 2, 1), NewTopic(UNGRANTED, 1, 1)])
             await security.grant(kafka.bootstrap, ACLS)
     finally:
         await admin.close()
@@ -191,3 +192,31 @@ async def test_a_relay_without_write_is_one_line(
         "the cluster); or turn it off with --no-enable-idempotence or "
         "CONSUMERKIT_ENABLE_IDEMPOTENCE=false")
 
+
+
+async def test_a_relay_routed_to_a_topic_it_may_not_write_names_the_acl(
+    cluster: KafkaSecurity, app_dir: Path, postgres_dsn: str, schema: str,
+    pg_pool: asyncpg.Pool[asyncpg.Record],
+) -> None:
+    """Its producer id granted (WRITE on its own topic), the event's topic denied: the event
+    is refused for good, in a line naming the ACL, and waits for `outbox retry`."""
+    async with pg_pool.acquire() as conn, conn.transaction():
+        await Outbox(schema).add(conn, event_type="refund", aggregate_type="order",
+                                 aggregate_id="order-1", payload={"order_id": "order-1"})
+    env = {"CONSUMERKIT_POSTGRES_DSN": with_password(postgres_dsn), "CONSUMERKIT_SCHEMA": schema,
+           **settings(cluster, "billing-relay")}
+    relay = await start("relay", "--route", UNGRANTED, cwd=app_dir, env=env)
+    failed = f'SELECT count(*) FROM "{schema}".outbox_failures WHERE failed'
+    try:
+        async with asyncio.timeout(60):
+            while relay.returncode is None and not await pg_pool.fetchval(failed):
+                await asyncio.sleep(0.1)
+    finally:
+        done = await stop(relay)
+    assert done.code == 0, done.err
+    assert "Traceback" not in done.err
+    refused = [line for line in done.err.splitlines() if "FAILED" in line]
+    assert len(refused) == 1, done.err
+    assert (f"PermanentSendError: the Kafka broker denied user 'billing-relay' the topic "
+            f"{UNGRANTED} (TOPIC_AUTHORIZATION_FAILED): it needs an ACL allowing WRITE on it"
+            "; FAILED, its aggregate waits for retry or skip") in refused[0]
