@@ -4,8 +4,9 @@ PostgreSQL: reachable, ``synchronous_commit`` on, every table migrated, dedup pa
 created at least one interval ahead; a warning for each asynchronous standby (a failover to it
 can lose acknowledged commits). The broker: reachable, every topic present, no topic
 keeping records longer than the dedup window, every consumed or published topic replicated
-(replication factor, ``min.insync.replicas``, no unclean leader election), and with published
-topics the relay's idempotent producer fitting the broker. With ``MODULE:ATTR`` the
+(replication factor, ``min.insync.replicas``, no unclean leader election: a ``WARNING``,
+which leaves the exit status 0, since a development cluster may have one broker), and with
+published topics the relay's idempotent producer fitting the broker. With ``MODULE:ATTR`` the
 consumer's own schema, dedup policy, topics, retries and outbox are checked. With
 ``--handlers MODULE:ATTR`` the parked records, dead letters and unpublished outbox rows are
 decoded by that consumer's handlers (see :mod:`.check_handlers`). Exit status 1 when
@@ -253,26 +254,26 @@ async def check_broker(d: Deployment, report: Report) -> None:
     missing = sorted(set(wanted) - known)
     if missing:
         report.problem(f"topics missing on the broker: {', '.join(missing)}")
-    findings: list[Finding] = []
+    # durability: a "warning" may be deliberate (a development cluster), an "error" is not
+    durability: list[Finding] = []
     relay = await idempotence_finding(d.bootstrap, d.kafka_options, d.idempotence) if (
         d.published) else None
-    findings += [relay] if relay is not None else []
+    durability += [relay] if relay is not None else []
     present = [t for t in wanted if t in known]
     if present:
         report.ok(f"topics present: {', '.join(present)}")
-        findings += durability_findings(
+        durability += durability_findings(
             await topic_durability(d.bootstrap, present, d.kafka_options),
             replication=d.replication)
+    for finding in durability:
+        {"unknown": report.note, "warning": report.warn}.get(
+            finding.level, report.problem)(finding.message)
     consumed = [t for t in d.topics if t in known]
     if consumed:
-        findings += await redelivery_horizon_check(
-            d.policy, topics=consumed, kafka_bootstrap=d.bootstrap, retry=d.retry,
-            handler_timeout=d.handler_timeout, kafka_options=d.kafka_options)
-    for finding in findings:
-        if finding.level == "unknown":
-            report.note(finding.message)
-        else:
-            report.problem(finding.message)
+        for finding in await redelivery_horizon_check(
+                d.policy, topics=consumed, kafka_bootstrap=d.bootstrap, retry=d.retry,
+                handler_timeout=d.handler_timeout, kafka_options=d.kafka_options):
+            (report.note if finding.level == "unknown" else report.problem)(finding.message)
 
 
 async def broker_topics(bootstrap: str, options: Mapping[str, Any],
