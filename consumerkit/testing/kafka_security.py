@@ -28,6 +28,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.protocol.admin import CreateAclsRequest
 
 from ._common import ServiceStartError
+from .kafka_jars import MissingToolError
 
 MECHANISM = "SCRAM-SHA-512"
 LISTENER = "SECURE"
@@ -143,7 +144,7 @@ def make_certificates(directory: Path) -> Path:
     the chain, Kafka's PEM key store); returns the CA's file."""
     openssl = shutil.which("openssl")
     if openssl is None:
-        raise ServiceStartError("the TLS listener needs openssl: apt-get install openssl")
+        raise MissingToolError("the TLS listener needs openssl: apt-get install openssl")
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "server.ext").write_text(
         "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n"
