@@ -35,8 +35,13 @@ log4j.logger.state.change.logger=WARN
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, url-safe base64 without padding (22 characters)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+    """A KRaft cluster id: 16 random bytes, url-safe base64 without padding (22 characters),
+    never starting with ``-``: StorageTool would read it as an option (Kafka's own Uuid
+    draws again for the same reason)."""
+    while True:
+        found = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+        if not found.startswith("-"):
+            return found
 
 
 def node_properties(
