@@ -31,6 +31,7 @@ from ..retry import RetryPolicy
 from ..schema import VERSION_TABLE
 from ..settings import CommonSettings, ConsumerSettings, RelaySettings
 from ..transport.kafka import KafkaProducer
+from ..transport.kafka_access import hidden_topics, principal
 from .check_handlers import add_arguments as add_handlers_arguments
 from .check_handlers import check_handlers, validate_handlers_arguments
 from .check_kafka import (
@@ -252,8 +253,14 @@ async def check_broker(d: Deployment, report: Report) -> None:
         return
     wanted = list(dict.fromkeys([*d.topics, *d.published]))
     missing = sorted(set(wanted) - known)
-    if missing:
-        report.problem(f"topics missing on the broker: {', '.join(missing)}")
+    hidden = await hidden_topics(d.bootstrap, missing, d.kafka_options) if missing else []
+    if hidden:  # the topic list leaves out what the principal may not describe
+        report.problem(f"topics denied to {principal(d.kafka_options)}: {', '.join(hidden)} "
+                       "(TOPIC_AUTHORIZATION_FAILED, which a broker also answers for a topic "
+                       "it has not, to whoever may not describe it): it needs an ACL allowing "
+                       "READ on each it consumes, WRITE on each it publishes to")
+    if absent := [t for t in missing if t not in hidden]:
+        report.problem(f"topics missing on the broker: {', '.join(absent)}")
     # durability: a "warning" may be deliberate (a development cluster), an "error" is not
     durability: list[Finding] = []
     relay = await idempotence_finding(d.bootstrap, d.kafka_options, d.idempotence) if (

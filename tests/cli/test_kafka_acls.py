@@ -18,7 +18,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from consumerkit.outbox import Outbox, OutboxTable, migrate_outbox
 from consumerkit.testing.kafka import KafkaCluster, start_kafka
 from consumerkit.testing.kafka_jars import MissingToolError
-from consumerkit.testing.kafka_security import Acl, KafkaSecurity
+from consumerkit.testing.kafka_security import ADMIN, Acl, KafkaSecurity
 
 from ..brokers import KAFKA_VERSION
 from .conftest import PASSWORD, Done, cli, finish, start, terminate, with_password
@@ -75,7 +75,7 @@ def settings(security: KafkaSecurity, user: str, password: str | None = None,
             "CONSUMERKIT_SECURITY_PROTOCOL": "SASL_SSL",
             "CONSUMERKIT_SASL_MECHANISM": "SCRAM-SHA-512",
             "CONSUMERKIT_SASL_PLAIN_USERNAME": user,
-            "CONSUMERKIT_SASL_PLAIN_PASSWORD": password or USERS[user],
+            "CONSUMERKIT_SASL_PLAIN_PASSWORD": password or security.credentials()[user],
             "CONSUMERKIT_SSL_CAFILE": str(security.ca_file)}
 
 
@@ -177,6 +177,24 @@ async def test_a_consumer_missing_an_acl_is_one_line(
     proc = await start("run", "app_consumer:build", cwd=app_dir, env=env)
     done = await finish(proc, timeout=120)
     assert one_line(done) == f"consumerkit: the Kafka broker denied user '{user}' {missing}"
+
+
+async def test_check_names_a_topic_its_principal_may_not_see(
+    cluster: KafkaSecurity, app_dir: Path,
+) -> None:
+    done = await cli("check", "--topic", TOPIC, "--topic", "no-such-topic", cwd=app_dir,
+                     env=settings(cluster, "no-topic"))
+    assert "Traceback" not in done.output
+    # Kafka does not tell a principal without DESCRIBE whether a topic exists
+    assert (f"PROBLEM  topics denied to user 'no-topic': {TOPIC}, no-such-topic "
+            "(TOPIC_AUTHORIZATION_FAILED, which a broker also answers for a topic it has not, "
+            "to whoever may not describe it): it needs an ACL allowing READ on each it "
+            "consumes, WRITE on each it publishes to") in done.out.splitlines()
+    # with the right to see every topic (the cluster's super user), missing is missing
+    done = await cli("check", "--topic", TOPIC, "--topic", "no-such-topic", cwd=app_dir,
+                     env=settings(cluster, ADMIN))
+    assert "PROBLEM  topics missing on the broker: no-such-topic" in done.out.splitlines()
+    assert "denied" not in done.out
 
 
 async def test_a_relay_without_write_is_one_line(
