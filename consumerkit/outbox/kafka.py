@@ -19,7 +19,13 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..errors import RecordTooLargeError, StartupError, TransportError, is_retriable
+from ..errors import (
+    AuthorizationError,
+    RecordTooLargeError,
+    StartupError,
+    TransportError,
+    is_retriable,
+)
 from ..transport.kafka import KafkaProducer
 from .event import OutboxEvent
 from .routing import TopicRoute
@@ -96,6 +102,9 @@ class KafkaSink:
             raise
         if topic not in self._known:
             await self._producer.stop()
+            denied = await self._producer.denied([topic])  # hidden, not missing
+            if denied:
+                raise AuthorizationError(denied[topic])
             raise StartupError(f"topics missing on the broker: {topic} (the relay's route): "
                                f"{CREATE_IT}")
 
@@ -111,10 +120,13 @@ class KafkaSink:
             except PermanentSendError as exc:
                 results[i] = exc
                 topics.append(None)
-        missing = await self._missing({t for t in topics if t is not None})
+        missing, denied = await self._missing({t for t in topics if t is not None})
         lanes: dict[tuple[str, int], list[int]] = {}
         for i, (event, topic) in enumerate(zip(events, topics, strict=True)):
             if topic is None:
+                continue
+            if topic in denied:  # refused for good, as a denied send is below
+                results[i] = PermanentSendError(denied[topic])
                 continue
             try:
                 if topic in missing:
@@ -135,24 +147,28 @@ class KafkaSink:
             raise TransportError(f"no event of the batch was acknowledged: {failures[0]}")
         return results
 
-    async def _missing(self, topics: set[str]) -> set[str]:
+    async def _missing(self, topics: set[str]) -> tuple[set[str], dict[str, str]]:
         """The topics that fresh metadata does not list (every one when the broker cannot be
         asked), asked after a failed send or for a topic not known yet; else none, without
-        asking. With ``auto_create_topics`` only after a failed send: the broker creates the
-        topics a send names."""
+        asking. Those the broker denies this principal come apart, each with its line. With
+        ``auto_create_topics`` only after a failed send: the broker creates the topics a send
+        names."""
         if not topics or not (self._suspect or (
                 not self.auto_create_topics and not topics <= self._known)):
-            return set()
+            return set(), {}
         try:
             self._known = await self._producer.topics()
         except StartupError:
-            return topics
-        missing = topics - self._known
+            return topics, {}
+        # the topic list leaves out those the principal may not describe: denied, not missing
+        denied = await self._producer.denied(topics - self._known) if (
+            topics - self._known) else {}
+        missing = topics - self._known - set(denied)
         for topic in sorted(missing - self._reported):  # once each: the retries log the rest
             log.error("outbox events routed to topic %s, which is not on the broker, wait "
                       "(retried with back-off): %s", topic, CREATE_IT)
         self._reported |= missing
-        return missing
+        return missing, denied
 
     async def _lane(self, topic: str, partition: int, indexes: list[int],
                     records: list[_Record], results: list[BaseException | None]) -> None:

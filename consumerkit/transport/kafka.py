@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
@@ -227,6 +227,12 @@ class KafkaProducer:
         except KafkaError as exc:
             raise StartupError(f"cannot read topic metadata: {exc}") from exc
         return set(cluster.topics())
+
+    async def denied(self, topics: Collection[str]) -> dict[str, str]:
+        """Of ``topics`` (absent from :meth:`topics`), those the broker denies this principal,
+        each with the line naming the ACL it lacks."""
+        hidden = await hidden_topics(self.bootstrap, sorted(topics), self._options)
+        return {topic: write_denied(topic, self._options) for topic in hidden}
 
     async def send(
         self, topic: str, *, key: bytes | None, value: bytes | None,

@@ -71,8 +71,9 @@ async def hidden_topics(bootstrap: str, topics: Sequence[str], options: Mapping[
     """Those of ``topics`` (absent from the client's topic list) that the broker denies to
     describe to this principal, rather than lacks."""
     accepted = set(inspect.signature(AIOKafkaAdminClient).parameters)
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(
-        timeout * 1000), **{k: v for k, v in options.items() if k in accepted})
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **{
+        **{k: v for k, v in options.items() if k in accepted},
+        "request_timeout_ms": int(timeout * 1000)})
     try:
         async with asyncio.timeout(timeout):
             await admin.start()

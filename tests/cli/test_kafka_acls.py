@@ -216,14 +216,20 @@ async def test_a_relay_routed_to_a_topic_it_may_not_write_names_the_acl(
     cluster: KafkaSecurity, app_dir: Path, postgres_dsn: str, schema: str,
     pg_pool: asyncpg.Pool[asyncpg.Record],
 ) -> None:
-    """Its producer id granted (WRITE on its own topic), the event's topic denied: the event
-    is refused for good, in a line naming the ACL, and waits for `outbox retry`."""
-    async with pg_pool.acquire() as conn, conn.transaction():
-        await Outbox(schema).add(conn, event_type="refund", aggregate_type="order",
-                                 aggregate_id="order-1", payload={"order_id": "order-1"})
+    """Its producer id granted (WRITE on its own topic), a topic denied: a fixed route stops
+    the relay at start, an event a template routes there is refused for good (FAILED, until
+    `outbox retry`); both in a line naming the ACL."""
     env = {"CONSUMERKIT_POSTGRES_DSN": with_password(postgres_dsn), "CONSUMERKIT_SCHEMA": schema,
            **settings(cluster, "billing-relay")}
-    relay = await start("relay", "--route", UNGRANTED, cwd=app_dir, env=env)
+    missing = (f"the Kafka broker denied user 'billing-relay' the topic {UNGRANTED} "
+               "(TOPIC_AUTHORIZATION_FAILED): it needs an ACL allowing WRITE on it")
+    line = one_line(await cli("relay", "--route", UNGRANTED, cwd=app_dir, env=env))
+    assert line == f"consumerkit: {missing}"
+
+    async with pg_pool.acquire() as conn, conn.transaction():
+        await Outbox(schema).add(conn, event_type="refund", aggregate_type=UNGRANTED,
+                                 aggregate_id="order-1", payload={"order_id": "order-1"})
+    relay = await start("relay", "--route", "{aggregate_type}", cwd=app_dir, env=env)
     failed = f'SELECT count(*) FROM "{schema}".outbox_failures WHERE failed'
     try:
         async with asyncio.timeout(60):
@@ -235,6 +241,6 @@ async def test_a_relay_routed_to_a_topic_it_may_not_write_names_the_acl(
     assert "Traceback" not in done.err
     refused = [line for line in done.err.splitlines() if "FAILED" in line]
     assert len(refused) == 1, done.err
-    assert (f"PermanentSendError: the Kafka broker denied user 'billing-relay' the topic "
-            f"{UNGRANTED} (TOPIC_AUTHORIZATION_FAILED): it needs an ACL allowing WRITE on it"
-            "; FAILED, its aggregate waits for retry or skip") in refused[0]
+    assert (f"PermanentSendError: {missing}; FAILED, its aggregate waits for retry or skip"
+            in refused[0])
+    assert "not on the broker" not in done.err  # denied, not missing
