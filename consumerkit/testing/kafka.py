@@ -9,6 +9,8 @@ tail. Without Java 17+ or Maven, :class:`MissingToolError` says in one line what
 The handle's nodes can be killed (SIGKILL), stopped, started again on the same ports and log dir,
 paused (SIGSTOP) and resumed; ``leader``, ``controller`` and ``coordinator`` say which node holds
 a partition, the metadata quorum or a consumer group (:mod:`consumerkit.testing.kafka_lookup`).
+With ``proxied=True`` each node advertises a :class:`TcpProxy` in front of its client port, so
+``node.proxy.hold()`` cuts it off from clients and the other brokers (not from the quorum).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from .kafka_config import (
 )
 from .kafka_jars import DEFAULT_KAFKA_VERSION, MissingToolError, kafka_lib, require_tools
 from .kafka_security import KafkaSecurity
+from .tcp_proxy import TcpProxy
 
 __all__ = [
     "DEFAULT_KAFKA_VERSION",
@@ -58,11 +61,12 @@ class KafkaNode:
     file survive ``stop``/``kill`` and ``start``."""
 
     def __init__(self, node_id: int, port: int, controller_port: int, home: Path,
-                 argv: list[str]) -> None:
+                 argv: list[str], proxy: TcpProxy | None = None) -> None:
         self.node_id = node_id
         self.port = port
         self.controller_port = controller_port
-        self.address = f"127.0.0.1:{port}"
+        self.proxy = proxy  # what the node advertises, if it is proxied
+        self.address = f"127.0.0.1:{proxy.port if proxy is not None else port}"
         self.home = home
         self.log_path = home / "server.log"
         self._argv = argv
@@ -217,6 +221,8 @@ class KafkaCluster(_Service):
         atexit.unregister(self.stop)
         for node in self.nodes:
             node.kill()
+            if node.proxy is not None:
+                node.proxy.close()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
@@ -250,9 +256,11 @@ def _format(java: str, lib: Path, nodes: list[KafkaNode], cluster_id: str, log_o
 def start_kafka(
     brokers: int = 3, version: str = DEFAULT_KAFKA_VERSION, timeout: float = READY_TIMEOUT,
     jvm_options: tuple[str, ...] = JVM_OPTIONS, security: KafkaSecurity | None = None,
+    proxied: bool = False,
 ) -> KafkaCluster:
     """Start an Apache Kafka ``version`` cluster of ``brokers`` KRaft nodes (1 or 3) and wait
-    until its metadata lists every broker.
+    until its metadata lists every broker. ``proxied``: every node advertises a
+    :class:`TcpProxy` of this process in front of its client port (``node.proxy``).
 
     Three nodes: replication factor 3, ``min.insync.replicas=2``, unclean leader election off.
     One node: every replication factor 1. ``security`` adds a SASL_SSL listener with ACLs
@@ -264,7 +272,8 @@ def start_kafka(
     lib = kafka_lib(version)
     for attempt in range(1, _PORT_ATTEMPTS + 1):
         try:
-            return _launch(java, lib, brokers, version, timeout, jvm_options, security)
+            return _launch(java, lib, brokers, version, timeout, jvm_options, security,
+                           proxied)
         except ServiceStartError as exc:  # a free port taken before the node bound it
             if attempt == _PORT_ATTEMPTS or "Address already in use" not in str(exc):
                 raise
@@ -272,7 +281,8 @@ def start_kafka(
 
 
 def _launch(java: str, lib: Path, brokers: int, version: str, timeout: float,
-            jvm_options: tuple[str, ...], security: KafkaSecurity | None) -> KafkaCluster:
+            jvm_options: tuple[str, ...], security: KafkaSecurity | None,
+            proxied: bool = False) -> KafkaCluster:
     workdir = Path(tempfile.mkdtemp(prefix="consumerkit-kafka-"))
     log_opt = log_option(version, workdir)
     ids = list(range(1, brokers + 1))
@@ -283,13 +293,15 @@ def _launch(java: str, lib: Path, brokers: int, version: str, timeout: float,
     for n in ids:
         home = workdir / f"node{n}"
         (home / "data").mkdir(parents=True)
-        properties = node_properties(n, ports, home / "data")
+        proxy = TcpProxy(ports[n][0]) if proxied else None
+        properties = node_properties(n, ports, home / "data",
+                                     proxy.port if proxy is not None else None)
         if security is not None:
             properties = security.node_properties(n, properties)
         (home / "server.properties").write_text(render_properties(properties))
         argv = [java, *jvm_options, log_opt, "-cp", f"{lib}/*", "kafka.Kafka",
                 str(home / "server.properties")]
-        nodes.append(KafkaNode(n, *ports[n], home, argv))
+        nodes.append(KafkaNode(n, *ports[n], home, argv, proxy))
     cluster = KafkaCluster(version, workdir, nodes)
     try:
         _format(java, lib, nodes, new_cluster_id(), log_opt, timeout,

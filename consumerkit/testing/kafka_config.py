@@ -46,9 +46,12 @@ def new_cluster_id() -> str:
 
 def node_properties(
     node_id: int, ports: dict[int, tuple[int, int]], log_dir: Path,
+    advertised_port: int | None = None,
 ) -> dict[str, str]:
     """The server.properties of node ``node_id`` in a cluster whose nodes listen on ``ports``
-    (node id -> (client port, controller port)); replication follows the cluster's size."""
+    (node id -> (client port, controller port)); replication follows the cluster's size.
+    ``advertised_port``: the port clients and the other brokers are told to connect to (a
+    proxy in front of the node's own), the node's own port if None."""
     port, controller = ports[node_id]
     size = len(ports)
     factor, min_isr = (3, 2) if size >= 3 else (size, 1)
@@ -58,7 +61,7 @@ def node_properties(
         "node.id": str(node_id),
         "controller.quorum.voters": voters,
         "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{advertised_port or port}",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",

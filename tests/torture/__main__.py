@@ -15,6 +15,7 @@ from pathlib import Path
 
 from consumerkit.shared.faults import MUTANTS
 
+from .kafka_faults import KAFKA_MUTANTS
 from .profiles import PROFILES
 from .report import markdown
 from .run import torture
@@ -26,7 +27,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--report", type=Path, required=True)
     parser.add_argument("--markdown", type=Path)
-    parser.add_argument("--mutant", choices=MUTANTS, default="")
+    parser.add_argument("--mutant", choices=(*MUTANTS, *KAFKA_MUTANTS), default="")
     parser.add_argument("--keep-logs", action="store_true")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")

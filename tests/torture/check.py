@@ -27,6 +27,8 @@ class History:
     raw_poison: set[str] = field(default_factory=set)  # malformed records sent to the topic
     projection_violations: int = 0  # counted by the handler, in its transaction
     parked: list[tuple[str | None, str]] = field(default_factory=list)
+    # records of aborted Kafka transactions (txn_producer_proc.py): never to be applied
+    aborted: set[str] = field(default_factory=set)
     # events whose every copy on the topic the broker kept from the witness, a streaming
     # reader (see witness.py): where to look first when one of them is lost, never an excuse
     broker_hidden: set[str] = field(default_factory=set)
@@ -52,6 +54,7 @@ class Findings:
     projection_violations: int
     dead_lettered: dict[str, int]
     unexpected_dead_letters: int
+    aborted_applied: int  # effects of aborted transactions' records (phantoms of their own)
     parked: dict[str, int]
     examples: dict[str, list[str]]
     lost_ids: list[str]  # all of them: where each was on the topic tells whose commit passed it
@@ -65,7 +68,7 @@ class Findings:
     @property
     def verdict(self) -> bool:
         return not (self.duplicate_effects or self.lost or self.phantom or self.order_violations
-                    or self.projection_violations)
+                    or self.projection_violations or self.aborted_applied)
 
 
 def _orphans(h: History) -> set[str]:
@@ -110,6 +113,7 @@ def check(h: History) -> Findings:
         projection_violations=h.projection_violations - explained_violations,
         dead_lettered=dict(Counter(reason for _, reason in h.dead_letters)),
         unexpected_dead_letters=len(unexpected),
+        aborted_applied=sum(n for e, n in applied.items() if e in h.aborted),
         parked=dict(Counter(reason for _, reason in h.parked)),
         examples={name: ids[:5] for name, ids in (
             ("lost", lost), ("lost_hidden", hidden), ("phantom", phantom),
@@ -145,3 +149,23 @@ def _order_violations(h: History, explained: set[str]) -> list[str]:
             wrong.append(event_id)
         last[aggregate] = max(seq, last.get(aggregate, 0))
     return wrong
+
+
+def transactions(h: History, sent: dict[str, tuple[str, int, str]],
+                 visible: set[str]) -> dict[str, int]:
+    """Add what transactional producers sent to ``h``: ``sent`` is event id -> (aggregate,
+    seq, outcome the producer recorded), ``visible`` the ids a read_committed read of the
+    topic found. Committed records are in ``business`` already; aborted ones must never be
+    applied; one whose commit's outcome is unknown (or never recorded) is committed if a
+    read_committed reader sees it, aborted if not. Returns the records by outcome."""
+    outcomes: Counter[str] = Counter()
+    for event_id, (aggregate, seq, outcome) in sent.items():
+        if outcome in ("unknown", "open"):
+            decided = "committed" if event_id in visible else "aborted"
+            outcome = f"{outcome}_{decided}"
+            if decided == "committed":
+                h.committed.setdefault(event_id, Produced(aggregate, seq))
+        if outcome.endswith("aborted"):
+            h.aborted.add(event_id)
+        outcomes[outcome] += 1
+    return dict(sorted(outcomes.items()))

@@ -7,13 +7,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 
 from consumerkit import Consumer, RetryPolicy
 from consumerkit.dedup.redis import RedisDedupCache
+from consumerkit.transport import kafka as kafka_transport
 
 from .ledger import make_batch_handler, make_handler
 
 GROUP = "torture"
+KAFKA_MUTANT_ENV = "TORTURE_KAFKA_MUTANT"
 # quick joins and rebalances on the test broker; a SIGSTOPped member is thrown out after 3 s
 GROUP_OPTIONS = {
     "session_timeout_ms": 3000,
@@ -56,6 +59,10 @@ def main() -> None:
     # and where each ownership starts, what it drops and what it commits: which commit went
     # past a record never applied
     logging.getLogger("consumerkit.consumer.offsets").setLevel(logging.DEBUG)
+    if os.environ.get(KAFKA_MUTANT_ENV) == "read_uncommitted":
+        # the negative control of aborted transactions (tests/torture/kafka_faults.py): the
+        # consumer reads what transactional producers aborted; the checker must see it
+        kafka_transport._CONSUMER_FIXED["isolation_level"] = "read_uncommitted"
     asyncio.run(build(args).run())
 
 

@@ -15,6 +15,7 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from consumerkit.outbox import NewEvent, Outbox
+from consumerkit.testing.kafka import KafkaCluster
 
 from .cluster import Database, OwnRedis, ReplicatedCluster, TansuBroker, pause_process
 from .ledger import EVENT_TYPE
@@ -32,7 +33,7 @@ class Rig:
 
     procs: Procs
     postgres: Database
-    broker: TansuBroker
+    broker: TansuBroker | KafkaCluster
     redis: OwnRedis | None
     schema: str
     topic: str
@@ -150,7 +151,15 @@ async def redis_pause(rig: Rig) -> bool:
 
 
 async def broker_pause(rig: Rig) -> bool:
-    await asyncio.to_thread(pause_process, rig.broker.pid, 4.0)
+    """The broker frozen for 4 s (on Kafka, one node of three), then resumed."""
+    if isinstance(rig.broker, KafkaCluster):
+        nodes = rig.broker.nodes
+        pid = nodes[rig.rng.randrange(len(nodes))].pid
+    else:
+        pid = rig.broker.pid
+    if pid is None:
+        return False
+    await asyncio.to_thread(pause_process, pid, 4.0)
     return True
 
 
@@ -214,8 +223,10 @@ async def _add(conn: asyncpg.Connection[asyncpg.Record], schema: str, aggregate:
 
 async def republish(rig: Rig) -> bool:
     """Copies of records already on the topic, sent again as a misbehaving upstream would."""
+    # read_committed: a copy of an aborted transaction's record would be a committed one
     reader = AIOKafkaConsumer(rig.topic, bootstrap_servers=rig.broker.bootstrap, group_id=None,
-                              auto_offset_reset="earliest", enable_auto_commit=False)
+                              auto_offset_reset="earliest", enable_auto_commit=False,
+                              isolation_level="read_committed")
     await reader.start()
     try:
         batch = await reader.getmany(timeout_ms=2000, max_records=200)

@@ -49,6 +49,9 @@ def ddl(schema: str) -> list[str]:
         f"CREATE TABLE {s}.projection (aggregate text PRIMARY KEY, last_seq int NOT NULL)",
         f"""CREATE TABLE {s}.violations (event_id text NOT NULL, aggregate text NOT NULL,
             expected int NOT NULL, got int NOT NULL)""",
+        # what the transactional producers sent (txn_producer_proc.py), and its outcome
+        f"""CREATE TABLE {s}.txn_events (event_id text PRIMARY KEY, aggregate text NOT NULL,
+            seq int NOT NULL, outcome text NOT NULL)""",
     ]
 
 
@@ -150,3 +153,12 @@ async def progress(conn: DbConnection, schema: str) -> tuple[int, int, int]:
                (SELECT count(*) FROM {s}.effects)""")
     assert row is not None
     return int(row[0]), int(row[1]), int(row[2])
+
+
+async def read_txn_events(conn: DbConnection, schema: str) -> dict[str, tuple[str, int, str]]:
+    """event id -> (aggregate, seq, outcome) of every record a transactional producer sent:
+    ``committed`` (also in ``business``), ``aborted``, ``unknown`` or ``open`` (the commit's
+    outcome was not known, or never recorded)."""
+    s = identifier(schema)
+    return {r[0]: (r[1], r[2], r[3]) for r in await conn.fetch(
+        f"SELECT event_id, aggregate, seq, outcome FROM {s}.txn_events")}

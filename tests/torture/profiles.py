@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .faults import KINDS
+from .kafka_faults import KAFKA_KINDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +25,10 @@ class Profile:
     warmup: float  # seconds without faults
     cache: bool  # consumers use the Redis dedup cache
     partitions: int = 6
+    # "kafka": a three-node Apache Kafka with fault proxies, the broker faults among the
+    # kinds, and transactional producers sending ``txn_events`` straight to the topic
+    broker: str = "tansu"
+    txn_events: int = 0
     drain_timeout: float = 120.0  # give up (and report what is missing) after this long
     stall_timeout: float = 25.0  # ... or after this long without progress
     kinds: tuple[str, ...] = ()  # the fault kinds to draw from; () for all of them
@@ -33,6 +38,12 @@ class Profile:
 
 
 ALL_KINDS = list(KINDS)
+# today's faults the kafka profile draws besides the broker faults (broker_pause there
+# freezes one node)
+KAFKA_WITH = ("consumer_sigkill", "failpoint_before_commit", "failpoint_after_commit",
+              "consumer_zombie", "membership_churn", "pg_terminate_consumers",
+              "relay_sigkill_after_publish", "postgres_restart", "broker_pause",
+              "long_transaction", "poison", "republish")
 
 PROFILES = {
     # the producers' rate spreads the events over the chaos phase (faults take ~3 s each)
@@ -45,6 +56,16 @@ PROFILES = {
                           "consumer_sigkill", "failpoint_after_claim",
                           "failpoint_before_commit", "failpoint_after_commit",
                           "failpoint_after_cache_write", "long_transaction", "republish")),
+    # CI's broker-failure run on Apache Kafka: every broker fault once, with some of today's
+    "kafka": Profile("kafka", events=2500, aggregates=100, rate=30.0, faults=len(KAFKA_KINDS)
+                     + len(KAFKA_WITH), fault_gap=1.0, warmup=4.0, cache=False,
+                     broker="kafka", txn_events=600, stall_timeout=60.0, drain_timeout=240.0,
+                     kinds=(*KAFKA_KINDS, *KAFKA_WITH)),
+    # the negative control of aborted transactions (mutant read_uncommitted): a few faults
+    "kafka-mutant": Profile("kafka-mutant", events=600, aggregates=20, rate=30.0, faults=3,
+                            fault_gap=1.0, warmup=3.0, cache=False, broker="kafka",
+                            txn_events=300, stall_timeout=30.0, kinds=(
+                                "leader_move", "consumer_sigkill", "republish")),
     # between the two: what fits in ten minutes on a 2-core machine
     "soak": Profile("soak", events=40_000, aggregates=1000, rate=110.0, faults=100,
                     fault_gap=0.8, warmup=5.0, cache=True, drain_timeout=300.0,

@@ -16,6 +16,7 @@ _ROWS = [
     ("**lost**", "lost"),
     ("**phantom**", "phantom"),
     ("**order violations**", "order_violations"),
+    ("**aborted transactions' records applied** (counted as phantom too)", "aborted_applied"),
     ("records read by the witness while streaming", "witness_read"),
     ("records the broker hid from a streaming reader (witness)", "broker_hidden"),
     ("of the lost, events the broker also kept from the witness", "lost_hidden_by_broker"),
@@ -59,6 +60,9 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(f"| {label} | {value} |")
     lines += ["", "| fault | injected |", "|---|---|"]
     lines += [f"| {kind} | {n} |" for kind, n in report["faults_by_kind"].items()]
+    if report.get("txn_records"):
+        lines += ["", "| transactional producers' records | outcome |", "|---|---|"]
+        lines += [f"| {outcome} | {n} |" for outcome, n in report["txn_records"].items()]
     lines += ["", "| dead-letter reason | entries |", "|---|---|"]
     lines += [f"| {reason} | {n} |" for reason, n in sorted(report["dead_lettered"].items())]
     if report["parked"]:

@@ -19,12 +19,17 @@ from aiokafka import AIOKafkaConsumer
 
 from consumerkit.outbox import OutboxTable, migrate_outbox
 from consumerkit.schema import migrate
+from consumerkit.testing.kafka import KafkaCluster
+from consumerkit.testing.services import TansuBroker
 from consumerkit.transport.kafka import create_topic
 
 from . import ledger
-from .check import check
+from .check import check, transactions
 from .cluster import Database, OwnPostgres, OwnRedis, ReplicatedCluster, start_tansu
+from .consumer_proc import KAFKA_MUTANT_ENV
 from .faults import FAILOVER_KINDS, KINDS, REDIS_KINDS, Rig, schedule
+from .kafka_faults import KAFKA_KINDS, KAFKA_MUTANTS, start_cluster
+from .kafka_faults import create_topic as create_kafka_topic
 from .procs import Procs
 from .profiles import Profile
 from .trace import rereads
@@ -35,6 +40,7 @@ TOPIC = "torture.steps"
 CONSUMERS = 3
 RELAYS = 2
 FAULT_TIMEOUT = 60.0
+FAULTS = {**KINDS, **KAFKA_KINDS}
 
 log = logging.getLogger("torture")
 
@@ -59,7 +65,10 @@ async def _setup(dsn: str, bootstrap: str, profile: Profile) -> None:
         await ledger.create(conn, SCHEMA, profile.aggregates)
     finally:
         await conn.close()
-    await create_topic(bootstrap, TOPIC, profile.partitions)
+    if profile.broker == "kafka":
+        await create_kafka_topic(bootstrap, TOPIC, profile.partitions)
+    else:
+        await create_topic(bootstrap, TOPIC, profile.partitions)
 
 
 def _processes(procs: Procs, dsn: str, bootstrap: str, redis_url: str,
@@ -103,7 +112,7 @@ async def _chaos(rig: Rig, plan: list[str], profile: Profile) -> tuple[Counter[s
         await asyncio.sleep(profile.fault_gap * rig.rng.uniform(0.5, 1.5))  # the schedule
         try:
             async with asyncio.timeout(FAULT_TIMEOUT):
-                happened = await KINDS[kind](rig)
+                happened = await FAULTS[kind](rig)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
             log.warning("fault %s did not complete: %r", kind, exc)
             happened = False
@@ -149,12 +158,14 @@ async def _drain(dsn: str, profile: Profile) -> tuple[float, bool]:
         await asyncio.sleep(0.5)
 
 
-async def _read_topic(bootstrap: str, wanted: int) -> list[tuple[int, int, str]]:
+async def _read_topic(bootstrap: str, wanted: int,
+                      isolation: str = "read_uncommitted") -> list[tuple[int, int, str]]:
     """(partition, offset, event id) of every record on the topic: reads until it has
     ``wanted`` distinct ids and two polls find nothing more (eight if it has fewer), or 60 s
-    pass."""
+    pass. With transactional producers upstream, read_committed: what they committed."""
     reader = AIOKafkaConsumer(TOPIC, bootstrap_servers=bootstrap, group_id=None,
-                              auto_offset_reset="earliest", enable_auto_commit=False)
+                              auto_offset_reset="earliest", enable_auto_commit=False,
+                              isolation_level=isolation)
     await reader.start()
     read: list[tuple[int, int, str]] = []
     ids: set[str] = set()
@@ -189,9 +200,11 @@ async def torture(profile: Profile, seed: int, mutant: str,
     workdir = Path(tempfile.mkdtemp(prefix="ck-torture-"))
     postgres: Database = await asyncio.to_thread(
         ReplicatedCluster if profile.failover else OwnPostgres)
-    broker = await asyncio.to_thread(start_tansu)
+    kafka = profile.broker == "kafka"
+    broker: TansuBroker | KafkaCluster = await asyncio.to_thread(
+        start_cluster) if kafka else await asyncio.to_thread(start_tansu)
     redis = OwnRedis() if profile.cache else None
-    procs = Procs(workdir, mutant)
+    procs = Procs(workdir, "" if mutant in KAFKA_MUTANTS else mutant)
     phases: dict[str, float] = {}
     try:
         if redis is not None:
@@ -199,6 +212,15 @@ async def torture(profile: Profile, seed: int, mutant: str,
         await _setup(postgres.dsn, broker.bootstrap, profile)
         _processes(procs, postgres.dsn, broker.bootstrap, redis.url if redis else "",
                    profile, seed)
+        if profile.txn_events:
+            procs.add("txn-producer", "tests.torture.txn_producer_proc", "--dsn",
+                      postgres.dsn, "--bootstrap", broker.bootstrap, "--schema", SCHEMA,
+                      "--topic", TOPIC, "--events", str(profile.txn_events), "--rate",
+                      str(profile.txn_events * profile.rate / profile.events),
+                      "--seed", str(seed))
+        if mutant in KAFKA_MUTANTS:
+            for proc in procs.role("consumer"):
+                proc.env[KAFKA_MUTANT_ENV] = mutant
         rig = Rig(procs, postgres, broker, redis, SCHEMA, TOPIC, rng,
                   spare=procs.by_name[f"consumer-{CONSUMERS}"])
         for proc in procs.role("relay") + procs.role("consumer")[:CONSUMERS]:
@@ -207,6 +229,9 @@ async def torture(profile: Profile, seed: int, mutant: str,
         witness.start()
         producer = procs.by_name["producer"]
         producer.start()
+        upstream = [producer, *procs.role("txn-producer")]
+        for proc in upstream[1:]:
+            proc.start()
         started = time.monotonic()
 
         async def applying() -> bool:
@@ -223,7 +248,7 @@ async def torture(profile: Profile, seed: int, mutant: str,
         faults, missed = await _chaos(rig, plan, profile)
 
         async def produced() -> bool:
-            return not producer.running()
+            return not any(p.running() for p in upstream)
 
         await _wait(produced, profile.events / profile.rate * 3 + 120, "the producers")
         phases["chaos_s"] = time.monotonic() - mark
@@ -243,13 +268,20 @@ async def torture(profile: Profile, seed: int, mutant: str,
         finally:
             await conn.close()
         mark = time.monotonic()
-        read = await _read_topic(broker.bootstrap, len(history.committed))
+        read = await _read_topic(broker.bootstrap, len(history.committed),
+                                 "read_committed" if kafka else "read_uncommitted")
         history.published = [event_id for _, _, event_id in read]
         phases["final_read_s"] = time.monotonic() - mark
         await witness.stop()
         hidden = witness.hidden(read)
         at = {(p, o) for p, o, _ in hidden}
         shown = {event_id for p, o, event_id in read if (p, o) not in at}
+        conn = await _db(postgres.dsn)
+        try:
+            txns = transactions(history, await ledger.read_txn_events(conn, SCHEMA),
+                               {event_id for _, _, event_id in read})
+        finally:
+            await conn.close()
         history.broker_hidden = {event_id for _, _, event_id in hidden} - shown
         history.republished = rig.republished
         history.raw_poison = rig.raw_poison
@@ -285,6 +317,11 @@ async def torture(profile: Profile, seed: int, mutant: str,
             "dead_lettered": findings.dead_lettered,
             "unexpected_dead_letters": findings.unexpected_dead_letters,
             "parked": findings.parked,
+            "broker": profile.broker,
+            # transactional producers upstream: their records by outcome (an unknown commit
+            # is decided by a read_committed read of the topic) and aborted ones applied
+            "txn_records": txns,
+            "aborted_applied": findings.aborted_applied,
             "faults_total": sum(faults.values()),
             "fault_kinds": len(faults),
             "faults_by_kind": dict(sorted(faults.items())),
