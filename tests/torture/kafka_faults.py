@@ -132,13 +132,17 @@ async def broker_cut(rig: Rig) -> bool:
     nodes = [n for n in _cluster(rig).nodes if n.proxy is not None]
     if not nodes:
         return False
-    proxy = nodes[rig.rng.randrange(len(nodes))].proxy
+    node = nodes[rig.rng.randrange(len(nodes))]
+    proxy = node.proxy
     assert proxy is not None
+    before = proxy.held_bytes
     proxy.hold()
     try:
         await asyncio.sleep(CUT)
     finally:
         proxy.release()
+    log.info("kafka node %d was cut off for %gs: %d bytes held back", node.node_id, CUT,
+             proxy.held_bytes - before)
     return True
 
 
