@@ -88,6 +88,18 @@ def test_one_node_replicates_once(tmp_path: Path) -> None:
     assert text.count("\n") == len(props)
 
 
+def test_a_proxied_node_advertises_its_proxy_and_listens_on_its_own_port(
+        tmp_path: Path) -> None:
+    """Clients and the other brokers connect to the advertised address: through the proxy,
+    which the torture harness holds to cut the node off (the quorum's port stays direct)."""
+    ports = {1: (9001, 9101), 2: (9002, 9102), 3: (9003, 9103)}
+    props = node_properties(2, ports, tmp_path, advertised_port=7002)
+    assert props["advertised.listeners"] == "PLAINTEXT://127.0.0.1:7002"
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:9002,CONTROLLER://127.0.0.1:9102"
+    assert node_properties(2, ports, tmp_path)["advertised.listeners"] == (
+        "PLAINTEXT://127.0.0.1:9002")
+
+
 def test_cluster_ids_are_16_random_bytes_in_urlsafe_base64() -> None:
     ids = {new_cluster_id() for _ in range(2000)}  # about 31 would start with "-"
     assert len(ids) == 2000
