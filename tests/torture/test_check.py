@@ -38,6 +38,29 @@ def test_a_clean_history_passes_with_every_figure_counted() -> None:
     assert found.unpublished == 0
 
 
+def test_an_applied_record_of_an_aborted_transaction_fails_the_verdict() -> None:
+    """Records of Kafka transactions: t1 committed (in business), t2 aborted, t3 and t4 of a
+    commit whose outcome is unknown, decided by what a read_committed reader saw (t3 yes)."""
+    h = clean()
+    h.committed["t1"] = Produced("tx-0-0-1", 1)
+    h.effects.append(("t1", "tx-0-0-1", 1))
+    sent = {"t1": ("tx-0-0-1", 1, "committed"), "t2": ("txa-0-1", 1, "aborted"),
+            "t3": ("tx-0-0-2", 1, "unknown"), "t4": ("tx-0-0-3", 1, "open")}
+    outcomes = transactions(h, sent, visible={"t1", "t3"})
+    assert outcomes == {"aborted": 1, "committed": 1, "open_aborted": 1,
+                        "unknown_committed": 1}
+    assert h.aborted == {"t2", "t4"}
+    assert h.committed["t3"] == Produced("tx-0-0-2", 1)
+    found = check(h)
+    assert (found.lost, found.lost_ids) == (1, ["t3"])  # seen committed, never applied
+    h.effects.append(("t3", "tx-0-0-2", 1))
+    assert check(h).verdict
+    h.effects.append(("t2", "txa-0-1", 1))  # what a read_uncommitted consumer would do
+    found = check(h)
+    assert (found.aborted_applied, found.phantom) == (1, 1)
+    assert not found.verdict
+
+
 def test_a_duplicate_effect_is_counted_and_fails() -> None:
     h = clean()
     h.effects.append(("a2", "a", 2))
@@ -154,26 +177,3 @@ def test_after_a_failover_an_orphan_is_counted_not_a_phantom() -> None:
     h.projection_violations = 2
     assert check(h).projection_violations == 1
     assert not check(h).verdict
-
-
-def test_an_applied_record_of_an_aborted_transaction_fails_the_verdict() -> None:
-    """Records of Kafka transactions: t1 committed (in business), t2 aborted, t3 and t4 of a
-    commit whose outcome is unknown, decided by what a read_committed reader saw (t3 yes)."""
-    h = clean()
-    h.committed["t1"] = Produced("tx-0-0-1", 1)
-    h.effects.append(("t1", "tx-0-0-1", 1))
-    sent = {"t1": ("tx-0-0-1", 1, "committed"), "t2": ("txa-0-1", 1, "aborted"),
-            "t3": ("tx-0-0-2", 1, "unknown"), "t4": ("tx-0-0-3", 1, "open")}
-    outcomes = transactions(h, sent, visible={"t1", "t3"})
-    assert outcomes == {"aborted": 1, "committed": 1, "open_aborted": 1,
-                        "unknown_committed": 1}
-    assert h.aborted == {"t2", "t4"}
-    assert h.committed["t3"] == Produced("tx-0-0-2", 1)
-    found = check(h)
-    assert (found.lost, found.lost_ids) == (1, ["t3"])  # seen committed, never applied
-    h.effects.append(("t3", "tx-0-0-2", 1))
-    assert check(h).verdict
-    h.effects.append(("t2", "txa-0-1", 1))  # what a read_uncommitted consumer would do
-    found = check(h)
-    assert (found.aborted_applied, found.phantom) == (1, 1)
-    assert not found.verdict
