@@ -12,12 +12,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections import Counter
 from collections.abc import Callable
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from consumerkit.testing.kafka import KafkaCluster, KafkaNode, start_kafka
+from consumerkit.testing.kafka import (
+    DEFAULT_KAFKA_VERSION,
+    KafkaCluster,
+    KafkaNode,
+    start_kafka,
+)
 
 from .consumer_proc import GROUP
 from .faults import Fault, Rig
@@ -38,8 +44,10 @@ KAFKA_MUTANTS = ("read_uncommitted",)
 
 
 def start_cluster() -> KafkaCluster:
-    """Three nodes, each advertised through a fault proxy of this process."""
-    return start_kafka(brokers=3, proxied=True)
+    """Three nodes, each advertised through a fault proxy of this process; the release
+    ``$CONSUMERKIT_TEST_KAFKA_VERSION`` names, as for the tests, or the default one."""
+    version = os.environ.get("CONSUMERKIT_TEST_KAFKA_VERSION") or DEFAULT_KAFKA_VERSION
+    return start_kafka(brokers=3, version=version, proxied=True)
 
 
 async def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
