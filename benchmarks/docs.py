@@ -1,4 +1,6 @@
-"""Copy a run's Markdown summary into ``docs/benchmarks.md``, under a fixed introduction."""
+"""Copy a run's Markdown summary into ``docs/benchmarks.md``, under a fixed introduction, in
+its broker's section: a run on Tansu replaces the Tansu run, a run on Apache Kafka the Kafka
+run, and the other broker's run stays as it was."""
 
 from __future__ import annotations
 
@@ -39,8 +41,9 @@ How the suite works, every peer and every column:
 [`benchmarks/README.md`](../benchmarks/README.md).
 
 **Read the ratios, not the absolute numbers.** The figures below come from {machine},
-with PostgreSQL at `fsync=on` and `synchronous_commit=on` and an embedded Tansu broker
-(memory storage), all on the same cores, which other work shares. Absolute msg/s move by tens
+with PostgreSQL at `fsync=on` and `synchronous_commit=on`; the first run on an embedded Tansu
+broker (memory storage), the second on three Apache Kafka brokers; all on the same cores,
+which other work shares. Absolute msg/s move by tens
 of percent between runs on such a machine; the ratios between peers measured in the same run
 (columns "of raw" and "x textbook") are what to compare. Commits and WAL syncs per message are
 read from server-wide counters, so concurrent use of the same PostgreSQL inflates them.
@@ -56,9 +59,40 @@ only to detach the partition, before that.
 """
 
 
+BEGIN = {"tansu": "<!-- run on Tansu: python -m benchmarks --docs -->",
+         "kafka": "<!-- run on Apache Kafka: python -m benchmarks --broker kafka --docs -->"}
+END = "<!-- end of run -->"
+KAFKA = """\
+## On Apache Kafka: three brokers
+
+The main and relay cells again, every peer on a three-broker Apache Kafka cluster (KRaft,
+replication factor 3, `min.insync.replicas=2`, unclean leader election off; every producer
+idempotent with `acks=all`), all of them in one run, written here by:
+
+```bash
+.venv/bin/python -m benchmarks --broker kafka --profile full --cells main,relay --docs
+```
+
+"""
+NOT_YET = "Not measured yet: the command above writes this broker's run here."
+
+
+def _run_of(page: str, kind: str) -> str:
+    """The run kept on ``page`` for broker ``kind``, else a line saying how to measure it."""
+    begin = BEGIN[kind]
+    if begin in page and END in page.split(begin, 1)[1]:
+        return page.split(begin, 1)[1].split(END, 1)[0].strip("\n")
+    return NOT_YET
+
+
 def write(document: dict[str, Any], page: Path = PAGE) -> Path:
     context = document["context"]
     machine = f"one machine (CPUs: {context.get('cpus', 'unknown')})"
-    page.write_text(INTRO.format(machine=machine) + render(document) + "\n"
+    before = page.read_text() if page.exists() else ""
+    runs = {kind: _run_of(before, kind) for kind in BEGIN}
+    runs[document.get("broker", "tansu")] = render(document).strip("\n")
+    page.write_text(INTRO.format(machine=machine)
+                    + f"{BEGIN['tansu']}\n{runs['tansu']}\n{END}\n\n"
+                    + KAFKA + f"{BEGIN['kafka']}\n{runs['kafka']}\n{END}\n\n"
                     + COMPARED.read_text())
     return page

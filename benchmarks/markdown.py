@@ -121,7 +121,8 @@ def acceptance_section(targets: list[dict[str, Any]]) -> str:
 
 
 def render(document: dict[str, Any]) -> str:
-    parts = [f"## Run {document['started']} ({document['profile']} profile, "
+    on = " on Apache Kafka" if document.get("broker") == "kafka" else ""
+    parts = [f"## Run {document['started']}{on} ({document['profile']} profile, "
              f"{document['seconds']:.0f} s)", "", "### Targets", "",
              acceptance_section(document["acceptance"]), ""]
     for cell in document["cells"]:

@@ -48,6 +48,7 @@ from consumerkit.outbox.admin import slot_owners
 from consumerkit.outbox.table import SLOTS
 from consumerkit.transport.kafka import create_topic
 
+from .broker import producer_flags, traits
 from .context import services
 from .outbox_cpu import CpuMeter, broker_pids
 
@@ -75,7 +76,8 @@ async def _fresh(conn: asyncpg.Connection[asyncpg.Record], bootstrap: str) -> tu
     table = OutboxTable(f"ck_bench_{uuid.uuid4().hex[:8]}", "outbox")
     await migrate_outbox(conn, table)
     topic = f"ck-bench-outbox-{uuid.uuid4().hex[:8]}"
-    await create_topic(bootstrap, topic, 8)
+    await create_topic(bootstrap, topic, 8,
+                       replication_factor=traits(bootstrap).replication_factor)
     return table, topic
 
 
@@ -93,7 +95,7 @@ def start_relay(dsn: str, bootstrap: str, table: OutboxTable, topic: str,
     return subprocess.Popen(
         [sys.executable, "-m", "benchmarks.outbox_relay_worker", "--dsn", dsn, "--bootstrap",
          bootstrap, "--schema", table.schema, "--topic", topic, "--name", name,
-         *([] if uvloop else ["--no-uvloop"])],
+         *producer_flags(bootstrap), *([] if uvloop else ["--no-uvloop"])],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 

@@ -3,13 +3,15 @@ consumerkit's relay in ``benchmarks.outbox_peers``:
 
     python -m benchmarks.outbox_peer_worker --dsn DSN --bootstrap HOST:PORT --schema S
         --table T --topic TOPIC [--workers 1] [--fetch-batch 10] [--flush-batch 1]
+        [--idempotence]
 
 The relay as faststream-outbox's relay tutorial writes it: an ``OutboxBroker`` subscriber on
 the outbox queue whose handler publishes each row to Kafka through FastStream's
 ``KafkaBroker`` (awaiting the broker's ack, ``acks="all"`` as consumerkit's sink), keyed by
 the aggregate id so one aggregate stays on one partition. faststream-outbox then deletes the
 row (``terminal_flush_batch_size`` rows per ``DELETE``). Prints ``ready`` once both brokers
-have started; runs until SIGTERM.
+have started; runs until SIGTERM. ``--idempotence``: the producer's idempotence on, as on
+Apache Kafka (Tansu has none).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from sqlalchemy import MetaData, Table
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from consumerkit.shared import aio
+
+from .broker import producer_flags
 
 QUEUE = "events"
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,14 +61,14 @@ def start(dsn: str, bootstrap: str, schema: str, table: str, topic: str, *, work
         [sys.executable, "-m", "benchmarks.outbox_peer_worker", "--dsn", dsn, "--bootstrap",
          bootstrap, "--schema", schema, "--table", table, "--topic", topic, "--workers",
          str(workers), "--fetch-batch", str(fetch_batch), "--flush-batch", str(flush_batch),
-         *([] if uvloop else ["--no-uvloop"])],
+         *producer_flags(bootstrap), *([] if uvloop else ["--no-uvloop"])],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE)
 
 
 async def relay(args: argparse.Namespace) -> None:
     outbox = outbox_broker(args.dsn, outbox_table(args.schema, args.table),
                            pool=args.workers + 4)
-    kafka = KafkaBroker(args.bootstrap, acks="all", enable_idempotence=False,  # Tansu: none
+    kafka = KafkaBroker(args.bootstrap, acks="all", enable_idempotence=args.idempotence,
                         logger=None)
 
     @outbox.subscriber(QUEUE, max_workers=args.workers, fetch_batch_size=args.fetch_batch,
@@ -94,6 +98,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--fetch-batch", type=int, default=10)
     p.add_argument("--flush-batch", type=int, default=1)
+    p.add_argument("--idempotence", action="store_true")
     p.add_argument("--no-uvloop", dest="uvloop", action="store_false")
     args = p.parse_args(argv)
     aio.run(relay(args), use_uvloop=args.uvloop)

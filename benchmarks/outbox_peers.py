@@ -31,6 +31,7 @@ import asyncpg
 
 from consumerkit.shared import aio
 
+from .broker import traits
 from .context import collect, services
 from .outbox import _fill, _fresh, settled, start_relay, stop_relays
 from .relay_check import PARTITIONS, Verdict, check, read_topic
@@ -175,7 +176,8 @@ async def run_faststream(peer: RelayPeer, dsn: str, bootstrap: str, rows: int,
     suffix = uuid.uuid4().hex[:8]
     schema, table = f"fso_bench_{suffix}", f"outbox_{suffix}"
     topic = f"ck-bench-fso-{suffix}"
-    await create_topic(bootstrap, topic, PARTITIONS)
+    await create_topic(bootstrap, topic, PARTITIONS,
+                       replication_factor=traits(bootstrap).replication_factor)
     writer = worker.outbox_broker(dsn, worker.outbox_table(schema, table))
     engine = writer.config.broker_config.engine
     assert engine is not None

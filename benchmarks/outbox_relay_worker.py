@@ -1,5 +1,6 @@
 """One outbox relay in its own OS process, for the relay benchmark:
-``python -m benchmarks.outbox_relay_worker --dsn DSN --bootstrap HOST:PORT --schema S --topic T``.
+``python -m benchmarks.outbox_relay_worker --dsn DSN --bootstrap HOST:PORT --schema S --topic T``
+(``--idempotence`` on a broker that has the idempotent producer; Tansu has none).
 
 Runs until SIGTERM or SIGINT, then stops after the batch in flight.
 """
@@ -16,7 +17,7 @@ from consumerkit.shared import aio
 
 async def relay(args: argparse.Namespace) -> None:
     sink = KafkaSink(args.bootstrap, route=args.topic,
-                     kafka_options={"enable_idempotence": False})  # Tansu has none
+                     kafka_options={"enable_idempotence": args.idempotence})
     await Relay(args.dsn, sink, schema=args.schema, name=args.name, batch_size=args.batch,
                 rebalance_interval=0.2).run()
 
@@ -26,6 +27,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for name in ("--dsn", "--bootstrap", "--schema", "--topic", "--name"):
         p.add_argument(name, required=True)
     p.add_argument("--batch", type=int, default=500)
+    p.add_argument("--idempotence", action="store_true")
     p.add_argument("--no-uvloop", dest="uvloop", action="store_false")
     logging.basicConfig(level=logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

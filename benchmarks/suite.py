@@ -2,11 +2,13 @@
 PostgreSQL and broker; results as JSON, Markdown and PNG plots.
 
     python -m benchmarks [--profile quick|full] [--out results/] [--docs]
-                         [--cells main,dup50] [--postgres DSN] [--kafka BOOTSTRAP]
-                         [--redis URL]
+                         [--cells main,dup50] [--broker tansu|kafka] [--postgres DSN]
+                         [--kafka BOOTSTRAP] [--redis URL]
 
-``--docs`` also writes the Markdown summary into ``docs/benchmarks.md``. The exit status is 1
-when any peer's effects were wrong (the negative controls of the smoke test aside).
+``--broker kafka`` runs every peer on a three-broker Apache Kafka cluster instead of Tansu
+(:mod:`.broker`). ``--docs`` also writes the Markdown summary into ``docs/benchmarks.md``, in
+that broker's section. The exit status is 1 when any peer's effects were wrong (the negative
+controls of the smoke test aside).
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from consumerkit.shared import aio
+from consumerkit.testing.kafka import MissingToolError
 
 from . import acceptance, docs, markdown, plots
+from .broker import KINDS
 from .cleanup import measure_cleanup
 from .context import Services, collect, services, tune_gc
 from .latency import Pace, measure_latency
@@ -76,7 +80,8 @@ async def run_suite(svc: Services, profile: Profile, log: Log, cells: set[str] |
     cell (the smoke test's broken peers). ``progress`` gets the document after each cell."""
     started = time.monotonic()
     document: dict[str, Any] = {
-        "profile": profile.name, "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "profile": profile.name, "broker": svc.kind,
+        "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "context": await collect(svc, uvloop, tune_gc(gc_tuning)), "cells": [],
         "cleanup": None, "relay": None, "seconds": 0.0}
     catalogue = {**PEERS, **profile.extra_peers}
@@ -122,9 +127,13 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="write the summary into docs/benchmarks.md")
     p.add_argument("--cells", help="comma-separated subset of the profile's cells "
                                    "(and 'cleanup', 'relay')")
+    p.add_argument("--broker", choices=KINDS, default="tansu",
+                   help="the broker every peer runs on: Tansu (default) or Apache Kafka, "
+                        "three brokers started for the run (Java 17+ and Maven) unless "
+                        "--kafka names a cluster")
     p.add_argument("--postgres", help="DSN (else $CONSUMERKIT_TEST_POSTGRES_DSN, else embedded)")
     p.add_argument("--kafka", help="bootstrap (else $CONSUMERKIT_TEST_KAFKA_BOOTSTRAP, else "
-                                   "an embedded Tansu broker)")
+                                   "a broker started for the run, as --broker says)")
     p.add_argument("--redis", help="URL (else $CONSUMERKIT_TEST_REDIS_URL, else "
                                    "redis://127.0.0.1:6379/0 if it answers, else a local "
                                    "redis-server)")
@@ -147,10 +156,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     profile = PROFILES[args.profile]()
     cells = set(args.cells.split(",")) if args.cells else None
-    with services(args.postgres, args.kafka, args.redis, want_redis=True) as svc:
-        document = aio.run(run_suite(svc, profile, _log, cells, uvloop=args.uvloop,
-                                       gc_tuning=args.gc_tuning),
-                             use_uvloop=args.uvloop)
+    try:
+        with services(args.postgres, args.kafka, args.redis, want_redis=True,
+                      broker_kind=args.broker) as svc:
+            document = aio.run(run_suite(svc, profile, _log, cells, uvloop=args.uvloop,
+                                         gc_tuning=args.gc_tuning),
+                               use_uvloop=args.uvloop)
+    except MissingToolError as exc:  # no Java or Maven for --broker kafka: what to install
+        print(f"python -m benchmarks: {exc}", file=sys.stderr)
+        return 2
     for path in write(document, args.out):
         _log(f"wrote {path}")
     if args.docs:

@@ -21,6 +21,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from pydantic import BaseModel
 
+from .broker import traits
+
 EVENT_TYPE = "bench.amount"
 ID_HEADER = "id"
 TYPE_HEADER = "event_type"
@@ -96,8 +98,9 @@ async def create_topic(bootstrap: str, partitions: int = 4, timeout: float = 15.
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
     await admin.start()
     try:
-        response = await admin.create_topics(
-            [NewTopic(name, num_partitions=partitions, replication_factor=1)])
+        response = await admin.create_topics([NewTopic(
+            name, num_partitions=partitions,
+            replication_factor=traits(bootstrap).replication_factor)])
         errors = [err for err in response.topic_errors if err[1] != 0]
         if errors:
             raise RuntimeError(f"creating topic {name} failed: {errors}")
@@ -115,10 +118,10 @@ async def create_topic(bootstrap: str, partitions: int = 4, timeout: float = 15.
 
 
 async def publish(bootstrap: str, topic: str, workload: Workload) -> None:
-    """Publish every message (key = the aggregate key, headers ``id`` and ``event_type``).
-    Tansu has no idempotent producer: ``enable_idempotence=False`` with ``acks="all"``."""
+    """Publish every message (key = the aggregate key, headers ``id`` and ``event_type``),
+    ``acks="all"``, idempotent where the broker has it (not Tansu: :mod:`.broker`)."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
-                                enable_idempotence=False, linger_ms=5)
+                                enable_idempotence=traits(bootstrap).idempotence, linger_ms=5)
     await producer.start()
     try:
         event_type = EVENT_TYPE.encode()
@@ -139,7 +142,7 @@ async def publish_paced(bootstrap: str, topic: str, workload: Workload,
     """Publish one message every ``1 / rate`` seconds; returns the send time (``time.time()``,
     also the record timestamp) of each event's first message, by event id."""
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
-                                enable_idempotence=False, linger_ms=0)
+                                enable_idempotence=traits(bootstrap).idempotence, linger_ms=0)
     await producer.start()
     sent: dict[str, float] = {}
     try:

@@ -65,6 +65,10 @@ def _parser() -> argparse.ArgumentParser:
                "three consumers, duplicates and two kills")
     demo.add_argument("--orders", default="500",
                       help=f"orders to place, 1 to {DEMO_MAX_ORDERS}")
+    demo.add_argument("--broker", choices=("tansu", "kafka"), default="tansu",
+                      help="the broker started for the run: Tansu (embedded, the default) or "
+                           "three Apache Kafka brokers, one of them killed mid-run (needs "
+                           "Java 17+ and Maven)")
     demo.add_argument("--kafka", help="use this broker instead of an embedded one")
     demo.add_argument("--postgres", help="use this database instead of an embedded one")
     demo.add_argument("--json", type=Path, metavar="FILE",
@@ -79,9 +83,13 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"consumerkit demo: --orders must be a whole number from 1 to "
               f"{DEMO_MAX_ORDERS}, not {args.orders!r}", file=sys.stderr)
         return 2
+    if args.broker == "kafka" and args.kafka is not None:
+        print("consumerkit demo: --broker kafka starts its own three brokers (to kill one); "
+              "leave out --kafka", file=sys.stderr)
+        return 2
     from ..demo import main as demo
 
-    return demo(int(orders), args.kafka, args.postgres, args.json)
+    return demo(int(orders), args.kafka, args.postgres, args.json, args.broker)
 
 
 def _secrets(args: argparse.Namespace) -> Iterator[str]:

@@ -4,11 +4,14 @@ An orders service writes each order and its events in one transaction through th
 relays publish them; billing charges each order once and emits ``payment.completed`` through
 its own outbox; inventory reserves stock once per order; the shop marks orders paid. Copies
 of published events are injected, and the billing consumer and the orders relay are SIGKILLed
-and restarted mid-run. It ends with one table, checked line by line (exit status 1 if a line
-is wrong), and everything it started is stopped, also on Ctrl-C (SIGINT) or SIGTERM.
+and restarted mid-run; with ``--broker kafka`` it runs on three Apache Kafka brokers and one of
+them is SIGKILLed and restarted too. It ends with one table, checked line by line (exit status
+1 if a line is wrong), and everything it started is stopped, also on Ctrl-C (SIGINT) or
+SIGTERM.
 
 The modules: :mod:`.shop` (tables, events, handlers), :mod:`.worker` (one consumer or relay
-per process), :mod:`.procs` (those processes), :mod:`.scenario` (the run),
+per process), :mod:`.procs` (those processes), :mod:`.broker` (Tansu or Kafka, and the
+broker kill), :mod:`.scenario` (the run),
 :mod:`.report` (the figures and their checks), :mod:`.view` (progress and the table).
 """
 
@@ -22,7 +25,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +39,7 @@ from ..shared.identifiers import redact_dsn
 from ..testing.services import ServiceStartError
 from ..transport.kafka import create_topic
 from . import shop
+from .broker import Broker, BrokerFaults, broker
 from .procs import Workers
 from .report import Report, write_json
 from .scenario import DemoFailed, Scenario
@@ -48,35 +52,39 @@ INTERRUPTED = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 @dataclass(frozen=True, slots=True)
 class Services:
-    kafka: str
+    broker: Broker
+    faults: BrokerFaults | None  # what the run may do to the brokers (a Kafka cluster's)
     postgres: str
     pids: list[int]  # of the embedded servers started here
 
-
-@contextlib.contextmanager
-def services(kafka: str | None, postgres: str | None) -> Iterator[Services]:
-    """The broker and database given, or embedded ones (stopped on the way out)."""
-    pids: list[int] = []
-    with contextlib.ExitStack() as stack:
-        if kafka is None or postgres is None:
-            from ..testing.services import start_postgres, start_tansu
-
-            if kafka is None:
-                broker = stack.enter_context(start_tansu())
-                kafka = broker.bootstrap
-                pids.append(broker.pid)
-            if postgres is None:
-                server = stack.enter_context(start_postgres())
-                postgres = server.dsn
-                pids.append(server.pid)
-        yield Services(kafka, postgres, pids)
+    @property
+    def kafka(self) -> str:
+        return self.broker.bootstrap
 
 
-async def prepare(kafka: str, dsn: str, run: str) -> None:
+@contextlib.asynccontextmanager
+async def services(kafka: str | None, postgres: str | None,
+                   broker_kind: str = "tansu") -> AsyncIterator[Services]:
+    """The broker and database given, or embedded ones (stopped on the way out); the broker
+    first, so that a missing Java is said before anything starts."""
+    async with contextlib.AsyncExitStack() as stack:
+        used, faults = await stack.enter_async_context(broker(broker_kind, kafka))
+        pids = list(used.pids)
+        if postgres is None:
+            from ..testing.services import start_postgres
+
+            server = stack.enter_context(start_postgres())
+            postgres = server.dsn
+            pids.append(server.pid)
+        yield Services(used, faults, postgres, pids)
+
+
+async def prepare(kafka: str, dsn: str, run: str, replication_factor: int = 1) -> None:
     schema = shop.schema_name(run)
     for topic in (shop.orders_topic(run), shop.payments_topic(run)):
         try:
-            await create_topic(kafka, topic, PARTITIONS)
+            await create_topic(kafka, topic, PARTITIONS,
+                               replication_factor=replication_factor)
         except Exception as exc:  # any broker failure: one line, no traceback
             raise StartupError(f"cannot create the topic {topic} on {kafka}: "
                                f"{type(exc).__name__}") from None
@@ -95,45 +103,62 @@ async def prepare(kafka: str, dsn: str, run: str) -> None:
         await conn.close()
 
 
+def _starting(kafka: str | None, postgres: str | None, broker_kind: str) -> str:
+    if kafka is None and broker_kind == "kafka":
+        return ("starting three Apache Kafka brokers (the first run fetches their jars with "
+                "Maven)" + (" and PostgreSQL" if postgres is None else ""))
+    if kafka is None or postgres is None:
+        return "starting the broker and PostgreSQL"
+    return "using the broker and database given"
+
+
 async def run_demo(orders: int, kafka: str | None, postgres: str | None,
-                   view: Progress, json_path: Path | None) -> Report:
+                   view: Progress, json_path: Path | None, broker_kind: str = "tansu",
+                   ) -> Report:
     started = time.monotonic()
     run = uuid.uuid4().hex[:8]
-    view.note("starting the broker and PostgreSQL" if kafka is None or postgres is None
-              else "using the broker and database given")
-    with services(kafka, postgres) as svc, \
-            tempfile.TemporaryDirectory(prefix="consumerkit-demo-") as tmp:
-        bootstrap, dsn = svc.kafka, svc.postgres
-        await prepare(bootstrap, dsn, run)
-        workers = Workers(run, bootstrap, dsn, Path(tmp) / "workers.log")
-        pool = await asyncpg.create_pool(dsn, min_size=1, max_size=5)
-        scenario = Scenario(orders, shop.schema_name(run), pool, workers, view,
-                            timeout=60 + orders / 50)
+    view.note(_starting(kafka, postgres, broker_kind))
+    async with services(kafka, postgres, broker_kind) as svc:
+        with tempfile.TemporaryDirectory(prefix="consumerkit-demo-") as tmp:
+            return await _run(orders, run, svc, Path(tmp), view, json_path, started)
+
+
+async def _run(orders: int, run: str, svc: Services, tmp: Path, view: Progress,
+               json_path: Path | None, started: float) -> Report:
+    bootstrap, dsn = svc.kafka, svc.postgres
+    await prepare(bootstrap, dsn, run, svc.broker.replication_factor)
+    workers = Workers(run, bootstrap, dsn, tmp / "workers.log", svc.broker.idempotence)
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=5)
+    scenario = Scenario(orders, shop.schema_name(run), pool, workers, view,
+                        timeout=60 + orders / 50, faults=svc.faults,
+                        topic=shop.orders_topic(run), partitions=PARTITIONS)
+    try:
+        for role in (*shop.ROLES, "relay-shop", "relay-billing"):
+            workers.start(role)
         try:
-            for role in (*shop.ROLES, "relay-shop", "relay-billing"):
-                workers.start(role)
-            try:
-                await scenario.run()
-            except DemoFailed as exc:
-                view.note(f"FAILED: {exc}\n{workers.log_tail()}")
-            view.update(scenario.counts, "stopping the workers")
-            await asyncio.to_thread(workers.stop_all)
-            await scenario.refresh()  # their final counters
-        finally:
-            await asyncio.to_thread(workers.stop_all)
-            await pool.close()
-            if json_path is not None:
-                data = {"run": run, "schema": shop.schema_name(run),
-                        "worker_pids": workers.started, "service_pids": svc.pids}
-                write_json(json_path, {**data, "interrupted": True})
-        report = Report(orders, scenario.counts, scenario.kills, time.monotonic() - started)
+            await scenario.run()
+        except DemoFailed as exc:
+            view.note(f"FAILED: {exc}\n{workers.log_tail()}")
+        view.update(scenario.counts, "stopping the workers")
+        await asyncio.to_thread(workers.stop_all)
+        await scenario.refresh()  # their final counters
+    finally:
+        await asyncio.to_thread(workers.stop_all)
+        await pool.close()
         if json_path is not None:
-            write_json(json_path, {**data, **report.as_json(), "interrupted": False})
-        return report
+            data = {"run": run, "schema": shop.schema_name(run),
+                    "worker_pids": workers.started, "service_pids": svc.pids}
+            write_json(json_path, {**data, "interrupted": True})
+    report = Report(orders, scenario.counts, scenario.kills, time.monotonic() - started,
+                    expected_kills=2 if svc.faults is None else 3,
+                    broker="" if svc.faults is None else svc.broker.description)
+    if json_path is not None:
+        write_json(json_path, {**data, **report.as_json(), "interrupted": False})
+    return report
 
 
 async def _main(orders: int, kafka: str | None, postgres: str | None,
-                json_path: Path | None) -> int:
+                json_path: Path | None, broker_kind: str) -> int:
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
@@ -148,7 +173,7 @@ async def _main(orders: int, kafka: str | None, postgres: str | None,
         loop.add_signal_handler(sig, on_signal, sig)
     try:
         with Progress(orders) as view:
-            report = await run_demo(orders, kafka, postgres, view, json_path)
+            report = await run_demo(orders, kafka, postgres, view, json_path, broker_kind)
         render(report, view.fancy)
         return 0 if report.ok else 1
     except (ServiceStartError, ConsumerKitError, OSError, asyncpg.PostgresError) as exc:
@@ -171,11 +196,11 @@ async def _main(orders: int, kafka: str | None, postgres: str | None,
 
 
 def main(orders: int, kafka: str | None, postgres: str | None,
-         json_path: Path | None = None) -> int:
+         json_path: Path | None = None, broker_kind: str = "tansu") -> int:
     """Run the demo; the exit status: 0 if every line of the table is right, 1 if not, 130 or
     143 when stopped by SIGINT or SIGTERM."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for library in QUIET:  # their failures are reported once, in one line
         logging.getLogger(library).setLevel(logging.CRITICAL)
-    return aio.run(_main(orders, kafka, postgres, json_path),
-                     use_uvloop=aio.wanted_from_environment())
+    return aio.run(_main(orders, kafka, postgres, json_path, broker_kind),
+                   use_uvloop=aio.wanted_from_environment())

@@ -18,8 +18,10 @@ GRACE = 15.0  # seconds a worker gets to stop after SIGTERM
 
 
 class Workers:
-    def __init__(self, run: str, kafka: str, dsn: str, log_path: Path) -> None:
+    def __init__(self, run: str, kafka: str, dsn: str, log_path: Path,
+                 idempotence: bool = False) -> None:
         self.run = run
+        self.options = ["--idempotence"] if idempotence else []  # the relays' producer
         self.env = {**os.environ, "CONSUMERKIT_KAFKA_BOOTSTRAP": kafka,
                     "CONSUMERKIT_POSTGRES_DSN": dsn}
         self.log_path = log_path
@@ -29,7 +31,8 @@ class Workers:
     def start(self, role: str) -> int:
         with self.log_path.open("ab") as log:
             proc = subprocess.Popen(  # noqa: S603 - argv built here, no shell
-                [sys.executable, "-m", "consumerkit.demo.worker", role, "--run", self.run],
+                [sys.executable, "-m", "consumerkit.demo.worker", role, "--run", self.run,
+                 *self.options],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self.env,
                 start_new_session=True)
         self.procs[role] = proc

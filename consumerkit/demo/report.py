@@ -100,6 +100,8 @@ class Kill:
     at_seconds: float
     when: str  # what had happened when it was killed
     restarted_pid: int
+    after: str = ""  # what the restart led to, when checked (a broker: back in the metadata)
+    ok: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +118,8 @@ class Report:
     counts: Counts
     kills: list[Kill]
     seconds: float
+    expected_kills: int = 2  # the billing consumer, the orders relay (and a Kafka broker)
+    broker: str = ""
     lines: list[Line] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -145,9 +149,12 @@ class Report:
                  c.violations == 0),
             Line("dead letters", c.dead_letters, "= 0", c.dead_letters == 0),
             *(Line(f"kill {i}: {k.process}", f"pid {k.pid} SIGKILLed at {k.at_seconds:.1f}s",
-                   f"{k.when}; restarted as pid {k.restarted_pid}", True)
+                   f"{k.when}; restarted as pid {k.restarted_pid}"
+                   + (f"; {k.after}" if k.after else ""), k.ok)
               for i, k in enumerate(self.kills, start=1)),
-            Line("kills", len(self.kills), "= 2", len(self.kills) == 2),
+            Line("kills", len(self.kills), f"= {self.expected_kills}",
+                 len(self.kills) == self.expected_kills),
+            *([Line("broker", self.broker, "", True)] if self.broker else []),
             Line("time", f"{self.seconds:.1f}s", "", True),
         ]
 
@@ -157,6 +164,7 @@ class Report:
 
     def as_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "orders": self.orders, "seconds": round(self.seconds, 3),
+                "broker": self.broker,
                 "counts": asdict(self.counts), "kills": [asdict(k) for k in self.kills],
                 "lines": [asdict(line) for line in self.lines]}
 

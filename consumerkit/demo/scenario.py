@@ -7,9 +7,11 @@
    with the same event ids (what a re-publish does); wave B is placed, and as soon as the
    orders relay has published part of it, that relay is SIGKILLed and restarted (the batch it
    had sent may be sent again).
-3. Copies of wave B, then wave C and its copies. The run is done when the database holds
-   every charge, reservation and payment and every event applied, and the consumers have
-   absorbed every copy; every wait has a deadline.
+3. Copies of wave B, then wave C and its copies. On a Kafka cluster (``faults``), once the
+   orders relay has published part of wave C, the broker leading the most partitions of the
+   orders topic is SIGKILLed and started again; the run checks it rejoins the cluster.
+   The run is done when the database holds every charge, reservation and payment and every
+   event applied, and the consumers have absorbed every copy; every wait has a deadline.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import asyncpg
 from ..errors import ConsumerKitError
 from ..outbox import NewEvent
 from . import shop
+from .broker import BrokerFaults
 from .procs import Workers
 from .report import Counts, Kill, read_counts
 from .view import Progress
@@ -47,6 +50,9 @@ class Scenario:
     workers: Workers
     view: Progress
     timeout: float
+    faults: BrokerFaults | None = None  # a cluster one broker of which is killed in wave C
+    topic: str = ""  # the orders topic, and its partitions
+    partitions: int = 1
     rng: random.Random = field(default_factory=lambda: random.Random(7))
     kills: list[Kill] = field(default_factory=list)
     counts: Counts = field(default_factory=Counts)
@@ -78,11 +84,25 @@ class Scenario:
         written = await placing
         await self._wait("publishing wave B", lambda c: c.shop_pending == 0)
         await self._inject(written)
-        written = await self._place(waves[2], "placing wave C")
-        await self._wait("publishing wave C", lambda c: c.shop_pending == 0)
-        await self._inject(written)
-        await self._wait("finishing: charges, reservations, payments, duplicates",
-                         lambda c: c.done(self.orders))
+        placing = asyncio.create_task(self._place(waves[2], "placing wave C"))
+        rejoined = None
+        try:
+            if self.faults is not None:
+                published = self.counts.published
+                await self._wait("waiting for the orders relay to publish wave C",
+                                 lambda c: c.published > published or placing.done())
+                rejoined = await self._kill_broker(self.faults)
+            written = await placing
+            await self._wait("publishing wave C", lambda c: c.shop_pending == 0)
+            await self._inject(written)
+            await self._wait("finishing: charges, reservations, payments, duplicates",
+                             lambda c: c.done(self.orders))
+            if rejoined is not None:
+                self.kills.append(await rejoined)
+        finally:
+            for task in (placing, rejoined):
+                if task is not None and not task.done():
+                    task.cancel()
 
     async def refresh(self) -> Counts:
         async with self.pool.acquire() as conn:
@@ -134,6 +154,28 @@ class Scenario:
             await conn.executemany(f"INSERT INTO {self.schema}.injected VALUES ($1)",
                                    [(event_id,) for event_id, _ in picked])
         self.view.note(f"injected {len(copies)} copies of published events (same event ids)")
+
+    async def _kill_broker(self, faults: BrokerFaults) -> asyncio.Task[Kill]:
+        """SIGKILL the busiest broker and start it again; the task gives its line once the
+        broker is back in the cluster's metadata (or why it is not)."""
+        await self.refresh()
+        pending = self.counts.shop_pending
+        killed = await faults.kill_busiest(self.topic, self.partitions)
+        at = time.monotonic() - self.view.started
+        process = f"Kafka broker {killed.node_id}"
+        when = (f"leader of {killed.led} of the orders topic's {killed.partitions} partitions,"
+                f" {pending} order events pending")
+        self.view.note(f"SIGKILL {process} (pid {killed.pid}): {when}")
+        self.view.note(f"restarted {process} as pid {killed.restarted_pid}")
+
+        async def back() -> Kill:
+            failed = await faults.rejoined(killed.node_id)
+            after = "back in the cluster's metadata" if failed is None else f"NOT BACK: {failed}"
+            self.view.note(f"{process} {after}")
+            return Kill(process, killed.pid, at, when, killed.restarted_pid, after,
+                        failed is None)
+
+        return asyncio.create_task(back())
 
     async def _kill(self, role: str, process: str, when: str) -> None:
         await self.refresh()

@@ -1,9 +1,10 @@
 """One process of the pizza shop: a consumer or a relay, so that the demo can SIGKILL it.
 
-    python -m consumerkit.demo.worker ROLE --run RUN
+    python -m consumerkit.demo.worker ROLE --run RUN [--idempotence]
 
 ROLE is ``billing``, ``inventory``, ``shop`` (consumers) or ``relay-shop``, ``relay-billing``
-(relays). The broker and database come from ``CONSUMERKIT_KAFKA_BOOTSTRAP`` and
+(relays); ``--idempotence`` turns a relay's idempotent producer on (Apache Kafka has it, Tansu
+does not). The broker and database come from ``CONSUMERKIT_KAFKA_BOOTSTRAP`` and
 ``CONSUMERKIT_POSTGRES_DSN`` (the environment, so the DSN never shows in a process list).
 The worker reports its counters to the run's ``workers`` table ten times a second and once
 more when it stops; SIGTERM or SIGINT stop it gracefully, and it stops by itself when the
@@ -29,8 +30,6 @@ from . import shop
 REPORT_INTERVAL = 0.1
 RELAYS = {"relay-shop": ("shop_outbox", shop.orders_topic),
           "relay-billing": ("billing_outbox", shop.payments_topic)}
-# Tansu has no idempotent producer; a real Kafka keeps the safe default.
-PRODUCER = {"enable_idempotence": False}
 # A SIGKILLed member leaves the group when its session ends: keep that short for the demo.
 GROUP = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 300,
          "rebalance_timeout_ms": 10_000}
@@ -48,9 +47,10 @@ def build_consumer(role: str, run: str, kafka: str, dsn: str) -> Consumer:
         kafka_consumer_options=GROUP, shutdown_timeout=10.0)
 
 
-def build_relay(role: str, run: str, kafka: str, dsn: str) -> Relay:
+def build_relay(role: str, run: str, kafka: str, dsn: str, idempotence: bool = False) -> Relay:
     table, topic = RELAYS[role]
-    sink = KafkaSink(kafka, route=topic(run), kafka_options=PRODUCER)
+    sink = KafkaSink(kafka, route=topic(run),
+                     kafka_options={"enable_idempotence": idempotence})
     return Relay(dsn, sink, schema=shop.schema_name(run), table=table,
                  name=f"{role}-{os.getpid()}", poll_interval=0.5)
 
@@ -84,9 +84,9 @@ class Reporter:
             await self.conn.close()
 
 
-async def work(role: str, run: str, kafka: str, dsn: str) -> None:
-    worker: Consumer | Relay = (build_relay if role in RELAYS else build_consumer)(
-        role, run, kafka, dsn)
+async def work(role: str, run: str, kafka: str, dsn: str, idempotence: bool = False) -> None:
+    worker: Consumer | Relay = (build_relay(role, run, kafka, dsn, idempotence)
+                                if role in RELAYS else build_consumer(role, run, kafka, dsn))
     reporter = Reporter(role, run, dsn)
     parent = os.getppid()
     task = asyncio.create_task(worker.run())
@@ -112,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m consumerkit.demo.worker")
     parser.add_argument("role", choices=[*shop.ROLES, *RELAYS])
     parser.add_argument("--run", required=True)
+    parser.add_argument("--idempotence", action="store_true",
+                        help="the relay's idempotent producer on (the broker must have it)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING,
                         format=f"{args.role}[{os.getpid()}] %(levelname)s %(name)s: %(message)s")
@@ -121,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyError as exc:
         print(f"{args.role}: set {exc.args[0]}", file=sys.stderr)
         return 2
-    aio.run(work(args.role, args.run, kafka, dsn), use_uvloop=aio.wanted_from_environment())
+    aio.run(work(args.role, args.run, kafka, dsn, args.idempotence),
+            use_uvloop=aio.wanted_from_environment())
     return 0
 
 

@@ -289,14 +289,15 @@ class KafkaProducer:
 
 
 async def create_topic(bootstrap: str, name: str, partitions: int,
-                       options: Mapping[str, Any] | None = None) -> None:
-    """Create ``name`` with ``partitions`` partitions (replication factor 1: for demos and
-    tests; production topics are provisioned by their owners)."""
+                       options: Mapping[str, Any] | None = None,
+                       replication_factor: int = 1) -> None:
+    """Create ``name`` with ``partitions`` partitions (replication factor 1 unless given: for
+    demos and tests; production topics are provisioned by their owners)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **dict(options or {}))
     await admin.start()
     try:
-        await admin.create_topics(
-            [NewTopic(name, num_partitions=partitions, replication_factor=1)])
+        await admin.create_topics([NewTopic(name, num_partitions=partitions,
+                                            replication_factor=replication_factor)])
     finally:
         await admin.close()
 

@@ -2,13 +2,15 @@
 
 The table is read from ``--json``: every figure is checked against what the run must lead to,
 including the two kills, and every process the demo started must be gone when it exits, also
-after Ctrl-C.
+after Ctrl-C. ``--broker kafka`` runs it on three Apache Kafka brokers and kills one of them
+too; without Java or Maven that test skips, saying what to install.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,9 +21,11 @@ from typing import Any
 import pytest
 
 from consumerkit.cli import main as cli_main
+from consumerkit.testing.kafka_jars import MissingToolError, kafka_lib, require_tools
 
 ORDERS = 40
 RUN_TIMEOUT = 240
+KAFKA_RUN_TIMEOUT = 900  # three JVMs start, and one restarts, on two busy cores
 
 
 def demo(*args: str, **kwargs: Any) -> subprocess.Popen[str]:
@@ -96,6 +100,78 @@ def test_the_table_is_right_line_by_line(
     assert len(table["worker_pids"]) == 7  # 5 workers and 2 restarts
     assert [p for p in table["worker_pids"] if alive(p)] == []
     assert "every order charged, reserved and paid exactly once, in order" in output
+
+
+def _kafka_or_skip() -> None:
+    """Skip, with what to install, where the real broker cannot run."""
+    try:
+        require_tools(maven=False)
+        kafka_lib()  # Maven fetches the jars once, unless they are cached
+    except MissingToolError as exc:
+        pytest.skip(str(exc))
+
+
+def test_on_kafka_the_busiest_broker_is_killed_and_every_line_holds(
+    postgres_dsn: str, tmp_path: Path,
+) -> None:
+    _kafka_or_skip()
+    out = tmp_path / "table.json"
+    proc = demo("--broker", "kafka", "--orders", str(ORDERS), "--postgres", postgres_dsn,
+                "--json", str(out))
+    try:
+        output, _ = proc.communicate(timeout=KAFKA_RUN_TIMEOUT)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, output
+    table = json.loads(out.read_text())
+    assert table["ok"]
+    assert not table["interrupted"]
+    assert all(line["ok"] for line in table["lines"]), table["lines"]
+    c = table["counts"]
+    figures = {line["name"]: line["value"] for line in table["lines"]}
+    assert figures["charges"] == figures["reservations"] == figures["payments completed"] \
+        == ORDERS
+    assert figures["events applied"] == 2 * c["order_events"] + ORDERS
+    assert figures["order violations"] == figures["dead letters"] == 0
+    assert figures["kills"] == 3
+    assert "replication factor 3" in table["broker"]
+    assert "idempotent relays" in table["broker"]
+    billing, relay, broker = table["kills"]
+    assert (billing["process"], relay["process"]) == ("billing consumer", "orders relay")
+    assert broker["process"].startswith("Kafka broker ")
+    assert broker["pid"] in table["service_pids"]  # one of the three the run started
+    assert len(table["service_pids"]) == 3  # the brokers; PostgreSQL was given
+    assert broker["restarted_pid"] != broker["pid"]
+    assert broker["ok"]
+    assert broker["after"] == "back in the cluster's metadata"
+    # the busiest broker leads at least a third of the orders topic's partitions
+    found = re.match(r"leader of (\d+) of the orders topic's (\d+) partitions", broker["when"])
+    assert found, broker["when"]
+    assert 3 * int(found.group(1)) >= int(found.group(2)) > 0
+    assert 0 < billing["at_seconds"] < relay["at_seconds"] < broker["at_seconds"] \
+        < table["seconds"]
+    assert wait_gone([*table["worker_pids"], *table["service_pids"],
+                      broker["restarted_pid"]]) == []
+    assert "every order charged, reserved and paid exactly once, in order" in output
+
+
+def test_on_kafka_without_java_one_line_says_what_to_install(tmp_path: Path) -> None:
+    """A laptop without Java: no traceback, no hang, one line naming what to install."""
+    bare = tmp_path / "bin"  # nothing on PATH: no java, no mvn
+    bare.mkdir()
+    env = {**os.environ, "PATH": str(bare)}
+    done = subprocess.run([sys.executable, "-m", "consumerkit", "demo", "--broker", "kafka"],
+                          capture_output=True, text=True, timeout=60, check=False, env=env)
+    assert done.returncode == 1
+    assert done.stderr == ("consumerkit demo: Apache Kafka needs Java 17 or newer: install a "
+                           "JDK (e.g. apt-get install openjdk-17-jdk-headless)\n")
+
+
+def test_broker_kafka_starts_its_own_brokers(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["demo", "--broker", "kafka", "--kafka", "127.0.0.1:9092"]) == 2
+    assert capsys.readouterr().err == (
+        "consumerkit demo: --broker kafka starts its own three brokers (to kill one); leave "
+        "out --kafka\n")
 
 
 def interrupt(sig: signal.Signals, status: int, out: Path, *args: str) -> dict[str, Any]:

@@ -1,0 +1,112 @@
+"""The demo's broker: the one given with ``--kafka``, an embedded Tansu (the default), or, with
+``--broker kafka``, a three-broker Apache Kafka cluster of which the run SIGKILLs one broker.
+
+On Kafka the topics get three replicas (``min.insync.replicas=2``, unclean leader election off,
+as :func:`consumerkit.testing.kafka.start_kafka` configures the cluster) and the relays run
+with the idempotent producer on, their default; Tansu has no idempotent producer. The broker
+killed is the one leading the most partitions of the orders topic, which carries most of the
+run's events; it is started again at once on its own log dir, and the run's table says
+whether it was listed in the cluster's metadata again within :data:`REJOIN_TIMEOUT`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from ..testing.services import ServiceStartError
+
+if TYPE_CHECKING:
+    from ..testing.kafka import KafkaCluster
+
+KINDS = ("tansu", "kafka")
+KAFKA_BROKERS = 3
+REJOIN_TIMEOUT = 180.0  # a JVM restarting on two busy cores
+
+
+@dataclass(frozen=True, slots=True)
+class Broker:
+    bootstrap: str
+    description: str
+    replication_factor: int = 1
+    idempotence: bool = False  # the relays' producer
+    pids: tuple[int, ...] = ()  # of the servers started here
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerKill:
+    node_id: int
+    pid: int
+    led: int  # partitions of the topic it led
+    partitions: int
+    restarted_pid: int
+
+
+class BrokerFaults(Protocol):
+    """What the scenario may do to the brokers of the run."""
+
+    async def kill_busiest(self, topic: str, partitions: int) -> BrokerKill:
+        """SIGKILL the broker leading the most of ``topic``'s partitions; start it again."""
+
+    async def rejoined(self, node_id: int) -> str | None:
+        """None once ``node_id`` is listed in the metadata again, else why not (bounded)."""
+
+
+class ClusterFaults:
+    """:class:`BrokerFaults` on a :class:`~consumerkit.testing.kafka.KafkaCluster`."""
+
+    def __init__(self, cluster: KafkaCluster) -> None:
+        self.cluster = cluster
+
+    async def kill_busiest(self, topic: str, partitions: int) -> BrokerKill:
+        leaders = [(await self.cluster.leader(topic, p)).node_id for p in range(partitions)]
+        counts = Counter(leaders)
+        # the lowest id among those leading the most: the same choice for the same layout
+        node = self.cluster.node(min(counts, key=lambda n: (-counts[n], n)))
+        pid = node.pid
+        assert pid is not None
+        await asyncio.to_thread(node.kill)
+        node.start()
+        assert node.pid is not None
+        return BrokerKill(node.node_id, pid, counts[node.node_id], partitions, node.pid)
+
+    async def rejoined(self, node_id: int) -> str | None:
+        # every running node listed, the restarted one included (it dies: an error at once)
+        try:
+            await asyncio.to_thread(self.cluster.wait_ready, REJOIN_TIMEOUT)
+        except ServiceStartError as exc:
+            return str(exc).splitlines()[0]
+        return None
+
+
+@contextlib.asynccontextmanager
+async def broker(kind: str, bootstrap: str | None,
+                 ) -> AsyncIterator[tuple[Broker, BrokerFaults | None]]:
+    """The broker of the run, and what may be done to it; servers started here are stopped on
+    the way out. Without Java or Maven, ``kind="kafka"`` raises MissingToolError (one line)."""
+    if bootstrap is not None:
+        yield Broker(bootstrap, f"the broker at {bootstrap}"), None
+        return
+    if kind == "kafka":
+        from ..testing.kafka import start_kafka
+
+        cluster = await asyncio.to_thread(start_kafka, KAFKA_BROKERS)
+        try:
+            pids = tuple(n.pid for n in cluster.nodes if n.pid is not None)
+            yield Broker(cluster.bootstrap,
+                         f"Apache Kafka {cluster.version}, {len(cluster.nodes)} brokers "
+                         f"(KRaft), replication factor {KAFKA_BROKERS}, "
+                         "min.insync.replicas=2, idempotent relays",
+                         KAFKA_BROKERS, True, pids), ClusterFaults(cluster)
+        finally:
+            await asyncio.to_thread(cluster.stop)
+        return
+    from ..testing.services import start_tansu
+
+    with start_tansu() as tansu:
+        yield Broker(tansu.bootstrap, "Tansu (embedded, memory storage)",
+                     pids=(tansu.pid,)), None
