@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from ..testing.services import ServiceStartError
+from ..testing import kafka_lookup
 
 if TYPE_CHECKING:
     from ..testing.kafka import KafkaCluster
@@ -75,12 +75,15 @@ class ClusterFaults:
         return BrokerKill(node.node_id, pid, counts[node.node_id], partitions, node.pid)
 
     async def rejoined(self, node_id: int) -> str | None:
+        if not self.cluster.node(node_id).running():
+            return f"broker {node_id} is not running"
         # every running node listed, the restarted one included (it dies: an error at once)
         try:
             await asyncio.to_thread(self.cluster.wait_ready, REJOIN_TIMEOUT)
-        except ServiceStartError as exc:
-            return str(exc).splitlines()[0]
-        return None
+            listed = await kafka_lookup.listed_brokers(self.cluster.bootstrap)
+        except Exception as exc:  # a node that died, a timeout: the reason, in one line
+            return (str(exc).splitlines() or [type(exc).__name__])[0]
+        return None if node_id in listed else f"broker {node_id} is not in the metadata"
 
 
 @contextlib.asynccontextmanager

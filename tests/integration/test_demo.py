@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from consumerkit.cli import main as cli_main
+from consumerkit.demo.report import Counts, Kill, Report
 from consumerkit.testing.kafka_jars import MissingToolError, kafka_lib, require_tools
 
 ORDERS = 40
@@ -165,6 +166,18 @@ def test_on_kafka_without_java_one_line_says_what_to_install(tmp_path: Path) -> 
     assert done.returncode == 1
     assert done.stderr == ("consumerkit demo: Apache Kafka needs Java 17 or newer: install a "
                            "JDK (e.g. apt-get install openjdk-17-jdk-headless)\n")
+
+
+def test_a_broker_not_back_in_the_metadata_fails_its_line_and_the_run() -> None:
+    lost = Kill("Kafka broker 2", 11, 20.0, "leader of 2 of the orders topic's 4 partitions",
+                12, "NOT BACK: Kafka node 2 (pid 12) died while the cluster started", ok=False)
+    report = Report(ORDERS, Counts(), [lost], 30.0, expected_kills=3)
+    lines = {line.name: line for line in report.lines}
+    assert not lines["kill 1: Kafka broker 2"].ok
+    assert lines["kill 1: Kafka broker 2"].expected.endswith(
+        "restarted as pid 12; NOT BACK: Kafka node 2 (pid 12) died while the cluster started")
+    assert not lines["kills"].ok  # one of the three
+    assert not report.ok
 
 
 def test_broker_kafka_starts_its_own_brokers(capsys: pytest.CaptureFixture[str]) -> None:
