@@ -20,6 +20,7 @@ from consumerkit.shared import aio, heap
 from consumerkit.testing import kafka_lookup
 from consumerkit.testing import services as embedded
 from consumerkit.testing.kafka import start_kafka
+from consumerkit.testing.kafka_jars import kafka_lib, require_tools
 
 from .broker import KAFKA_BROKERS, declare
 from .pgstats import statements_available
@@ -68,6 +69,9 @@ def services(postgres: str | None, kafka: str | None,
     dsn = postgres or os.environ.get(POSTGRES_ENV)
     bootstrap = kafka or os.environ.get(KAFKA_ENV)
     redis_url = redis or os.environ.get(REDIS_ENV)
+    if broker_kind == "kafka" and not bootstrap:  # a missing Java or Maven, before any start
+        require_tools(maven=False)
+        kafka_lib()
     with contextlib.ExitStack() as stack:
         redis_origin = ("--redis" if redis else f"${REDIS_ENV}") if redis_url else "not used"
         if want_redis and not redis_url:

@@ -68,8 +68,9 @@ def start(dsn: str, bootstrap: str, schema: str, table: str, topic: str, *, work
 async def relay(args: argparse.Namespace) -> None:
     outbox = outbox_broker(args.dsn, outbox_table(args.schema, args.table),
                            pool=args.workers + 4)
-    kafka = KafkaBroker(args.bootstrap, acks="all", enable_idempotence=args.idempotence,
-                        logger=None)
+    # a list: FastStream takes a comma-separated string for one host (a cluster's bootstrap)
+    kafka = KafkaBroker(args.bootstrap.split(","), acks="all",
+                        enable_idempotence=args.idempotence, logger=None)
 
     @outbox.subscriber(QUEUE, max_workers=args.workers, fetch_batch_size=args.fetch_batch,
                        terminal_flush_batch_size=args.flush_batch, min_fetch_interval=0.05,

@@ -6,7 +6,10 @@ install."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,7 @@ from consumerkit.testing.kafka import KafkaCluster
 
 from .test_benchmarks import NoDedupPeer
 
+ROOT = Path(__file__).resolve().parent.parent
 KAFKA_SMOKE = Profile("smoke", (
     Cell(MAIN, "smoke on Kafka: 200 messages over 10 keys, 10 % duplicates",
          Settings(events=200, keys=10, dup_rate=0.1, runs=1, deadline=120),
@@ -90,3 +94,17 @@ async def test_main_and_relay_cells_run_on_three_kafka_brokers(
     assert docs._run_of(written, "tansu") == tansu_run
     assert docs._run_of(written, "kafka") == text.strip("\n")
     assert docs.NOT_YET not in written
+
+
+def test_without_java_the_kafka_run_says_what_to_install(tmp_path: Path) -> None:
+    bare = tmp_path / "bin"  # nothing on PATH: no java, no mvn
+    bare.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--broker", "kafka", "--cells", "main",
+         "--out", str(tmp_path / "results")],
+        capture_output=True, text=True, timeout=120, check=False, cwd=ROOT,
+        env={**os.environ, "PATH": str(bare)})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == ("python -m benchmarks: Apache Kafka needs Java 17 or newer: install "
+                           "a JDK (e.g. apt-get install openjdk-17-jdk-headless)\n")
+    assert not (tmp_path / "results").exists()
