@@ -6,7 +6,8 @@ as :func:`consumerkit.testing.kafka.start_kafka` configures the cluster) and the
 with the idempotent producer on, their default; Tansu has no idempotent producer. The broker
 killed is the one leading the most partitions of the orders topic, which carries most of the
 run's events; it is started again at once on its own log dir, and the run's table says
-whether it was listed in the cluster's metadata again within :data:`REJOIN_TIMEOUT`.
+whether it was listed in the cluster's metadata again within :data:`REJOIN_TIMEOUT`, and
+whether the brokers hold the relays' producer ids on both topics (idempotence was on).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from ..testing import kafka_lookup
+from ..testing.kafka_producers import producer_ids
 
 if TYPE_CHECKING:
     from ..testing.kafka import KafkaCluster
@@ -55,6 +57,10 @@ class BrokerFaults(Protocol):
     async def rejoined(self, node_id: int) -> str | None:
         """None once ``node_id`` is listed in the metadata again, else why not (bounded)."""
 
+    async def producers(self, topic: str) -> set[int]:
+        """The ids of the idempotent producers that wrote to ``topic``, as its leaders hold
+        them (none for a producer without idempotence)."""
+
 
 class ClusterFaults:
     """:class:`BrokerFaults` on a :class:`~consumerkit.testing.kafka.KafkaCluster`."""
@@ -84,6 +90,10 @@ class ClusterFaults:
         except Exception as exc:  # a node that died, a timeout: the reason, in one line
             return (str(exc).splitlines() or [type(exc).__name__])[0]
         return None if node_id in listed else f"broker {node_id} is not in the metadata"
+
+    async def producers(self, topic: str) -> set[int]:
+        by_partition = await producer_ids(self.cluster.bootstrap, topic)
+        return set().union(*by_partition.values())
 
 
 @contextlib.asynccontextmanager

@@ -120,6 +120,7 @@ class Report:
     seconds: float
     expected_kills: int = 2  # the billing consumer, the orders relay (and a Kafka broker)
     broker: str = ""
+    producers: dict[str, int] | None = None  # on Kafka: idempotent producer ids per topic
     lines: list[Line] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -155,6 +156,11 @@ class Report:
             Line("kills", len(self.kills), f"= {self.expected_kills}",
                  len(self.kills) == self.expected_kills),
             *([Line("broker", self.broker, "", True)] if self.broker else []),
+            *([] if self.producers is None else [Line(
+                "idempotent producers",
+                ", ".join(f"{n} on {t}" for t, n in self.producers.items()) or "unknown",
+                "> 0 on each topic (the relays' producer ids, from the partitions' leaders)",
+                bool(self.producers) and all(n > 0 for n in self.producers.values()))]),
             Line("time", f"{self.seconds:.1f}s", "", True),
         ]
 
@@ -164,7 +170,7 @@ class Report:
 
     def as_json(self) -> dict[str, Any]:
         return {"ok": self.ok, "orders": self.orders, "seconds": round(self.seconds, 3),
-                "broker": self.broker,
+                "broker": self.broker, "producers": self.producers,
                 "counts": asdict(self.counts), "kills": [asdict(k) for k in self.kills],
                 "lines": [asdict(line) for line in self.lines]}
 

@@ -137,6 +137,9 @@ def test_on_kafka_the_busiest_broker_is_killed_and_every_line_holds(
     assert figures["kills"] == 3
     assert "replication factor 3" in table["broker"]
     assert "idempotent relays" in table["broker"]
+    # the brokers hold the relays' producer ids: the orders relay's before and after its kill
+    assert table["producers"]["orders"] >= 2
+    assert table["producers"]["payments"] >= 1
     billing, relay, broker = table["kills"]
     assert (billing["process"], relay["process"]) == ("billing consumer", "orders relay")
     assert broker["process"].startswith("Kafka broker ")
