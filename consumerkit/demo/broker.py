@@ -25,7 +25,6 @@ from ..testing.kafka_producers import producer_ids
 if TYPE_CHECKING:
     from ..testing.kafka import KafkaCluster
 
-KINDS = ("tansu", "kafka")
 KAFKA_BROKERS = 3
 REJOIN_TIMEOUT = 180.0  # a JVM restarting on two busy cores
 
@@ -107,7 +106,13 @@ async def broker(kind: str, bootstrap: str | None,
     if kind == "kafka":
         from ..testing.kafka import start_kafka
 
-        cluster = await asyncio.to_thread(start_kafka, KAFKA_BROKERS)
+        starting = asyncio.ensure_future(asyncio.to_thread(start_kafka, KAFKA_BROKERS))
+        try:
+            cluster = await asyncio.shield(starting)
+        except asyncio.CancelledError:  # Ctrl-C: the start (bounded) ends in its thread,
+            with contextlib.suppress(Exception):  # then what it started is stopped
+                await asyncio.to_thread((await starting).stop)
+            raise
         try:
             pids = tuple(n.pid for n in cluster.nodes if n.pid is not None)
             yield Broker(cluster.bootstrap,

@@ -159,6 +159,39 @@ def test_on_kafka_the_busiest_broker_is_killed_and_every_line_holds(
     assert "every order charged, reserved and paid exactly once, in order" in output
 
 
+def _kafka_nodes(parent: int) -> list[int]:
+    """The Kafka nodes (``kafka.Kafka`` JVMs) the process ``parent`` started."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            argv = (stat.parent / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        if ppid == parent and b"kafka.Kafka" in argv:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_on_kafka_ctrl_c_while_the_brokers_start_stops_them(tmp_path: Path) -> None:
+    _kafka_or_skip()
+    proc = demo("--broker", "kafka", "--json", str(tmp_path / "table.json"))
+    try:
+        deadline = time.monotonic() + 120
+        nodes: list[int] = []
+        while len(nodes) < 3 and time.monotonic() < deadline and proc.poll() is None:
+            nodes = _kafka_nodes(proc.pid)
+            time.sleep(0.05)
+        assert len(nodes) == 3, "the demo started no three Kafka nodes within 120 s"
+        proc.send_signal(signal.SIGINT)  # while they start: before they are all listed
+        output, _ = proc.communicate(timeout=KAFKA_RUN_TIMEOUT)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, output
+    assert "SIGINT: stopped every process it started" in output
+    assert wait_gone(nodes) == []
+
+
 def test_on_kafka_without_java_one_line_says_what_to_install(tmp_path: Path) -> None:
     """A laptop without Java: no traceback, no hang, one line naming what to install."""
     bare = tmp_path / "bin"  # nothing on PATH: no java, no mvn
