@@ -3,83 +3,17 @@ key 61, KIP-664): an idempotent or transactional producer leaves its producer id
 every partition it wrote to, a producer without idempotence none. So a topic whose partitions
 list producer ids was written with idempotence on, from the broker's own answer.
 
-aiokafka has no class for the request; its version 0 is declared here with aiokafka's protocol
-types, as :mod:`consumerkit.testing.kafka_lookup` declares DescribeQuorum. Each partition is
-asked of its leader.
+aiokafka has no class for the request: :mod:`._describe_producers` declares it with aiokafka
+0.14's protocol classes, loaded only when asked for (older aiokafka versions lack them), as
+:mod:`consumerkit.testing.kafka_lookup` loads DescribeQuorum. Each partition is asked of its
+leader.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from aiokafka.protocol.api import Request, RequestStruct, Response
-from aiokafka.protocol.types import (
-    CompactArray,
-    CompactString,
-    Int16,
-    Int32,
-    Int64,
-    Schema,
-    TaggedFields,
-)
-
 from .kafka_lookup import _admin
 
 __all__ = ["producer_ids"]
-
-
-class DescribeProducersResponse_v0(Response):  # type: ignore[misc]
-    API_KEY = 61
-    API_VERSION = 0
-    SCHEMA = Schema(
-        ("throttle_time_ms", Int32),
-        ("topics", CompactArray(
-            ("name", CompactString("utf-8")),
-            ("partitions", CompactArray(
-                ("partition_index", Int32),
-                ("error_code", Int16),
-                ("error_message", CompactString("utf-8")),
-                ("active_producers", CompactArray(
-                    ("producer_id", Int64),
-                    ("producer_epoch", Int32),
-                    ("last_sequence", Int32),
-                    ("last_timestamp", Int64),
-                    ("coordinator_epoch", Int32),
-                    ("current_txn_start_offset", Int64),
-                    ("tags", TaggedFields),
-                )),
-                ("tags", TaggedFields),
-            )),
-            ("tags", TaggedFields),
-        )),
-        ("tags", TaggedFields),
-    )
-
-
-class DescribeProducersRequest_v0(RequestStruct):  # type: ignore[misc]
-    FLEXIBLE_VERSION = True
-    API_KEY = 61
-    API_VERSION = 0
-    RESPONSE_TYPE = DescribeProducersResponse_v0
-    SCHEMA = Schema(
-        ("topics", CompactArray(
-            ("name", CompactString("utf-8")),
-            ("partition_indexes", CompactArray(Int32)),
-            ("tags", TaggedFields),
-        )),
-        ("tags", TaggedFields),
-    )
-
-
-class DescribeProducersRequest(Request[DescribeProducersRequest_v0]):  # type: ignore[misc]
-    API_KEY = 61
-
-    def __init__(self, topic: str, partition: int) -> None:
-        self.topic = topic
-        self.partition = partition
-
-    def build(self, request_struct_class: type[DescribeProducersRequest_v0]) -> Any:
-        return request_struct_class([(self.topic, [self.partition], {})], {})
 
 
 async def producer_ids(bootstrap: str, topic: str) -> dict[int, set[int]]:
@@ -87,6 +21,8 @@ async def producer_ids(bootstrap: str, topic: str) -> dict[int, set[int]]:
 
     Raises RuntimeError when a leader answers with an error (a broker without the API says so
     too: DescribeProducers needs Kafka 2.8 or newer)."""
+    from ._describe_producers import DescribeProducersRequest
+
     found: dict[int, set[int]] = {}
     async with _admin(bootstrap) as admin:
         (described,) = await admin.describe_topics([topic])
