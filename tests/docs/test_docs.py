@@ -41,8 +41,15 @@ from consumerkit import (
 )
 from consumerkit.cli import _parser, duration
 from consumerkit.cli import main as cli_main
+from consumerkit.engine.cdc import HEADERS_HEADER
 from consumerkit.engine.decode import Decoder
 from consumerkit.errors import ConfigurationError, is_retriable
+from consumerkit.outbox import OutboxTable
+from consumerkit.outbox.debezium import (
+    CONNECTION_KEYS,
+    deployment_settings,
+    event_router_config,
+)
 from consumerkit.parking.tables import STEPS as PARKING_STEPS
 from consumerkit.registry import RouteTable
 from consumerkit.schema import CORE_STEPS, DEDUP_STEPS
@@ -402,6 +409,17 @@ def test_wire_format_examples_decode() -> None:
         "orders/3/42", "position")
 
 
+def test_the_debezium_example_is_the_config_start_debezium_runs() -> None:
+    """The example file, the wire-format page's block and ``event_router_config`` agree: the
+    connector tested end to end is the one the docs show."""
+    text = (EXAMPLES / "debezium_outbox.json").read_text()
+    config = json.loads(text)["config"]
+    table = OutboxTable(*config["table.include.list"].split("."))
+    assert deployment_settings(config) == event_router_config(table)
+    assert set(config) - set(event_router_config(table)) <= CONNECTION_KEYS
+    assert f"```json\n{text}```" in page("wire-format.md")
+
+
 def test_a_record_as_the_debezium_example_emits_it_decodes() -> None:
     config = json.loads((EXAMPLES / "debezium_outbox.json").read_text())["config"]
     default = WireFormat()
@@ -413,15 +431,20 @@ def test_a_record_as_the_debezium_example_emits_it_decodes() -> None:
         if where == "header"}
     assert placed == {"type": default.event_type_header,
                       "aggregatetype": default.aggregate_type_header,
-                      "occurred_at": default.occurred_at_header}
+                      "occurred_at": default.occurred_at_header,
+                      "headers": HEADERS_HEADER}
     for converter in ("key.converter", "value.converter"):
         assert config[converter] == "org.apache.kafka.connect.storage.StringConverter"
 
     routes = RouteTable.build([example("billing")])
     record = Record("orders", 0, 9, b"order-1", b'{"order_id": "order-1", "amount": 12}', [
         ("id", b"4d47e190-0402-4048-bc2c-89dd54343cdc"), ("event_type", b"order.created"),
-        ("aggregate_type", b"orders"), ("occurred_at", b"2024-05-01T12:00:00.12Z")])
+        ("aggregate_type", b"orders"), ("occurred_at", b"2024-05-01T12:00:00.12Z"),
+        ("headers", b'{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'),
+    ])
     env = Decoder(routes, default, 1 << 20).decode(record).envelope
+    assert env.traceparent == "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    assert "headers" not in env.headers
     assert env.event_id == "4d47e190-0402-4048-bc2c-89dd54343cdc"
     assert env.occurred_at == datetime(2024, 5, 1, 12, 0, 0, 120000, tzinfo=UTC)
     assert env.aggregate_type == "orders"

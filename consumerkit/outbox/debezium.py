@@ -1,0 +1,60 @@
+"""The Debezium connector that reads an outbox table and emits consumerkit's wire format.
+
+:func:`event_router_config` is the one source of the connector's settings:
+``examples/debezium_outbox.json`` and the docs are checked against it, and
+``consumerkit.testing.start_debezium`` runs it. Only the connection settings
+(:data:`CONNECTION_KEYS`) differ between deployments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from .table import OutboxTable
+
+__all__ = ["CONNECTION_KEYS", "CONNECTOR_CLASS", "HEADERS_HEADER", "event_router_config"]
+
+CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
+HEADERS_HEADER = "headers"
+"""The header that carries the writer's headers (the ``headers`` column) as one JSON object:
+the EventRouter can place a column in a header but cannot expand it into several."""
+
+CONNECTION_KEYS = frozenset({
+    "database.hostname", "database.port", "database.user", "database.password",
+    "database.dbname", "topic.prefix", "slot.name", "publication.name",
+})
+
+
+EXAMPLE_TABLE = OutboxTable("public", "outbox")
+
+
+def event_router_config(table: OutboxTable = EXAMPLE_TABLE) -> dict[str, str]:
+    """The connector settings that make the EventRouter emit the relay's wire format from
+    ``table``: key = aggregate id, value = the JSON payload, headers ``id``, ``event_type``,
+    ``aggregate_type``, ``occurred_at`` and ``headers`` (the writer's), topic = aggregate type."""
+    router = "transforms.outbox."
+    return {
+        "connector.class": CONNECTOR_CLASS,
+        "plugin.name": "pgoutput",
+        "table.include.list": f"{table.schema}.{table.table}",
+        "extended.headers.enabled": "false",  # no __debezium.context.* headers: the relay's set
+        "transforms": "outbox",
+        f"{router}type": "io.debezium.transforms.outbox.EventRouter",
+        f"{router}table.field.event.id": "id",
+        f"{router}table.field.event.key": "aggregateid",
+        f"{router}table.field.event.payload": "payload",
+        f"{router}route.by.field": "aggregatetype",
+        f"{router}route.topic.replacement": "${routedByValue}",
+        f"{router}table.fields.additional.placement": (
+            "type:header:event_type,aggregatetype:header:aggregate_type,"
+            f"occurred_at:header:occurred_at,headers:header:{HEADERS_HEADER}"),
+        "key.converter": "org.apache.kafka.connect.storage.StringConverter",
+        "value.converter": "org.apache.kafka.connect.storage.StringConverter",
+        "header.converter": "org.apache.kafka.connect.storage.SimpleHeaderConverter",
+    }
+
+
+def deployment_settings(config: Mapping[str, str]) -> dict[str, str]:
+    """``config`` without its connection settings: what must equal :func:`event_router_config`
+    for the table it names."""
+    return {k: v for k, v in config.items() if k not in CONNECTION_KEYS}

@@ -1,0 +1,115 @@
+"""Fixtures for the Debezium tests: a PostgreSQL with ``wal_level=logical``, an Apache Kafka at
+the version Debezium is built against, and a factory that starts the outbox connector on a
+fresh outbox table. Without Java 17+ or Maven every test here skips with the reason."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+
+import asyncpg
+import pytest
+import pytest_asyncio
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from consumerkit.outbox import Outbox, OutboxTable, migrate_outbox
+from consumerkit.testing.connect_jars import DEBEZIUM_KAFKA_VERSION, connect_lib
+from consumerkit.testing.kafka_jars import MissingToolError, require_tools
+from consumerkit.testing.services import (
+    DebeziumWorker,
+    KafkaCluster,
+    LogicalPostgres,
+    start_debezium,
+    start_kafka,
+    start_logical_postgres,
+)
+
+from ..brokers import KAFKA_VERSION, ON_KAFKA
+
+
+@pytest.fixture(scope="session")
+def _connect_jars() -> None:
+    try:
+        require_tools(maven=True)
+        connect_lib()
+    except MissingToolError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def cdc_kafka(_connect_jars: None, request: pytest.FixtureRequest) -> Iterator[KafkaCluster]:
+    """The session's Apache Kafka when it runs Debezium's Kafka version, else one node of it:
+    Connect must run the Kafka its connector is built against."""
+    if ON_KAFKA and KAFKA_VERSION == DEBEZIUM_KAFKA_VERSION and not os.environ.get(
+            "CONSUMERKIT_TEST_KAFKA_BOOTSTRAP"):
+        yield request.getfixturevalue("_session_kafka")
+        return
+    with start_kafka(brokers=1, version=DEBEZIUM_KAFKA_VERSION) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def cdc_postgres(_connect_jars: None) -> Iterator[LogicalPostgres]:
+    with start_logical_postgres() as server:
+        yield server
+
+
+@dataclass
+class Cdc:
+    """One test's outbox table on the logical PostgreSQL, its topic and its connector."""
+
+    postgres: LogicalPostgres
+    kafka: KafkaCluster
+    table: OutboxTable
+    topic: str  # the aggregate type, which the EventRouter routes by
+    worker: DebeziumWorker | None = None
+
+    @property
+    def outbox(self) -> Outbox:
+        return Outbox(self.table.schema, self.table.table, notify=False)
+
+    def start(self) -> DebeziumWorker:
+        self.worker = start_debezium(self.kafka.bootstrap, self.postgres, table=self.table,
+                                     slot=f"ck_{self.table.schema}")
+        return self.worker
+
+
+async def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15_000)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, partitions, replication_factor=1)])
+    finally:
+        await admin.close()
+
+
+MakeCdc = Callable[[int], Awaitable[Cdc]]
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def make_cdc(cdc_postgres: LogicalPostgres, cdc_kafka: KafkaCluster
+                   ) -> AsyncIterator[MakeCdc]:
+    """``await make_cdc(partitions)``: a migrated outbox in a fresh schema and its topic
+    (the connector is started by ``cdc.start()``); stopped and its slot dropped afterwards."""
+    made: list[Cdc] = []
+
+    async def make(partitions: int = 3) -> Cdc:
+        suffix = uuid.uuid4().hex[:10]
+        table = OutboxTable(f"cdc_{suffix}", "outbox")
+        conn = await asyncpg.connect(cdc_postgres.dsn)
+        try:
+            await migrate_outbox(conn, table)
+        finally:
+            await conn.close()
+        topic = f"cdc.{suffix}"
+        await create_topic(cdc_kafka.bootstrap, topic, partitions)
+        cdc = Cdc(cdc_postgres, cdc_kafka, table, topic)
+        made.append(cdc)
+        return cdc
+
+    yield make
+    for cdc in made:
+        if cdc.worker is not None:
+            cdc.worker.stop()
