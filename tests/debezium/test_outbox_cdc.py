@@ -1,0 +1,117 @@
+"""The outbox through Debezium end to end: events written with ``outbox.add`` and emitted by a
+handler with ``ctx.publish`` reach Kafka through the EventRouter, and consumerkit applies each
+once, per aggregate in order, with its id, type, time and traceparent; and the same events
+through the relay and through Debezium give the consumer equal envelopes."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from datetime import datetime
+
+import asyncpg
+
+from consumerkit import Consumer, Envelope, HandlerContext, handler
+from consumerkit.outbox import KafkaSink, Relay
+
+from ..outbox.conftest import RelayRunning
+from .conftest import MakeCdc, create_topic
+from .flow import (
+    ECHO,
+    STEP,
+    Step,
+    applied,
+    check_once_in_order,
+    consuming,
+    wait_applied,
+    write_steps,
+)
+
+
+async def test_outbox_and_handler_events_through_debezium_apply_once_in_order(
+    make_cdc: MakeCdc,
+) -> None:
+    cdc = await make_cdc(3)
+    echo = f"{cdc.topic}.echo"
+    await create_topic(cdc.kafka.bootstrap, echo, 2)
+    await asyncio.to_thread(cdc.start)
+    dsn, schema = cdc.postgres.dsn, cdc.table.schema
+    written = await write_steps(dsn, cdc.outbox, cdc.topic, [f"k{i}" for i in range(6)], 0, 10)
+
+    async with consuming(dsn, cdc.kafka.bootstrap, schema, [cdc.topic, echo], echo_to=echo):
+        await wait_applied(dsn, schema, 2 * len(written))
+    rows = await applied(dsn, schema)
+    check_once_in_order(rows, written)
+
+    # the event time is the writer's, as the relay sends it
+    conn = await asyncpg.connect(dsn)
+    try:
+        times: dict[str, datetime] = {r["id"]: r["occurred_at"] for r in await conn.fetch(
+            f"SELECT id::text AS id, occurred_at FROM {cdc.table.events}")}
+    finally:
+        await conn.close()
+    steps = [r for r in rows if r["event_type"] == STEP]
+    assert all(r["occurred_at"] == times[r["event_id"]] for r in steps)
+
+    # each ctx.publish went out through the same connector, once, caused by its step
+    echoes = [r for r in rows if r["event_type"] == ECHO]
+    assert sorted(r["causation_id"] for r in echoes) == sorted(w.event_id for w in written)
+    for key in {w.key for w in written}:
+        ns = [r["n"] for r in echoes if r["key"] == key]
+        assert ns == sorted(ns), f"echoes of {key} out of order"
+
+
+def _comparable(env: Envelope) -> tuple[Envelope, datetime | None]:
+    """The envelope without what differs by nature between two records of one event: where
+    it sits (topic, partition, offset), the record time (the relay sends the event time,
+    Debezium the commit time; ``event_time`` is ``occurred_at`` in both) and the spelling
+    of ``occurred_at`` (``+00:00`` against ``Z``, the same instant, compared parsed)."""
+    headers = {k: v for k, v in env.headers.items() if k != "occurred_at"}
+    return dataclasses.replace(env, topic="", partition=0, offset=0, timestamp=None,
+                               headers=headers), env.occurred_at
+
+
+async def test_the_relay_and_debezium_give_the_consumer_equal_envelopes(
+    make_cdc: MakeCdc,
+) -> None:
+    cdc = await make_cdc(2)
+    relayed = f"relay.{cdc.topic}"
+    await create_topic(cdc.kafka.bootstrap, relayed, 2)
+    await asyncio.to_thread(cdc.start)
+    dsn = cdc.postgres.dsn
+    written = await write_steps(dsn, cdc.outbox, cdc.topic, ["a", "b", "c"], 0, 4)
+
+    seen: dict[str, dict[str, tuple[Envelope, Step]]] = {}
+
+    @handler(STEP)
+    async def keep(event: Step, ctx: HandlerContext) -> None:
+        seen.setdefault(ctx.envelope.event_id, {})[ctx.envelope.topic] = (ctx.envelope, event)
+
+    relay = Relay(dsn, KafkaSink(cdc.kafka.bootstrap, route="relay.{aggregate_type}"),
+                  schema=cdc.table.schema, handle_signals=False, notify=False,
+                  poll_interval=0.2)
+    async with RelayRunning(relay):
+        # one consumer per copy: a single one would absorb the second copy as a duplicate
+        for topic, suffix in ((cdc.topic, "d"), (relayed, "r")):
+            consumer = Consumer(
+                name=f"eq-{suffix}-{cdc.table.schema}".replace("_", "-"), handlers=[keep],
+                topics=[topic], kafka_bootstrap=cdc.kafka.bootstrap, postgres_dsn=dsn,
+                schema=f"{cdc.table.schema}_{suffix}", handle_signals=False)
+            running = asyncio.create_task(consumer.run())
+            try:
+                async with asyncio.timeout(180):
+                    while sum(topic in v for v in seen.values()) < len(written):
+                        await asyncio.sleep(0.2)
+            finally:
+                await consumer.stop()
+                async with asyncio.timeout(60):
+                    await running
+
+    assert set(seen) == {w.event_id for w in written}
+    for event_id, copies in seen.items():
+        (cdc_env, cdc_event), (relay_env, relay_event) = copies[cdc.topic], copies[relayed]
+        assert cdc_event == relay_event
+        assert _comparable(cdc_env) == _comparable(relay_env), event_id
+        assert cdc_env.traceparent is not None
+        assert cdc_env.event_time == relay_env.event_time
+
