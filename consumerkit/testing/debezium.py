@@ -146,17 +146,22 @@ class DebeziumWorker(_Service):
             os.kill(self._process.pid, signal.SIGKILL)
             self._process.wait(60)
 
-    def stop(self, drop_slot: bool = True) -> None:
-        """Stop the worker, drop its replication slot (else it keeps WAL for a reader that
-        never comes back) unless ``drop_slot`` is false, and delete its directory."""
-        atexit.unregister(self.stop)
+    def terminate(self, timeout: float = 60.0) -> None:
+        """SIGTERM: a graceful stop, which flushes the source offsets (SIGKILL after
+        ``timeout``); ``start`` resumes after the last event sent."""
         if self.running():
             assert self._process is not None
             self._process.terminate()
             try:
-                self._process.wait(30)
+                self._process.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+    def stop(self, drop_slot: bool = True) -> None:
+        """Stop the worker, drop its replication slot (else it keeps WAL for a reader that
+        never comes back) unless ``drop_slot`` is false, and delete its directory."""
+        atexit.unregister(self.stop)
+        self.terminate(30)
         if drop_slot:
             self._drop_slot()
         shutil.rmtree(self.home, ignore_errors=True)

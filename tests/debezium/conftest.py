@@ -70,9 +70,10 @@ class Cdc:
     def outbox(self) -> Outbox:
         return Outbox(self.table.schema, self.table.table, notify=False)
 
-    def start(self) -> DebeziumWorker:
+    def start(self, flush_interval_ms: int = 1000) -> DebeziumWorker:
         self.worker = start_debezium(self.kafka.bootstrap, self.postgres, table=self.table,
-                                     slot=f"ck_{self.table.schema}")
+                                     slot=f"ck_{self.table.schema}",
+                                     flush_interval_ms=flush_interval_ms)
         return self.worker
 
 
