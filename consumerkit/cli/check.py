@@ -1,7 +1,8 @@
 """``consumerkit check [MODULE:ATTR]``: what is wrong with a deployment, one line each.
 
 PostgreSQL: reachable, ``synchronous_commit`` on, every table migrated, dedup partitions
-created at least one interval ahead; a warning for each asynchronous standby (a failover to it
+created at least one interval ahead, no replication slot inactive or keeping more WAL than
+``--max-slot-wal``; a warning for each asynchronous standby (a failover to it
 can lose acknowledged commits). The broker: reachable, every topic present, no topic
 keeping records longer than the dedup window, every consumed or published topic replicated
 (replication factor, ``min.insync.replicas``, no unclean leader election: a ``WARNING``,
@@ -32,6 +33,7 @@ from ..schema import VERSION_TABLE
 from ..settings import CommonSettings, ConsumerSettings, RelaySettings
 from ..transport.kafka import KafkaProducer
 from ..transport.kafka_access import hidden_topics, principal
+from . import check_slots
 from .check_handlers import add_arguments as add_handlers_arguments
 from .check_handlers import check_handlers, validate_handlers_arguments
 from .check_kafka import (
@@ -76,6 +78,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="the replication factor every topic must have at least "
                         "(1 for a one-broker development cluster)")
     add_handlers_arguments(parser)
+    check_slots.add_arguments(parser)
     parser.set_defaults(handler=check_command)
 
 
@@ -125,6 +128,7 @@ async def check_command(args: argparse.Namespace) -> int:
     deployment = await _deployment(args, settings)
     report = Report()
     await check_postgres(deployment, report)
+    await check_slots.check_slots(deployment.dsn, args.max_slot_wal, report)
     await check_broker(deployment, report)
     if args.handlers is not None:  # the events waiting in the database, decoded by new code
         try:

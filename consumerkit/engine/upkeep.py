@@ -17,6 +17,7 @@ from ..dedup.horizon import redelivery_horizon_check
 from ..dedup.partitions import maintain
 from ..dedup.policy import DedupPolicy
 from ..observability.observer import Observer
+from ..outbox.replication import replication_slots
 from ..outbox.table import migrate_outbox
 from ..outbox.writer import Outbox
 from ..retry import RetryPolicy
@@ -37,9 +38,11 @@ class DedupUpkeep:
         self.dedup = dedup
         self.namespace = namespace
         self.observer = observer
+        self.slots = False  # report the database's replication slots (it holds an outbox)
 
     async def prepare(self, *, auto_migrate: bool, outbox: Outbox | None) -> None:
         """Create or upgrade the tables (``auto_migrate``), else only make partitions."""
+        self.slots = outbox is not None  # CDC reads an outbox through a slot on this database
         async with self.pool.acquire() as conn:
             if await check_synchronous_commit(conn) == "off":
                 log.warning(
@@ -75,6 +78,11 @@ class DedupUpkeep:
     async def _report(self, conn: DbConnection) -> None:
         self.observer.partitions_ahead(
             await partitions_ahead(conn, self.schema, self.dedup.table))
+        if self.slots:
+            try:
+                self.observer.replication_slots(await replication_slots(conn))
+            except asyncpg.PostgresError as exc:  # a role that may not read them: not fatal
+                log.debug("replication slots not read: %s", exc)
 
 
 async def check_horizon(

@@ -22,6 +22,7 @@ from .tally import collector
 
 if TYPE_CHECKING:
     from ..envelope import Envelope, RecordLike
+    from ..outbox.replication import SlotState
 
 M = TypeVar("M", Counter, Gauge, Histogram)
 
@@ -56,7 +57,7 @@ class ConsumerMetrics(BaseObserver):
     at scrape time; the gauges, set a few times a minute, are prometheus-client's own."""
 
     __slots__ = ("_ahead", "_lag", "_moved_back", "_parked_keys", "_parked_records", "_ready",
-                 "_tally", "consumer", "registry")
+                 "_slot_active", "_slot_wal", "_slots", "_tally", "consumer", "registry")
 
     def __init__(self, registry: CollectorRegistry, consumer: str) -> None:
         self.registry = registry
@@ -77,6 +78,13 @@ class ConsumerMetrics(BaseObserver):
                                       "Records waiting behind the parked keys of the assigned "
                                       "partitions", ("consumer",))
         self._ready = _ready(registry).labels("consumer", consumer)
+        self._slot_wal = family(registry, Gauge, "consumerkit_replication_slot_wal_bytes",
+                                "WAL bytes a replication slot keeps (current position minus "
+                                "its restart_lsn)", ("slot",))
+        self._slot_active = family(registry, Gauge, "consumerkit_replication_slot_active",
+                                   "1 when a reader holds the replication slot, else 0",
+                                   ("slot",))
+        self._slots: set[str] = set()
         self._moved_back = family(registry, Counter, "consumerkit_offsets_moved_back",
                                   "Partitions read again because their offset rows lacked "
                                   "commits the consumer had seen answered (a failover that "
@@ -115,6 +123,17 @@ class ConsumerMetrics(BaseObserver):
 
     def stalled(self, reason: str | None) -> None:
         self._tally.stall(reason)
+
+    def replication_slots(self, slots: Sequence[SlotState]) -> None:
+        names = {slot.name for slot in slots}
+        for gone in self._slots - names:  # a dropped slot keeps nothing: no stale series
+            for gauge in (self._slot_wal, self._slot_active):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(gone)
+        self._slots = names
+        for slot in slots:
+            self._slot_wal.labels(slot.name).set(slot.retained_bytes)
+            self._slot_active.labels(slot.name).set(1 if slot.active else 0)
 
     def retry(self, record: RecordLike, envelope: Envelope, handler: str, attempt: int,
               delay: float, error: BaseException) -> None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ..envelope import Envelope, RecordLike
+    from ..outbox.replication import SlotState
 
 log = logging.getLogger("consumerkit.observer")
 
@@ -90,6 +91,10 @@ class Observer(Protocol):
     def stalled(self, reason: str | None) -> None:
         """A failure every record would hit stalled the consumer (``reason``: what it is), or
         the stall is over (``None``)."""
+
+    def replication_slots(self, slots: Sequence[SlotState]) -> None:
+        """Every replication slot of the consumer's database (one with an outbox), at each
+        maintenance run."""
 
     # -- the relay -------------------------------------------------------------------------
     def relay_published(self, outbox: str, publish_seconds: Sequence[float]) -> None: ...
@@ -163,6 +168,9 @@ class BaseObserver:
         pass
 
     def stalled(self, reason: str | None) -> None:
+        pass
+
+    def replication_slots(self, slots: Sequence[SlotState]) -> None:
         pass
 
     def relay_published(self, outbox: str, publish_seconds: Sequence[float]) -> None:
