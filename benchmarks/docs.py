@@ -12,6 +12,8 @@ from .markdown import render
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 COMPARED = Path(__file__).resolve().parent / "compared.md"
 """The peers compared from their code (omni-box cannot run here), after every run's figures."""
+CDC = Path(__file__).resolve().parent / "cdc.md"
+"""The relay against Debezium, written by ``python -m benchmarks.cdc --docs`` (it needs Java)."""
 
 INTRO = """\
 # Benchmarks
@@ -94,5 +96,6 @@ def write(document: dict[str, Any], page: Path = PAGE) -> Path:
     page.write_text(INTRO.format(machine=machine)
                     + f"{BEGIN['tansu']}\n{runs['tansu']}\n{END}\n\n"
                     + KAFKA + f"{BEGIN['kafka']}\n{runs['kafka']}\n{END}\n\n"
-                    + COMPARED.read_text())
+                    + COMPARED.read_text()
+                    + ("\n" + CDC.read_text() if CDC.exists() else ""))
     return page

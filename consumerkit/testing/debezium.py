@@ -25,6 +25,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -222,10 +223,12 @@ def start_debezium(
     slot: str = "consumerkit_outbox", name: str = "outbox",
     kafka_version: str = DEBEZIUM_KAFKA_VERSION, debezium_version: str = DEBEZIUM_VERSION,
     flush_interval_ms: int = 1000, timeout: float = READY_TIMEOUT,
+    overrides: Mapping[str, str] | None = None,
 ) -> DebeziumWorker:
     """Start a Connect worker whose Debezium connector streams ``table``'s inserts from
     ``postgres`` to the Kafka at ``bootstrap``, and wait until it streams.
 
+    ``overrides`` are connector settings beyond the deployed ones (``poll.interval.ms``, say).
     Without Java 17+ (or Maven, for the first fetch) it raises :class:`MissingToolError`,
     whose one-line message says what to install.
     """
@@ -239,8 +242,8 @@ def start_debezium(
     rest_port = free_port()
     (home / "worker.properties").write_text(render_properties(
         worker_properties(bootstrap, home, rest_port, flush_interval_ms)))
-    (home / "connector.properties").write_text(render_properties(connector_properties(
-        name, postgres, table or OutboxTable(), slot)))
+    (home / "connector.properties").write_text(render_properties({**connector_properties(
+        name, postgres, table or OutboxTable(), slot), **(overrides or {})}))
     (home / "log4j2.properties").write_text(_LOGGING)
     argv = [java, *JVM_OPTIONS, f"-Dlog4j2.configurationFile={home / 'log4j2.properties'}",
             "-cp", f"{lib}/*", "org.apache.kafka.connect.cli.ConnectStandalone",
