@@ -77,13 +77,28 @@ class Cdc:
         return self.worker
 
 
-async def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+async def create_topic(bootstrap: str, name: str, partitions: int, replication: int = 1) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=15_000)
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(name, partitions, replication_factor=1)])
+        await admin.create_topics([NewTopic(name, partitions, replication_factor=replication)])
     finally:
         await admin.close()
+
+
+async def new_cdc(postgres: LogicalPostgres, kafka: KafkaCluster, partitions: int,
+                  replication: int = 1) -> Cdc:
+    """A migrated outbox in a fresh schema of ``postgres`` and its topic on ``kafka``."""
+    suffix = uuid.uuid4().hex[:10]
+    table = OutboxTable(f"cdc_{suffix}", "outbox")
+    conn = await asyncpg.connect(postgres.dsn)
+    try:
+        await migrate_outbox(conn, table)
+    finally:
+        await conn.close()
+    topic = f"cdc.{suffix}"
+    await create_topic(kafka.bootstrap, topic, partitions, replication)
+    return Cdc(postgres, kafka, table, topic)
 
 
 MakeCdc = Callable[[int], Awaitable[Cdc]]
@@ -97,16 +112,7 @@ async def make_cdc(cdc_postgres: LogicalPostgres, cdc_kafka: KafkaCluster
     made: list[Cdc] = []
 
     async def make(partitions: int = 3) -> Cdc:
-        suffix = uuid.uuid4().hex[:10]
-        table = OutboxTable(f"cdc_{suffix}", "outbox")
-        conn = await asyncpg.connect(cdc_postgres.dsn)
-        try:
-            await migrate_outbox(conn, table)
-        finally:
-            await conn.close()
-        topic = f"cdc.{suffix}"
-        await create_topic(cdc_kafka.bootstrap, topic, partitions)
-        cdc = Cdc(cdc_postgres, cdc_kafka, table, topic)
+        cdc = await new_cdc(cdc_postgres, cdc_kafka, partitions)
         made.append(cdc)
         return cdc
 

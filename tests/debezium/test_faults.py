@@ -1,6 +1,7 @@
 """Faults on the Debezium path: the Connect worker SIGKILLed mid-stream re-sends from its last
 flushed position when started again, and the consumer absorbs every re-sent record; a
-PostgreSQL restarted under the connector and the consumer loses nothing."""
+PostgreSQL restarted, or the partition's leader broker killed, under the connector and the
+consumer loses nothing."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import asyncio
 
 import pytest
 
+from consumerkit.testing.services import KafkaCluster, LogicalPostgres
+
 from ..outbox.conftest import read_all
-from .conftest import MakeCdc
+from .conftest import MakeCdc, new_cdc
 from .flow import applied, check_once_in_order, consuming, wait_applied, write_steps
 from .test_worker import ids_of
 
@@ -57,3 +60,26 @@ async def test_postgres_restarted_under_the_connector_loses_nothing(make_cdc: Ma
         await asyncio.to_thread(worker.wait_running)  # the task reconnected by itself
         await wait_applied(dsn, schema, len(first) + len(second))
     check_once_in_order(await applied(dsn, schema), first + second)
+
+
+async def test_the_partition_leader_killed_under_the_connector_loses_nothing(
+    cdc_postgres: LogicalPostgres, kafka_cluster: KafkaCluster,
+) -> None:
+    """Connect (at Debezium's Kafka version) publishing to the three-node cluster of the Kafka
+    tests: the leader of the topic's partition dies mid-stream; its producer (acks=all,
+    retrying without end) goes on with the new leader, and every event applies once."""
+    cdc = await new_cdc(cdc_postgres, kafka_cluster, 1, replication=3)
+    dsn, schema, bootstrap = cdc.postgres.dsn, cdc.table.schema, kafka_cluster.bootstrap
+    worker = await asyncio.to_thread(cdc.start)
+    try:
+        first = await write_steps(dsn, cdc.outbox, cdc.topic, KEYS, 0, 5)
+        async with consuming(dsn, bootstrap, schema, [cdc.topic]):
+            await wait_applied(dsn, schema, len(first))
+            writing = asyncio.create_task(write_steps(dsn, cdc.outbox, cdc.topic, KEYS, 5, 15))
+            leader = await kafka_cluster.leader(cdc.topic)
+            await asyncio.to_thread(leader.kill)
+            second = await writing
+            await wait_applied(dsn, schema, len(first) + len(second), timeout=240)
+        check_once_in_order(await applied(dsn, schema), first + second)
+    finally:
+        await asyncio.to_thread(worker.stop)
