@@ -12,6 +12,7 @@ import pytest
 
 from consumerkit.testing.kafka_jars import MissingToolError
 from consumerkit.testing.services import LogicalPostgres, start_debezium
+from examples.debezium_local import with_a_connector
 
 from ..outbox.conftest import Published, read_all
 from .conftest import Cdc, MakeCdc
@@ -81,3 +82,14 @@ def test_names_are_validated_before_anything_starts() -> None:
     unreachable = LogicalPostgres.__new__(LogicalPostgres)
     with pytest.raises(ValueError, match="slot name"):
         start_debezium("127.0.0.1:9", unreachable, slot=f"Bad-{uuid.uuid4().hex}")
+
+
+async def test_the_documented_example_runs(make_cdc: MakeCdc) -> None:
+    cdc = await make_cdc(1)
+    await asyncio.to_thread(with_a_connector, cdc.kafka, cdc.postgres, cdc.table)
+    conn = await asyncpg.connect(cdc.postgres.dsn)
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM pg_replication_slots "
+                                   "WHERE slot_name = 'consumerkit_outbox'") == 0
+    finally:
+        await conn.close()
