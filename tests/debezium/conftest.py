@@ -34,7 +34,7 @@ from ..conftest import _USED
 @pytest.fixture(scope="session")
 def _connect_jars() -> None:
     try:
-        require_tools(maven=True)
+        require_tools(maven=False)  # Maven only for a first fetch: connect_lib says so then
         connect_lib()
     except MissingToolError as exc:
         pytest.skip(str(exc))
