@@ -8,9 +8,11 @@ import argparse
 import asyncio
 import os
 import re
+from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
+from aiokafka.protocol.metadata import MetadataRequest
 
 from .check import reach_broker
 from .common import positive, sub
@@ -53,7 +55,8 @@ async def create_command(args: argparse.Namespace) -> int:
 
 
 async def create_topic(bootstrap: str, name: str, partitions: int) -> bool:
-    """Create ``name`` and wait until the broker lists it; False if it was there already."""
+    """Create ``name`` and wait until every broker of the cluster lists it; False if it was
+    there already."""
     if name in await reach_broker(bootstrap, {}):  # unreachable: a one-line StartupError
         return False
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap,
@@ -62,20 +65,43 @@ async def create_topic(bootstrap: str, name: str, partitions: int) -> bool:
         await admin.start()
         response = await admin.create_topics(
             [NewTopic(name, num_partitions=partitions, replication_factor=1)])
+        for topic, code, *detail in response.topic_errors:
+            error = for_code(code)
+            if code and error is not TopicAlreadyExistsError:
+                reason = (detail[0] if detail and detail[0] else None) or error.__name__
+                raise CommandError(f"cannot create topic {topic!r} on {bootstrap}: {reason}")
+        await _listed_everywhere(admin, bootstrap, name, partitions)
     except KafkaError as exc:
         raise CommandError(f"cannot create topic {name!r} on {bootstrap}: {exc}") from exc
     finally:
         await admin.close()
-    for topic, code, *detail in response.topic_errors:
-        error = for_code(code)
-        if code and error is not TopicAlreadyExistsError:
-            reason = (detail[0] if detail and detail[0] else None) or error.__name__
-            raise CommandError(f"cannot create topic {topic!r} on {bootstrap}: {reason}")
+    return True
+
+
+async def _listed_everywhere(admin: AIOKafkaAdminClient, bootstrap: str, name: str,
+                             partitions: int) -> None:
+    """Wait until every broker of the cluster lists ``name`` with a leader for each of its
+    partitions: a KRaft broker learns of a new topic when it replays the metadata log, so a
+    consumer asking another broker right after creation could be told it is missing."""
+    request = MetadataRequest([name], allow_auto_topic_creation=False)
     loop = asyncio.get_running_loop()
     deadline = loop.time() + TIMEOUT
-    while name not in await reach_broker(bootstrap, {}):  # created: the metadata follows
+    while True:
+        await admin._client.force_metadata_update()  # the brokers the cluster has now
+        nodes = [broker.nodeId for broker in admin._client.cluster.brokers()]
+        behind = [node for node in nodes
+                  if _ready(await admin._send_request(request, node), name) < partitions]
+        if nodes and not behind:
+            return
         if loop.time() > deadline:
-            raise CommandError(f"topic {name!r} was created on {bootstrap} but is not listed "
-                               f"after {TIMEOUT:.0f} s")
+            raise CommandError(
+                f"topic {name!r} was created on {bootstrap} but broker(s) "
+                f"{', '.join(map(str, behind)) or '?'} do not list it after {TIMEOUT:.0f} s")
         await asyncio.sleep(0.1)
-    return True
+
+
+def _ready(response: Any, name: str) -> int:
+    """How many partitions of ``name`` a broker's metadata answer shows with a leader."""
+    return sum(1 for topic in response.to_object()["topics"]
+               if topic["topic"] == name and topic["error_code"] == 0
+               for part in topic["partitions"] if part["error_code"] == 0 and part["leader"] >= 0)

@@ -8,18 +8,24 @@ import socket
 import uuid
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer
+from aiokafka.admin import AIOKafkaAdminClient
 
 from .conftest import cli
 
 
 async def partitions(bootstrap: str, topic: str) -> set[int] | None:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
-    await consumer.start()
+    """The topic's partitions as a broker's metadata lists them (None: not listed). Asked of
+    the cluster each time: a consumer's cached metadata from its start would not know it."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
     try:
-        return consumer.partitions_for_topic(topic) if topic in await consumer.topics() else None
+        if topic not in await admin.list_topics():  # describing a missing one may create it
+            return None
+        found = await admin.describe_topics([topic])
     finally:
-        await consumer.stop()
+        await admin.close()
+    return next(({p["partition"] for p in t["partitions"]} for t in found
+                 if t["topic"] == topic and t["error_code"] == 0), None)
 
 
 async def test_create_makes_the_topic_then_leaves_it_as_it_is(
