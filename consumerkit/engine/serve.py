@@ -89,6 +89,9 @@ async def serve(consumer: Consumer, stack: contextlib.AsyncExitStack) -> None:
             options=consumer.kafka_consumer_options, rebalance=engine)
     else:
         source = consumer.source_factory(engine)
+    # known before the join: a group joined fast calls on_assigned before the fetch loop
+    # starts, and the ownerships must be placed at the stored offsets even then
+    engine.source = engine.commits.source = source
     await source.start()
     stack.push_async_callback(bounded, source.stop, consumer.shutdown_timeout)
     if isinstance(source, KafkaSource):  # the topics' retention is the broker's to tell
