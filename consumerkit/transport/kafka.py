@@ -33,6 +33,7 @@ from ..envelope import RecordLike
 from ..errors import ConfigurationError, RecordTooLargeError, StartupError, TransportError
 from .kafka_access import (
     denied,
+    describe_topics,
     hidden_topics,
     idempotence_refused,
     login_failure,
@@ -346,7 +347,7 @@ async def describe_replication(
     try:
         async with asyncio.timeout(timeout):
             await admin.start()
-            described = await admin.describe_topics(list(topics))
+            described = await describe_topics(admin, topics)
     except (KafkaError, OSError, TimeoutError):
         return {}
     finally:

@@ -25,6 +25,7 @@ from aiokafka.errors import (
     TransactionalIdAuthorizationFailed,
     UnsupportedSaslMechanismError,
 )
+from aiokafka.protocol.metadata import MetadataRequest
 
 from ..errors import AuthorizationError, IdempotenceRefusedError
 
@@ -66,6 +67,15 @@ async def login_failure(bootstrap: str, options: Mapping[str, Any],
     return None
 
 
+async def describe_topics(admin: AIOKafkaAdminClient, topics: Sequence[str]) -> list[Any]:
+    """The metadata of ``topics``, asked so that the broker creates none of them: the admin
+    client's ``describe_topics`` lets a broker with ``auto.create.topics.enable`` (Kafka's
+    default, and Tansu) create every missing topic it names."""
+    request = MetadataRequest(list(topics), allow_auto_topic_creation=False)
+    response = await admin._send_request(request)
+    return list(response.to_object()["topics"])
+
+
 async def hidden_topics(bootstrap: str, topics: Sequence[str], options: Mapping[str, Any],
                         timeout: float = 10.0) -> list[str]:
     """Those of ``topics`` (absent from the client's topic list) that the broker denies to
@@ -77,7 +87,7 @@ async def hidden_topics(bootstrap: str, topics: Sequence[str], options: Mapping[
     try:
         async with asyncio.timeout(timeout):
             await admin.start()
-            described = await admin.describe_topics(list(topics))
+            described = await describe_topics(admin, topics)
     except (KafkaError, OSError, TimeoutError):
         return []
     finally:
