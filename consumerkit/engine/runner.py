@@ -158,6 +158,12 @@ class Engine(Ownership):
         same step (no await between): a rebalance can come before they are dispatched (the
         cache lookup awaits), and they must not reach the next ownership's lanes."""
         fetched = await source.fetch(self.poll_timeout_ms, max_records)
+        for part in [p for p, s in self.states.items() if s.placing and p in fetched]:
+            # fetched before the ownership's stored offset is read: dropped now, not at
+            # dispatch (after awaits, by which time the seek may have come and gone)
+            state, records = self.states[part], fetched.pop(part)
+            if records and state.first_seen is None:
+                state.first_seen = records[0].offset
         return fetched, {part: self.states.get(part) for part in fetched}
 
     def _dispatch(
@@ -165,10 +171,6 @@ class Engine(Ownership):
         known: Collection[int] = (),
     ) -> None:
         state = self.states.get(part)
-        if state is not None and state.placing:  # read again once placed
-            if records and state.first_seen is None:
-                state.first_seen = records[0].offset
-            return
         if (state is None or state is not owner or state.abandon.is_set()
                 or self.stopping.is_set()):
             # fetched before a revocation or a stop: read again from the commit. Given to a
