@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Literal, TextIO
 
 import orjson
 
@@ -57,9 +57,25 @@ class _PoolReconnects(logging.Filter):
         return True
 
 
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record comes, as logging's last resort
+    does: a stream bound at configuration outlives a replaced one (a closed capture)."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: TextIO) -> None:
+        pass
+
+
 def configure_logging(fmt: LogFormat = "text", level: str | int = "INFO") -> None:
     """Send every log record to stderr in ``fmt``, replacing the root logger's handlers."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr()
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(_TEXT))
     handler.addFilter(_PoolReconnects())
     root = logging.getLogger()

@@ -83,3 +83,19 @@ def test_the_pools_reconnect_failures_are_one_line(monkeypatch: pytest.MonkeyPat
     assert pool.endswith("asyncpg.pool: Failed to restore; retrying: "
                          "ConnectionRefusedError: [Errno 111] Connection refused")
     assert "Traceback (most recent call last)" in other
+
+
+def test_records_go_to_the_stderr_of_the_moment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stderr replaced after configuration (a capture closed, a redirect) gets the records;
+    the stream of the time is never written to again."""
+    first, second = io.StringIO(), io.StringIO()
+    monkeypatch.setattr(sys, "stderr", first)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setattr(root, "level", root.level)
+    configure_logging("text")
+    first.close()
+    monkeypatch.setattr(sys, "stderr", second)
+    logging.getLogger("consumerkit.test").warning("after the swap")
+    assert second.getvalue().endswith("WARNING consumerkit.test: after the swap\n")
+    assert "Logging error" not in second.getvalue()
