@@ -4,7 +4,7 @@ is several times ``short``; ``failover-kafka`` is the failover fault's negative 
 (offsets kept in Kafka: it must lose effects); ``long`` is the one to publish: run with
 several seeds, together they make at least 1,000,000 events and 500 faults of every kind (one
 seed is about 25 minutes on a 2-core machine, so a failing seed does not cost the whole
-run)."""
+run); ``kafka-long`` is its counterpart on three Apache Kafka brokers."""
 
 from __future__ import annotations
 
@@ -76,6 +76,14 @@ PROFILES = {
                               faults=4, fault_gap=2.0, warmup=3.0, cache=False,
                               stall_timeout=10.0, failover=True, kinds=(
                                   "postgres_failover", "consumer_sigkill", "republish")),
+    # the Apache Kafka one to publish: broker faults beside the consumers' and the database's
+    # (a failover to a lagging standby among them, offsets in PostgreSQL), transactional
+    # producers upstream; two seeds make 1,000,000 events and 500 faults
+    "kafka-long": Profile("kafka-long", events=500_000, aggregates=5000, rate=420.0,
+                          faults=250, fault_gap=0.6, warmup=10.0, cache=False,
+                          broker="kafka", txn_events=60_000, drain_timeout=900.0,
+                          stall_timeout=120.0, failover=True, offset_store="postgres",
+                          kinds=(*KAFKA_KINDS, *KAFKA_WITH, "postgres_failover")),
     "long": Profile("long", events=340_000, aggregates=5000, rate=500.0, faults=180,
                     fault_gap=0.6, warmup=10.0, cache=True, drain_timeout=900.0,
                     stall_timeout=120.0, failover=True, offset_store="postgres"),
