@@ -70,6 +70,8 @@ CORE_STEPS = (
          lambda schema, _policy: names_ddl(schema)),
     Step(6, "consumer offsets stored with the effects (offset_store=\"postgres\")",
          lambda schema, _policy: offsets_ddl(schema)),
+    Step(7, "partition maintenance functions for outboxes kept for a retention",
+         lambda schema, _policy: ddl_functions_ddl(schema)),
 )
 DEDUP_STEPS = (
     Step(1, "partitioned dedup table and claim function", dedup_ddl),
@@ -122,19 +124,7 @@ async def migrate(
                 )""")
             await check_layout(conn, schema, policy)
             for component, steps in components:
-                applied = {
-                    row["version"] for row in await conn.fetch(
-                        f"SELECT version FROM {versions} WHERE component = $1", component)
-                }
-                for step in steps:
-                    if step.version in applied:
-                        continue
-                    for statement in step.statements(schema, policy):
-                        await conn.execute(statement)
-                    await conn.execute(
-                        f"INSERT INTO {versions} (component, version, description) "
-                        "VALUES ($1, $2, $3)", component, step.version, step.description)
-                    created = True
+                created |= await apply_steps(conn, schema, component, steps, policy)
             await migrate_parking(conn, schema)
             if policy.layout == "partitioned":
                 await record_interval(conn, schema, policy.table, policy.partition_interval)
@@ -153,6 +143,26 @@ async def migrate(
         log.warning("consumerkit migrate runs as a superuser: the partition maintenance "
                     "functions it creates run with their owner's rights (SECURITY DEFINER); "
                     "run migrate as an owner role that is not a superuser (docs/security.md)")
+
+
+async def apply_steps(conn: DbConnection, schema: str, component: str,
+                      steps: tuple[Step, ...], policy: DedupPolicy = DEFAULT_POLICY) -> bool:
+    """Run the steps of ``component`` not recorded yet, in the caller's transaction (which
+    holds the migration lock and has created the version table); whether any ran."""
+    versions = qualified(schema, VERSION_TABLE)
+    applied = {row["version"] for row in await conn.fetch(
+        f"SELECT version FROM {versions} WHERE component = $1", component)}
+    ran = False
+    for step in steps:
+        if step.version in applied:
+            continue
+        for statement in step.statements(schema, policy):
+            await conn.execute(statement)
+        await conn.execute(
+            f"INSERT INTO {versions} (component, version, description) "
+            "VALUES ($1, $2, $3)", component, step.version, step.description)
+        ran = True
+    return ran
 
 
 async def applied_versions(conn: DbConnection, schema: str = "consumerkit") -> dict[str, int]:

@@ -25,13 +25,13 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     dedup_cli.add_arguments(dedup, policy_args)
     dedup.set_defaults(handler=dedup_command)
     outbox = database_args(sub(commands, "outbox",
-                               "failed outbox rows, retry, skip, cleanup, migrate"))
+                               "failed outbox rows, retry, skip, cleanup, maintain, migrate"))
     outbox_cli.add_arguments(outbox, duration)
     outbox.set_defaults(handler=outbox_command)
     for action in outbox._actions:  # row counts: a negative one is a usage error
         if action.dest == "limit":
             action.type = count
-        elif action.dest == "batch":
+        elif action.dest in ("batch", "premake"):
             action.type = positive
 
 

@@ -14,10 +14,11 @@ import sys
 
 from ..dedup.policy import DedupPolicy
 from ..grants import runtime_grants
+from ..outbox.retention import OutboxRetention
 from ..outbox.table import OutboxTable, migrate_outbox
 from ..schema import applied_versions, migrate
 from .admin import dsn
-from .common import database_args, policy_args, sub
+from .common import database_args, duration, policy_args, sub
 from .errors import database
 
 WHAT = {"core": "dead-letter table, retention registry and consumer offsets",
@@ -41,6 +42,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--outbox-table", dest="outbox_tables", action="append",
                         metavar="TABLE", help="an outbox table (repeat for several; "
                         "default: outbox)")
+    parser.add_argument("--outbox-retention", type=duration, metavar="DURATION",
+                        help="create the outbox tables kept this long in time partitions, "
+                        "for change data capture (OutboxRetention; partitions one day wide)")
     parser.add_argument("--print-grants", metavar="ROLE",
                         help="then print the GRANTs a runtime role needs (docs/security.md)")
     parser.set_defaults(handler=migrate_command)
@@ -59,7 +63,10 @@ def describe(component: str, before: int | None, after: int | None) -> str:
 async def migrate_command(args: argparse.Namespace) -> int:
     policy = DedupPolicy(retention=args.retention, partition_interval=args.interval,
                          table=args.table, layout=args.layout, diagnostics=args.diagnostics)
-    outboxes = [OutboxTable(args.schema, t) for t in args.outbox_tables or ["outbox"]]
+    retention = None if args.outbox_retention is None else OutboxRetention(
+        args.outbox_retention)
+    outboxes = [OutboxTable(args.schema, t, retention)
+                for t in args.outbox_tables or ["outbox"]]
     async with database(dsn(args)) as conn:
         before = await applied_versions(conn, args.schema)
         await migrate(conn, args.schema, policy)

@@ -17,8 +17,8 @@ three ``SECURITY DEFINER`` functions that do exactly that and nothing else:
 ==================================================  ===========================================
 
 They run with the owner's rights, so each one checks its arguments before any DDL: ``table``
-must be a partitioned dedup table that ``migrate`` recorded in this schema, ``name`` must be
-``<table>_pYYYYMMDDHH`` (what :func:`~consumerkit.dedup.partitions.partition_name` makes), and
+must be a partitioned dedup table or outbox that ``migrate`` recorded in this schema, ``name``
+must be ``<table>_pYYYYMMDDHH`` (what :func:`~consumerkit.dedup.partitions.partition_name` makes), and
 every identifier reaches the SQL through ``format('%I')``, every value through ``%L``. The
 bounds are checked too: a partition named for one hour must not cover years, or expiry (which
 drops a partition once its upper bound has passed) would never drop it. ``migrate`` records the
@@ -50,8 +50,9 @@ _CHECK_TABLE = """
         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
         WHERE n.nspname = @SCHEMA@ AND c.relname = p_table AND c.relkind = 'p')
        OR NOT EXISTS (
-        SELECT 1 FROM @VERSIONS@ WHERE component = 'dedup:' || p_table) THEN
-        RAISE EXCEPTION 'consumerkit: % is not a partitioned dedup table of schema %',
+        SELECT 1 FROM @VERSIONS@
+        WHERE component IN ('dedup:' || p_table, 'outbox:' || p_table)) THEN
+        RAISE EXCEPTION 'consumerkit: % is not a partitioned consumerkit table of schema %',
             p_table, @SCHEMA@ USING ERRCODE = 'insufficient_privilege';
     END IF;
     IF p_name IS NULL OR length(p_name) > 63 OR p_name !~ '^[a-z_][a-z0-9_]*_p[0-9]{10}$'

@@ -10,7 +10,8 @@ from __future__ import annotations
 from ..errors import StartupError
 from ..shared.identifiers import identifier, qualified
 from ..types import DbConnection
-from .policy import DedupPolicy, Layout
+from .partitioning import TimePartitioned
+from .policy import Layout
 
 _RELKINDS: dict[str, Layout] = {"p": "partitioned", "r": "table"}
 
@@ -31,14 +32,14 @@ async def existing_layout(conn: DbConnection, schema: str, table: str) -> Layout
     return _RELKINDS[kind]
 
 
-async def check_layout(conn: DbConnection, schema: str, policy: DedupPolicy) -> Layout | None:
+async def check_layout(conn: DbConnection, schema: str, policy: TimePartitioned) -> Layout | None:
     """The existing layout of the policy's table, after checking it is the policy's own."""
     found = await existing_layout(conn, schema, policy.table)
     if found is not None and found != policy.layout:
         raise StartupError(
-            f"dedup table {schema}.{policy.table} exists with the {found!r} layout but the "
-            f"policy asks for {policy.layout!r}: the layout of a table cannot be changed in "
-            "place; name another table in DedupPolicy(table=...) or keep the layout")
+            f"table {schema}.{policy.table} exists with the {found!r} layout but the "
+            f"settings ask for {policy.layout!r}: the layout of a table cannot be changed in "
+            "place; name another table or keep the layout")
     return found
 
 
@@ -46,7 +47,7 @@ LEAN_ROWS_VERSION: dict[Layout, int] = {"partitioned": 4, "table": 2}
 """The migration step of each layout that converted its table to lean rows."""
 
 
-async def check_lean_rows(conn: DbConnection, schema: str, policy: DedupPolicy) -> None:
+async def check_lean_rows(conn: DbConnection, schema: str, policy: TimePartitioned) -> None:
     """Refuse to maintain (and so to start a consumer on) a dedup table that ``migrate`` has
     not converted to lean rows yet: its claim function would get nulls where the earlier one
     needs values. The version table is read, not the catalog, as the runtime role may."""

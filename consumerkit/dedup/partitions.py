@@ -34,6 +34,7 @@ from .cleanup import clean_table
 from .ddl_functions import create_partition, drop_partition
 from .expiry import detach, drop_detached, is_marked
 from .layout import check_layout, check_lean_rows, existing_layout
+from .partitioning import TimePartitioned
 from .policy import DedupPolicy
 from .retention import longest, register
 
@@ -121,7 +122,7 @@ def partition_floor(moment: datetime, step: timedelta) -> datetime:
     return _EPOCH + ((moment - _EPOCH) // step) * step
 
 
-def wanted_ranges(now: datetime, policy: DedupPolicy) -> list[tuple[datetime, datetime]]:
+def wanted_ranges(now: datetime, policy: TimePartitioned) -> list[tuple[datetime, datetime]]:
     """The ranges that must exist: the previous partition (a transaction that began before a
     boundary stamps ``seen_at`` with its start time), the current one and ``premake`` ahead."""
     step = policy.partition_interval
@@ -184,7 +185,7 @@ async def list_partitions(
 
 
 async def maintain(
-    conn: DbConnection, schema: str, policy: DedupPolicy, *, now: datetime | None = None,
+    conn: DbConnection, schema: str, policy: TimePartitioned, *, now: datetime | None = None,
     namespace: str | None = None, lock_timeout: timedelta = timedelta(seconds=2),
 ) -> MaintenanceReport:
     """Create the partitions the next ``premake`` intervals need and drop expired ones; for
@@ -205,6 +206,8 @@ async def maintain(
     :class:`StartupError` if the table is missing or has the other layout.
     """
     if policy.layout == "table":
+        if not isinstance(policy, DedupPolicy):
+            raise ConfigurationError(f"{policy.table}: only a dedup table has the table layout")
         cleanup = await clean_table(conn, schema, policy, now=now, namespace=namespace,
                                     lock_seed=LOCK_SEED, lock_timeout=lock_timeout)
         return MaintenanceReport(
@@ -224,7 +227,7 @@ async def maintain(
         # for another maintainer is harmless.
         await conn.execute("SELECT set_config('lock_timeout', $1, true)", timeout)
         if await check_layout(conn, schema, policy) is None:
-            raise StartupError(f"dedup table {schema}.{policy.table} does not exist: run migrate")
+            raise StartupError(f"table {schema}.{policy.table} does not exist: run migrate")
         await check_lean_rows(conn, schema, policy)
         moment: datetime = now if now is not None else await conn.fetchval("SELECT now()")
         existing = await list_partitions(conn, schema, policy.table)

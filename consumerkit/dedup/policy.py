@@ -76,18 +76,7 @@ class DedupPolicy:
         if self.layout not in ("partitioned", "table"):
             raise ConfigurationError(
                 f"unknown dedup layout {self.layout!r}: use 'partitioned' or 'table'")
-        step = self.partition_interval
-        hour = timedelta(hours=1)
-        if step <= timedelta(0) or step % hour:
-            raise ConfigurationError("partition_interval must be a positive number of hours")
-        if step < timedelta(days=1) and timedelta(days=1) % step:
-            raise ConfigurationError("a partition_interval under a day must divide 24 hours")
-        if step > timedelta(days=1) and step % timedelta(days=1):
-            raise ConfigurationError("a partition_interval over a day must be whole days")
-        if self.retention < step:
-            raise ConfigurationError("retention must be at least one partition_interval")
-        if not 1 <= self.premake <= 100:
-            raise ConfigurationError("premake must be between 1 and 100")
+        check_partitioning(self.retention, self.partition_interval, self.premake)
         if self.expired not in ("dead_letter", "skip", "apply"):
             raise ConfigurationError(f"unknown expired policy {self.expired!r}")
         if self.clock_skew < timedelta(0):
@@ -95,3 +84,18 @@ class DedupPolicy:
         # 0 would mean "wait forever" to PostgreSQL, and the setting has millisecond precision
         if self.claim_lock_timeout < timedelta(milliseconds=1):
             raise ConfigurationError("claim_lock_timeout must be at least 1 millisecond")
+
+
+def check_partitioning(retention: timedelta, step: timedelta, premake: int) -> None:
+    """Partition bounds every process computes alike (whole hours dividing a day, or whole
+    days), at least one partition per retention, and a bounded number made ahead."""
+    if step <= timedelta(0) or step % timedelta(hours=1):
+        raise ConfigurationError("partition_interval must be a positive number of hours")
+    if step < timedelta(days=1) and timedelta(days=1) % step:
+        raise ConfigurationError("a partition_interval under a day must divide 24 hours")
+    if step > timedelta(days=1) and step % timedelta(days=1):
+        raise ConfigurationError("a partition_interval over a day must be whole days")
+    if retention < step:
+        raise ConfigurationError("retention must be at least one partition_interval")
+    if not 1 <= premake <= 100:
+        raise ConfigurationError("premake must be between 1 and 100")

@@ -17,8 +17,9 @@ from ..dedup.horizon import redelivery_horizon_check
 from ..dedup.partitions import maintain
 from ..dedup.policy import DedupPolicy
 from ..observability.observer import Observer
+from ..outbox.admin import maintain_outbox
 from ..outbox.replication import replication_slots
-from ..outbox.table import migrate_outbox
+from ..outbox.table import OutboxTable, migrate_outbox
 from ..outbox.writer import Outbox
 from ..retry import RetryPolicy
 from ..schema import check_synchronous_commit, migrate
@@ -39,10 +40,13 @@ class DedupUpkeep:
         self.namespace = namespace
         self.observer = observer
         self.slots = False  # report the database's replication slots (it holds an outbox)
+        self.outbox: OutboxTable | None = None
 
     async def prepare(self, *, auto_migrate: bool, outbox: Outbox | None) -> None:
         """Create or upgrade the tables (``auto_migrate``), else only make partitions."""
         self.slots = outbox is not None  # CDC reads an outbox through a slot on this database
+        # an outbox kept for a retention: its partitions are maintained with the dedup table's
+        self.outbox = outbox.table if outbox is not None and outbox.table.retention else None
         async with self.pool.acquire() as conn:
             if await check_synchronous_commit(conn) == "off":
                 log.warning(
@@ -55,6 +59,7 @@ class DedupUpkeep:
             else:
                 await maintain(conn, self.schema, self.dedup, namespace=self.namespace)
             await self._report(conn)
+        await self._maintain_outbox()
 
     async def run(self, interval: timedelta, wanted: asyncio.Event) -> None:
         """Create partitions ahead and drop expired ones every ``interval``, or at once when
@@ -74,6 +79,18 @@ class DedupUpkeep:
                              report.dropped)
             except Exception:
                 log.exception("dedup partition maintenance failed; retrying next interval")
+            try:
+                await self._maintain_outbox()
+            except Exception:
+                log.exception("outbox partition maintenance failed; retrying next interval")
+
+    async def _maintain_outbox(self) -> None:
+        if self.outbox is None:
+            return
+        async with self.pool.acquire() as conn:
+            report = await maintain_outbox(conn, self.outbox)
+        if report.created or report.dropped:
+            log.info("outbox partitions created %s, dropped %s", report.created, report.dropped)
 
     async def _report(self, conn: DbConnection) -> None:
         self.observer.partitions_ahead(

@@ -3,7 +3,8 @@
 Writer: :class:`Outbox` (``add``, ``add_many``). Relay: :class:`Relay` with a sink,
 :class:`KafkaSink` or your own :class:`OutboxSink`. Tables: :func:`migrate_outbox`.
 Operations: :func:`failed_events`, :func:`count_failed`, :func:`retry_failed`,
-:func:`skip_failed`, :func:`cleanup`, :func:`live_relays`.
+:func:`skip_failed`, :func:`cleanup`, :func:`live_relays`. For change data capture, an outbox
+kept for a retention in time partitions: :class:`OutboxRetention`, :func:`maintain_outbox`.
 """
 
 from .admin import (
@@ -12,12 +13,14 @@ from .admin import (
     count_failed,
     failed_events,
     live_relays,
+    maintain_outbox,
     retry_failed,
     skip_failed,
 )
 from .event import OutboxEvent
 from .kafka import KafkaSink
 from .relay import DEFAULT_RETRY, Relay
+from .retention import OutboxRetention
 from .routing import TopicRoute
 from .sink import OutboxSink, PermanentSendError
 from .table import SLOTS, OutboxTable, migrate_outbox
@@ -32,6 +35,7 @@ __all__ = [
     "NotInTransactionError",
     "Outbox",
     "OutboxEvent",
+    "OutboxRetention",
     "OutboxSink",
     "OutboxTable",
     "PermanentSendError",
@@ -41,6 +45,7 @@ __all__ = [
     "count_failed",
     "failed_events",
     "live_relays",
+    "maintain_outbox",
     "migrate_outbox",
     "retry_failed",
     "skip_failed",

@@ -1,5 +1,6 @@
 """Operating an outbox: failed rows (list, count, retry, skip), live relays and their slots,
-and the batched retention delete for tables that Debezium reads (no built-in relay)."""
+and, for tables that Debezium reads (no built-in relay), the batched retention delete or, for
+an outbox kept in time partitions, their maintenance."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from ..errors import ConfigurationError
+from ..dedup.layout import existing_layout
+from ..dedup.partitions import MaintenanceReport, maintain
+from ..errors import ConfigurationError, StartupError
 from ..types import DbConnection
+from .retention import plan
 from .table import SLOTS, OutboxTable
 
 
@@ -108,26 +112,58 @@ async def cleanup(conn: DbConnection, older_than: timedelta, *,
     """Delete outbox rows and idempotency keys older than ``older_than``, ``batch`` rows per
     short transaction (no long lock, no long snapshot). For outboxes read by Debezium: a
     table with a built-in relay needs none (published rows are deleted), and the call is
-    refused while a relay of this outbox is connected. Returns the outbox rows deleted."""
+    refused while a relay of this outbox is connected, or when the outbox keeps its rows in
+    time partitions (:func:`maintain_outbox` drops those whole). Returns the outbox rows
+    deleted."""
     t = table or OutboxTable()
     if batch < 1:
         raise ConfigurationError("cleanup batch must be at least 1")
-    if conn.is_in_transaction():
-        raise ConfigurationError("cleanup runs its own short transactions: call it outside one")
+    _outside_transaction(conn, "cleanup")
+    if await existing_layout(conn, t.schema, t.table) == "partitioned":
+        raise ConfigurationError(
+            f"outbox {t.schema}.{t.table} keeps its rows in time partitions: maintain_outbox "
+            "(consumerkit outbox maintain) drops them whole")
     if await live_relays(conn, t):
         raise ConfigurationError(
             f"a relay of {t.schema}.{t.table} is running: its pending rows are not garbage")
-    deleted = 0
-    for target, column, key in ((t.events, "occurred_at", "seq"),
-                                (t.keys, "created_at", "dedup_key")):
-        while True:
-            status = await conn.execute(
-                f"""DELETE FROM {target} WHERE {key} IN (
-                        SELECT {key} FROM {target} WHERE {column} < now() - $1::interval
-                        LIMIT $2)""", older_than, batch)
-            n = int(status.split()[-1])
-            if target == t.events:
-                deleted += n
-            if n < batch:
-                break
+    deleted = await delete_older(conn, t.events, "occurred_at", "seq", older_than, batch)
+    await delete_older(conn, t.keys, "created_at", "dedup_key", older_than, batch)
     return deleted
+
+
+async def maintain_outbox(conn: DbConnection, table: OutboxTable) -> MaintenanceReport:
+    """For an outbox with a retention: make its partitions ahead and drop whole those past
+    the retention (the dedup table's :func:`~consumerkit.dedup.partitions.maintain`), then
+    delete its idempotency keys older than the retention in batches. Call it outside a
+    transaction, on a schedule (a quarter of the partition interval is plenty); processes
+    may run it at once. A consumer whose ``Outbox`` has a retention runs it with its own
+    dedup maintenance."""
+    _outside_transaction(conn, "outbox maintenance")
+    wanted = plan(table)
+    if await existing_layout(conn, table.schema, table.table) != "partitioned":
+        raise StartupError(f"outbox {table.schema}.{table.table} is not partitioned: run "
+                           "migrate_outbox with its OutboxRetention first")
+    report = await maintain(conn, table.schema, wanted)
+    await delete_older(conn, table.keys, "created_at", "dedup_key", wanted.retention, 5000)
+    return report
+
+
+async def delete_older(conn: DbConnection, target: str, column: str, key: str,
+                       older_than: timedelta, batch: int) -> int:
+    """Delete the rows of ``target`` whose ``column`` is older than ``older_than``, ``batch``
+    at a time (by ``key``), each batch its own transaction; how many were deleted."""
+    deleted = 0
+    while True:
+        status = await conn.execute(
+            f"""DELETE FROM {target} WHERE {key} IN (
+                    SELECT {key} FROM {target} WHERE {column} < now() - $1::interval
+                    LIMIT $2)""", older_than, batch)
+        n = int(status.split()[-1])
+        deleted += n
+        if n < batch:
+            return deleted
+
+
+def _outside_transaction(conn: DbConnection, what: str) -> None:
+    if conn.is_in_transaction():
+        raise ConfigurationError(f"{what} runs its own short transactions: call it outside one")

@@ -1,7 +1,12 @@
-"""``consumerkit outbox ...``: failed rows, retry, skip, cleanup and migration of an outbox.
+"""``consumerkit outbox ...``: failed rows, retry, skip, cleanup, maintenance and migration.
 
-    consumerkit outbox failed|retry|skip|cleanup|migrate [--postgres DSN] [--schema S]
-        [--table T] [--id UUID ...] [--all] [--older-than 7d] [--batch N] [--limit N]
+    consumerkit outbox failed|retry|skip|cleanup|maintain|migrate [--postgres DSN]
+        [--schema S] [--table T] [--id UUID ...] [--all] [--older-than 7d] [--batch N]
+        [--limit N] [--retention 7d] [--interval 1d] [--premake N]
+
+``--retention`` names an outbox kept in time partitions for change data capture
+(:mod:`~consumerkit.outbox.retention`): ``migrate`` creates it so, ``maintain`` (which needs
+it) makes its partitions ahead and drops those past it.
 """
 
 from __future__ import annotations
@@ -15,10 +20,18 @@ from uuid import UUID
 import asyncpg
 
 from ..errors import ConsumerKitError
-from .admin import cleanup, count_failed, failed_events, retry_failed, skip_failed
+from .admin import (
+    cleanup,
+    count_failed,
+    failed_events,
+    maintain_outbox,
+    retry_failed,
+    skip_failed,
+)
+from .retention import OutboxRetention
 from .table import OutboxTable, migrate_outbox
 
-ACTIONS = ("failed", "retry", "skip", "cleanup", "migrate")
+ACTIONS = ("failed", "retry", "skip", "cleanup", "maintain", "migrate")
 
 
 def add_arguments(parser: argparse.ArgumentParser,
@@ -31,13 +44,29 @@ def add_arguments(parser: argparse.ArgumentParser,
     parser.add_argument("--older-than", type=duration, help="cleanup: rows older than this")
     parser.add_argument("--batch", type=int, default=5000, help="cleanup: rows per transaction")
     parser.add_argument("--limit", type=int, default=100, help="failed: rows listed")
+    parser.add_argument("--retention", type=duration,
+                        help="migrate, maintain: keep the events this long in time partitions")
+    parser.add_argument("--interval", type=duration, default=timedelta(days=1),
+                        help="with --retention: the partitions' width")
+    parser.add_argument("--premake", type=int, default=3,
+                        help="with --retention: partitions made ahead")
 
 
 async def run(args: argparse.Namespace, conn: asyncpg.Connection[Any]) -> None:
-    table = OutboxTable(args.schema, args.table)
+    retention = None if args.retention is None else OutboxRetention(
+        args.retention, args.interval, args.premake)
+    table = OutboxTable(args.schema, args.table, retention)
     if args.action == "migrate":
         await migrate_outbox(conn, table)
-        print(f"outbox {table.schema}.{table.table} is up to date")
+        print(f"outbox {table.schema}.{table.table} is up to date"
+              + ("" if retention is None else f"; publication {table.publication}"))
+    elif args.action == "maintain":
+        if retention is None:
+            raise ConsumerKitError("outbox maintain: pass --retention, e.g. 7d (rows older "
+                                   "are dropped with their partition)")
+        report = await maintain_outbox(conn, table)
+        print(f"created {report.created or 'none'}; dropped {report.dropped or 'none'}; "
+              f"deferred {report.deferred or 'none'}")
     elif args.action == "failed":
         for e in await failed_events(conn, table, args.limit):
             print(f"{e.failed_at:%Y-%m-%d %H:%M:%S} {e.event_id} {e.event_type} "

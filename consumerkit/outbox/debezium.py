@@ -31,8 +31,15 @@ EXAMPLE_TABLE = OutboxTable("public", "outbox")
 def event_router_config(table: OutboxTable = EXAMPLE_TABLE) -> dict[str, str]:
     """The connector settings that make the EventRouter emit the relay's wire format from
     ``table``: key = aggregate id, value = the JSON payload, headers ``id``, ``event_type``,
-    ``aggregate_type``, ``occurred_at`` and ``headers`` (the writer's), topic = aggregate type."""
+    ``aggregate_type``, ``occurred_at`` and ``headers`` (the writer's), topic = aggregate type.
+
+    For an outbox kept in time partitions (``table.retention``), also the publication
+    ``migrate_outbox`` created with ``publish_via_partition_root``, which the connector must
+    not create itself (its own would publish each partition under its own name, and the
+    EventRouter would see no row of the table it was given)."""
     router = "transforms.outbox."
+    publication = {} if table.retention is None else {
+        "publication.name": table.publication, "publication.autocreate.mode": "disabled"}
     return {
         "connector.class": CONNECTOR_CLASS,
         "plugin.name": "pgoutput",
@@ -51,10 +58,14 @@ def event_router_config(table: OutboxTable = EXAMPLE_TABLE) -> dict[str, str]:
         "key.converter": "org.apache.kafka.connect.storage.StringConverter",
         "value.converter": "org.apache.kafka.connect.storage.StringConverter",
         "header.converter": "org.apache.kafka.connect.storage.SimpleHeaderConverter",
+        **publication,
     }
 
 
 def deployment_settings(config: Mapping[str, str]) -> dict[str, str]:
     """``config`` without its connection settings: what must equal :func:`event_router_config`
-    for the table it names."""
-    return {k: v for k, v in config.items() if k not in CONNECTION_KEYS}
+    for the table it names. The publication's name stays when the connector must not create
+    it: then it is the one ``migrate_outbox`` made."""
+    kept = {"publication.name"} if config.get("publication.autocreate.mode") == "disabled" \
+        else set()
+    return {k: v for k, v in config.items() if k not in CONNECTION_KEYS - kept}

@@ -23,7 +23,8 @@ from datetime import UTC, datetime
 import asyncpg
 from prometheus_client import CollectorRegistry
 
-from ..errors import ConfigurationError
+from ..dedup.layout import existing_layout
+from ..errors import ConfigurationError, StartupError
 from ..observability.logging import LogObserver
 from ..observability.metrics import RelayMetrics
 from ..observability.observer import Observer, fanout
@@ -256,6 +257,13 @@ class Relay:
         if self._conn is None or self._conn.is_closed():
             self._conn = await asyncpg.connect(self._dsn, timeout=15, server_settings={
                 "application_name": f"consumerkit-relay {self.name}"[:63]})
+            if await existing_layout(self._conn, self.table.schema,
+                                     self.table.table) == "partitioned":
+                # slots and deletes by key need the plain layout; the retained one is CDC's
+                raise StartupError(
+                    f"outbox {self._outbox} keeps its events in time partitions for change "
+                    "data capture (OutboxRetention): the relay cannot publish it; read it "
+                    "with Debezium, or relay another outbox table")
         return self._conn
 
     async def _drop_connections(self) -> None:

@@ -12,7 +12,8 @@ Three tables per outbox (``T`` is the outbox table's name, ``outbox`` by default
 
 Column names follow Debezium's outbox defaults (``id``, ``aggregatetype``, ``aggregateid``,
 ``type``, ``payload``). ``slot`` is computed by the database from the aggregate, one of
-:data:`SLOTS`; relays own slots, never rows.
+:data:`SLOTS`; relays own slots, never rows. An outbox read by change data capture may keep
+its events for a retention instead, in time partitions (:mod:`~consumerkit.outbox.retention`).
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from ..dedup.partitions import LOCK_SEED
+from ..dedup.ddl_functions import record_interval
+from ..dedup.partitions import LOCK_SEED, maintain
 from ..errors import ConfigurationError, StartupError
-from ..schema import VERSION_TABLE
+from ..schema import CORE_STEPS, VERSION_TABLE, apply_steps
 from ..shared.identifiers import identifier, qualified
 from ..types import DbConnection
+from .retention import OutboxRetention, check_outbox_layout, ensure_publication, plan
 
 SLOTS = 64
 """How many slots aggregates are hashed into: the most relays that can share the work."""
@@ -37,10 +40,14 @@ _MEMBERS_SLOT = 2_147_483_647  # the lock key every live relay holds shared
 
 @dataclass(frozen=True, slots=True)
 class OutboxTable:
-    """Where an outbox lives: ``schema.table`` and its side tables, all names validated."""
+    """Where an outbox lives: ``schema.table`` and its side tables, all names validated.
+    With ``retention``, the events are kept that long in time partitions, for change data
+    capture (:mod:`~consumerkit.outbox.retention`); without, the relay deletes each row it
+    published."""
 
     schema: str = "consumerkit"
     table: str = "outbox"
+    retention: OutboxRetention | None = None
 
     def __post_init__(self) -> None:
         identifier(self.schema, "schema name")
@@ -48,6 +55,9 @@ class OutboxTable:
         if len(self.table) > 54:
             raise ConfigurationError("outbox table name: at most 54 characters (side tables "
                                      "append _failures)")
+        if self.retention is not None and len(self.table) > 51:
+            raise ConfigurationError("outbox table name: at most 51 characters with a "
+                                     "retention (partitions append _pYYYYMMDDHH)")
 
     @property
     def events(self) -> str:
@@ -60,6 +70,11 @@ class OutboxTable:
     @property
     def keys(self) -> str:
         return qualified(self.schema, f"{self.table}_keys")
+
+    @property
+    def publication(self) -> str:
+        """The publication of a partitioned outbox, which change data capture reads."""
+        return f"{self.table}_cdc"
 
     @property
     def lock_class(self) -> int:
@@ -104,6 +119,13 @@ def outbox_ddl(t: OutboxTable) -> list[str]:
         )""",
         f"CREATE INDEX ON {t.events} (slot, seq)",
         f"CREATE INDEX ON {t.events} (occurred_at)",
+        *side_tables_ddl(t),
+    ]
+
+
+def side_tables_ddl(t: OutboxTable) -> list[str]:
+    """The relay's failure state and the writers' idempotency keys."""
+    return [
         f"""CREATE TABLE {t.failures} (
             seq bigint PRIMARY KEY,
             event_id uuid NOT NULL,
@@ -126,14 +148,41 @@ def outbox_ddl(t: OutboxTable) -> list[str]:
     ]
 
 
+def partitioned_ddl(t: OutboxTable) -> list[str]:
+    """Version 1 with a retention: the events range-partitioned on ``created_at`` (the
+    database's time of the insert), no ``slot`` and no unique ``id`` (a partitioned table's
+    unique keys must hold its partition key), and the same side tables."""
+    return [
+        f"""CREATE TABLE {t.events} (
+            seq bigserial NOT NULL,
+            id uuid NOT NULL,
+            aggregatetype text NOT NULL,
+            aggregateid text NOT NULL,
+            type text NOT NULL,
+            payload jsonb NOT NULL,
+            occurred_at timestamptz NOT NULL,
+            headers jsonb NOT NULL DEFAULT '{{}}',
+            created_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (seq, created_at)
+        ) PARTITION BY RANGE (created_at)""",
+        f"CREATE INDEX ON {t.events} (id)",
+        *side_tables_ddl(t),
+    ]
+
+
 OUTBOX_STEPS = ((1, "outbox table, failure side table and idempotency keys", outbox_ddl),)
+PARTITIONED_OUTBOX_STEPS = (
+    (1, "outbox partitioned by time for a retention, failure side table and idempotency keys",
+     partitioned_ddl),)
 
 
 async def migrate_outbox(conn: DbConnection, table: OutboxTable | None = None) -> None:
     """Create or upgrade one outbox: its steps are component ``outbox:<table>`` of the
     schema's version table, applied under the same advisory lock as
-    :func:`consumerkit.migrate`, so processes may race to run it. Raises
-    :class:`StartupError` when the database refuses a step."""
+    :func:`consumerkit.migrate`, so processes may race to run it. With a retention, also the
+    schema's core steps (the partition functions), the publication change data capture reads
+    and the partitions ahead. Raises :class:`StartupError` when the database refuses a step or
+    the table exists with the other layout."""
     t = table or OutboxTable()
     versions = qualified(t.schema, VERSION_TABLE)
     component = f"outbox:{t.table}"
@@ -150,9 +199,13 @@ async def migrate_outbox(conn: DbConnection, table: OutboxTable | None = None) -
                     applied_at timestamptz NOT NULL DEFAULT now(),
                     PRIMARY KEY (component, version)
                 )""")
+            await check_outbox_layout(conn, t)
+            if t.retention is not None:
+                await apply_steps(conn, t.schema, "core", CORE_STEPS)
             applied = {r["version"] for r in await conn.fetch(
                 f"SELECT version FROM {versions} WHERE component = $1", component)}
-            for version, description, statements in OUTBOX_STEPS:
+            steps = OUTBOX_STEPS if t.retention is None else PARTITIONED_OUTBOX_STEPS
+            for version, description, statements in steps:
                 if version in applied:
                     continue
                 for statement in statements(t):
@@ -160,5 +213,9 @@ async def migrate_outbox(conn: DbConnection, table: OutboxTable | None = None) -
                 await conn.execute(
                     f"INSERT INTO {versions} (component, version, description) "
                     "VALUES ($1, $2, $3)", component, version, description)
+            if t.retention is not None:
+                await record_interval(conn, t.schema, t.table, t.retention.partition_interval)
+                await ensure_publication(conn, t)
+                await maintain(conn, t.schema, plan(t))
     except asyncpg.PostgresError as exc:
         raise StartupError(f"migration of outbox {t.schema}.{t.table} failed: {exc}") from exc

@@ -23,6 +23,7 @@ from ..observability.tracing import inject
 from ..types import DbConnection
 from ..versions import check_version, model_version
 from ._uuid7 import uuid7
+from .retention import OutboxRetention
 from .table import OutboxTable
 
 RESERVED_HEADERS = frozenset({"id", "event_type", "occurred_at", "aggregate_type"})
@@ -55,15 +56,19 @@ class Outbox:
     ``notify`` sends one ``pg_notify`` per statement (PostgreSQL folds identical
     notifications of one transaction into one, delivered at commit). ``delete_after_insert``
     deletes each row in the same transaction right after inserting it: for Debezium, which
-    reads the insert from the WAL, with no built-in relay. An event's schema version (the
+    reads the insert from the WAL, with no built-in relay; ``retention`` keeps the rows for
+    Debezium that long instead, in time partitions dropped whole (``migrate_outbox`` and
+    ``maintain_outbox`` with ``outbox.table``; a consumer publishing through it maintains
+    them). An event's schema version (the
     ``version`` given, else its payload model's ``__event_version__``) is written as the
     ``version_header`` header; an event with neither goes without it (version 1).
     """
 
     def __init__(self, schema: str = "consumerkit", table: str = "outbox", *,
                  notify: bool = True, delete_after_insert: bool = False,
-                 version_header: str = "event_version") -> None:
-        self.table = OutboxTable(schema, table)
+                 version_header: str = "event_version",
+                 retention: OutboxRetention | None = None) -> None:
+        self.table = OutboxTable(schema, table, retention)
         self.version_header = version_header
         self.notify = notify
         self.delete_after_insert = delete_after_insert

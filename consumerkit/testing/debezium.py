@@ -204,6 +204,9 @@ def connector_properties(name: str, postgres: LogicalPostgres, table: OutboxTabl
     """The deployed connector settings for ``table`` plus this PostgreSQL's connection."""
     return {
         "name": name,
+        # a publication of its own, unless the table's settings name one (a retained outbox)
+        "publication.name": f"{slot}_pub",
+        "publication.autocreate.mode": "filtered",
         **event_router_config(table),
         "database.hostname": postgres.host,
         "database.port": str(postgres.port),
@@ -212,8 +215,6 @@ def connector_properties(name: str, postgres: LogicalPostgres, table: OutboxTabl
         "database.dbname": postgres.database,
         "topic.prefix": name,
         "slot.name": slot,
-        "publication.name": f"{slot}_pub",
-        "publication.autocreate.mode": "filtered",
         "tasks.max": "1",
     }
 
