@@ -18,10 +18,11 @@ three ``SECURITY DEFINER`` functions that do exactly that and nothing else:
 
 They run with the owner's rights, so each one checks its arguments before any DDL: ``table``
 must be a partitioned dedup table or outbox that ``migrate`` recorded in this schema, ``name``
-must be ``<table>_pYYYYMMDDHH`` (what :func:`~consumerkit.dedup.partitions.partition_name` makes), and
-every identifier reaches the SQL through ``format('%I')``, every value through ``%L``. The
-bounds are checked too: a partition named for one hour must not cover years, or expiry (which
-drops a partition once its upper bound has passed) would never drop it. ``migrate`` records the
+must be ``<table>_pYYYYMMDDHH`` (what :func:`~consumerkit.dedup.partitions.partition_name`
+makes), and every identifier reaches the SQL through ``format('%I')``, every value through
+``%L``. The bounds are checked too: a partition named for one hour must not cover years, or
+expiry (which drops a partition once its upper bound has passed) would never drop it.
+``migrate`` records the
 dedup table's ``partition_interval`` in ``consumerkit_partition_intervals`` (the owner's; the
 runtime role cannot write it), and a range may be no wider than that (narrower is a gap left
 after a change of interval, see :func:`~consumerkit.dedup.partitions.uncovered`). Their

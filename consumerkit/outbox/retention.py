@@ -15,7 +15,7 @@ The relay refuses it (it claims rows by slot and deletes what it published). Deb
 partitioned table only through a publication with ``publish_via_partition_root = true``, so
 that every change carries the root table's name the connector's ``table.include.list`` and
 the EventRouter expect: :func:`~consumerkit.outbox.migrate_outbox` creates that publication,
-``{table}_cdc``, and :func:`~consumerkit.outbox.debezium.event_router_config` names it with
+``{schema}_{table}_cdc``, and :func:`~consumerkit.outbox.debezium.event_router_config` names it with
 ``publication.autocreate.mode=disabled``.
 """
 
@@ -66,12 +66,20 @@ async def ensure_publication(conn: DbConnection, t: OutboxTable) -> None:
     """Create ``t``'s publication with ``publish_via_partition_root``, or set that option on
     one that exists (the owner's migration: it needs CREATE on the database)."""
     name = identifier(t.publication, "publication name")
-    via_root: bool | None = await conn.fetchval(
-        "SELECT pubviaroot FROM pg_catalog.pg_publication WHERE pubname = $1", t.publication)
-    if via_root is None:
+    found = await conn.fetchrow(
+        """SELECT p.pubviaroot, EXISTS (
+               SELECT 1 FROM pg_catalog.pg_publication_rel r WHERE r.prpubid = p.oid
+               AND r.prrelid = to_regclass($2)) AS has_table
+           FROM pg_catalog.pg_publication p WHERE p.pubname = $1""",
+        t.publication, f"{t.schema}.{t.table}")
+    if found is None:
         await conn.execute(f"CREATE PUBLICATION {name} FOR TABLE {t.events} "
                            "WITH (publish_via_partition_root = true)")
-    elif not via_root:
+        return
+    if not found["has_table"]:
+        raise StartupError(f"publication {t.publication} exists without outbox "
+                           f"{t.schema}.{t.table}: drop it or rename the outbox")
+    if not found["pubviaroot"]:
         await conn.execute(f"ALTER PUBLICATION {name} SET (publish_via_partition_root = true)")
 
 

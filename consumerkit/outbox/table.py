@@ -73,8 +73,14 @@ class OutboxTable:
 
     @property
     def publication(self) -> str:
-        """The publication of a partitioned outbox, which change data capture reads."""
-        return f"{self.table}_cdc"
+        """The publication of a partitioned outbox, which change data capture reads:
+        ``{schema}_{table}_cdc`` (publication names are per database, not per schema), or
+        ``{table}_cdc_{hash}`` when that would pass 63 characters."""
+        name = f"{self.schema}_{self.table}_cdc"
+        if len(name) <= 63:
+            return name
+        digest = hashlib.blake2b(f"{self.schema}.{self.table}".encode(), digest_size=4)
+        return f"{self.table}_cdc_{digest.hexdigest()}"
 
     @property
     def lock_class(self) -> int:
