@@ -14,7 +14,7 @@ import pytest
 import pytest_asyncio
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from consumerkit.outbox import Outbox, OutboxTable, migrate_outbox
+from consumerkit.outbox import Outbox, OutboxRetention, OutboxTable, migrate_outbox
 from consumerkit.testing.connect_jars import DEBEZIUM_KAFKA_VERSION, connect_lib
 from consumerkit.testing.kafka_jars import MissingToolError, require_tools
 from consumerkit.testing.pg_logical import debian_bin_dir
@@ -78,7 +78,8 @@ class Cdc:
 
     @property
     def outbox(self) -> Outbox:
-        return Outbox(self.table.schema, self.table.table, notify=False)
+        return Outbox(self.table.schema, self.table.table, notify=False,
+                      retention=self.table.retention)
 
     def start(self, flush_interval_ms: int = 1000) -> DebeziumWorker:
         self.worker = start_debezium(self.kafka.bootstrap, self.postgres, table=self.table,
@@ -97,10 +98,11 @@ async def create_topic(bootstrap: str, name: str, partitions: int, replication: 
 
 
 async def new_cdc(postgres: LogicalPostgres, kafka: KafkaCluster, partitions: int,
-                  replication: int = 1) -> Cdc:
-    """A migrated outbox in a fresh schema of ``postgres`` and its topic on ``kafka``."""
+                  replication: int = 1, retention: OutboxRetention | None = None) -> Cdc:
+    """A migrated outbox in a fresh schema of ``postgres`` (kept in time partitions with a
+    ``retention``) and its topic on ``kafka``."""
     suffix = uuid.uuid4().hex[:10]
-    table = OutboxTable(f"cdc_{suffix}", "outbox")
+    table = OutboxTable(f"cdc_{suffix}", "outbox", retention)
     conn = await asyncpg.connect(postgres.dsn)
     try:
         await migrate_outbox(conn, table)
@@ -111,18 +113,19 @@ async def new_cdc(postgres: LogicalPostgres, kafka: KafkaCluster, partitions: in
     return Cdc(postgres, kafka, table, topic)
 
 
-MakeCdc = Callable[[int], Awaitable[Cdc]]
+MakeCdc = Callable[..., Awaitable[Cdc]]
 
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def make_cdc(cdc_postgres: LogicalPostgres, cdc_kafka: KafkaCluster
                    ) -> AsyncIterator[MakeCdc]:
-    """``await make_cdc(partitions)``: a migrated outbox in a fresh schema and its topic
-    (the connector is started by ``cdc.start()``); stopped and its slot dropped afterwards."""
+    """``await make_cdc(partitions, retention=None)``: a migrated outbox in a fresh schema and
+    its topic (the connector is started by ``cdc.start()``); stopped and its slot (and a
+    retained outbox's publication) dropped afterwards."""
     made: list[Cdc] = []
 
-    async def make(partitions: int = 3) -> Cdc:
-        cdc = await new_cdc(cdc_postgres, cdc_kafka, partitions)
+    async def make(partitions: int = 3, retention: OutboxRetention | None = None) -> Cdc:
+        cdc = await new_cdc(cdc_postgres, cdc_kafka, partitions, retention=retention)
         made.append(cdc)
         return cdc
 
@@ -130,3 +133,9 @@ async def make_cdc(cdc_postgres: LogicalPostgres, cdc_kafka: KafkaCluster
     for cdc in made:
         if cdc.worker is not None:
             cdc.worker.stop()
+        if cdc.table.retention is not None:
+            conn = await asyncpg.connect(cdc_postgres.dsn)
+            try:
+                await conn.execute(f'DROP PUBLICATION IF EXISTS "{cdc.table.publication}"')
+            finally:
+                await conn.close()

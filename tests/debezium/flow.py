@@ -93,9 +93,10 @@ def handlers(schema: str, echo_to: str | None) -> list[Callable[..., Any]]:
 @contextlib.asynccontextmanager
 async def consuming(dsn: str, bootstrap: str, schema: str, topics: list[str],
                     echo_to: str | None = None, name: str | None = None,
-                    ) -> AsyncIterator[Consumer]:
+                    outbox: Outbox | None = None) -> AsyncIterator[Consumer]:
     """A consumer running in a task; ``name`` (its group and dedup namespace) is fresh unless
-    given: give the same one to stand for the same consumer restarted."""
+    given: give the same one to stand for the same consumer restarted. ``ctx.publish`` writes
+    to ``outbox`` (default: the schema's plain ``outbox``)."""
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute(applied_sql(schema))
@@ -105,7 +106,7 @@ async def consuming(dsn: str, bootstrap: str, schema: str, topics: list[str],
         name=name or f"cdc-{uuid.uuid4().hex[:8]}", handlers=handlers(schema, echo_to),
         topics=topics,
         kafka_bootstrap=bootstrap, postgres_dsn=dsn, schema=schema,
-        outbox=Outbox(schema, "outbox", notify=False), handle_signals=False)
+        outbox=outbox or Outbox(schema, "outbox", notify=False), handle_signals=False)
     task = asyncio.create_task(consumer.run())
     try:
         yield consumer
