@@ -58,6 +58,14 @@ row, the drop by the time the file system takes to free the partition's files wh
 where truncating a 700 MB file alone takes 0.16 s). The drop holds the dedup table's lock
 only to detach the partition, before that.
 
+An outbox kept for change data capture in day partitions (`python -m
+benchmarks.outbox_retention --rows 100000`, one run, not part of the suite) shows the same
+trade on another table: the expired day's 100,000 rows dropped with their partition in
+0.029 s and 202 KiB of WAL, against 0.240 s and 31.3 MiB for `cleanup`'s batched `DELETE` of
+the same rows, plus 0.036 s and 2.0 MiB for the `VACUUM` after it. A writer adding events to
+the same outbox saw its commit p50 go from 1.6 to 2.9 ms during the `DELETE`, and no change
+during the drop.
+
 """
 
 

@@ -1,5 +1,6 @@
 """The transactional outbox: writing events with the business change, running the relay,
-handling failed rows, and cleaning up an outbox that Debezium reads."""
+handling failed rows, and cleaning up an outbox that Debezium reads, or keeping its rows for a
+retention in time partitions."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from consumerkit.outbox import (
     KafkaSink,
     NewEvent,
     Outbox,
+    OutboxRetention,
     OutboxTable,
     Relay,
     cleanup,
     count_failed,
     failed_events,
+    maintain_outbox,
     migrate_outbox,
     retry_failed,
     skip_failed,
@@ -89,3 +92,17 @@ debezium_outbox = Outbox(schema="public", table="outbox", delete_after_insert=Tr
 async def nightly_cleanup(conn: asyncpg.Connection) -> int:
     table = OutboxTable("public", "outbox")
     return await cleanup(conn, timedelta(days=7), table=table, batch=5000)
+
+
+kept_outbox = Outbox(schema="public", table="outbox", notify=False,
+                     retention=OutboxRetention(retention=timedelta(days=7)))
+
+
+async def create_the_kept_outbox(conn: asyncpg.Connection) -> None:
+    # as the owner: the partitioned table, its partitions ahead and the publication
+    await migrate_outbox(conn, kept_outbox.table)
+
+
+async def every_six_hours(conn: asyncpg.Connection) -> None:
+    # partitions made ahead, those past the retention dropped whole; outside a transaction
+    await maintain_outbox(conn, kept_outbox.table)

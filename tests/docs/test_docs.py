@@ -44,7 +44,7 @@ from consumerkit.cli import main as cli_main
 from consumerkit.engine.cdc import HEADERS_HEADER
 from consumerkit.engine.decode import Decoder
 from consumerkit.errors import ConfigurationError, is_retriable
-from consumerkit.outbox import OutboxTable
+from consumerkit.outbox import OutboxRetention, OutboxTable
 from consumerkit.outbox.debezium import (
     CONNECTION_KEYS,
     deployment_settings,
@@ -418,6 +418,22 @@ def test_the_debezium_example_is_the_config_start_debezium_runs() -> None:
     assert deployment_settings(config) == event_router_config(table)
     assert set(config) - set(event_router_config(table)) <= CONNECTION_KEYS
     assert f"```json\n{text}```" in page("wire-format.md")
+
+
+def test_the_retained_outbox_example_reads_through_the_migrated_publication() -> None:
+    """The connector of an outbox kept in time partitions: the plain example's settings plus
+    the publication ``migrate_outbox`` creates, which the connector must not create itself;
+    shown on the outbox page."""
+    text = (EXAMPLES / "debezium_outbox_retention.json").read_text()
+    config = json.loads(text)["config"]
+    plain = json.loads((EXAMPLES / "debezium_outbox.json").read_text())["config"]
+    schema, name = config["table.include.list"].split(".")
+    table = OutboxTable(schema, name, OutboxRetention())
+    assert deployment_settings(config) == event_router_config(table)
+    assert config["publication.name"] == table.publication
+    assert config["publication.autocreate.mode"] == "disabled"
+    assert {k: v for k, v in config.items() if not k.startswith("publication.")} == plain
+    assert f"```json\n{text}```" in page("outbox.md")
 
 
 def test_a_record_as_the_debezium_example_emits_it_decodes() -> None:
