@@ -14,8 +14,11 @@ import pytest
 import pytest_asyncio
 
 from consumerkit.cli import main
+from consumerkit.dedup import DedupPolicy
 from consumerkit.dedup.partitions import list_partitions, maintain, partition_floor
+from consumerkit.engine.upkeep import DedupUpkeep
 from consumerkit.errors import ConfigurationError, StartupError
+from consumerkit.observability.observer import fanout
 from consumerkit.outbox import (
     Outbox,
     OutboxEvent,
@@ -231,3 +234,26 @@ class _Refusing:
 
     async def close(self) -> None:
         return None
+
+
+async def test_a_consumer_keeps_its_retained_outbox_with_its_dedup_maintenance(
+    pg_pool: asyncpg.Pool[asyncpg.Record], pg_schema: str,
+) -> None:
+    """The consumer's upkeep (what ``Consumer`` runs at start and every maintenance
+    interval) migrates an ``outbox=`` kept for a retention, then drops its expired days."""
+    outbox = Outbox(pg_schema, "outbox", notify=False, retention=KEEP)
+    upkeep = DedupUpkeep(pg_pool, pg_schema, DedupPolicy(), "billing", fanout([]))
+    try:
+        await upkeep.prepare(auto_migrate=True, outbox=outbox)
+        async with pg_pool.acquire() as conn:
+            now: datetime = await conn.fetchval("SELECT now()")
+            assert len(await list_partitions(conn, pg_schema, "outbox")) == 5
+            await maintain(conn, pg_schema, plan(outbox.table), now=now - 10 * DAY)
+            assert len(await list_partitions(conn, pg_schema, "outbox")) == 10
+        await upkeep.prepare(auto_migrate=False, outbox=outbox)  # a start without migrating
+        async with pg_pool.acquire() as conn:
+            parts = await list_partitions(conn, pg_schema, "outbox")
+        assert [p.lower for p in parts] == [partition_floor(now, DAY) + k * DAY
+                                            for k in range(-1, 4)]
+    finally:
+        await pg_pool.execute(f'DROP PUBLICATION IF EXISTS "{outbox.table.publication}"')
