@@ -15,8 +15,8 @@ The relay refuses it (it claims rows by slot and deletes what it published). Deb
 partitioned table only through a publication with ``publish_via_partition_root = true``, so
 that every change carries the root table's name the connector's ``table.include.list`` and
 the EventRouter expect: :func:`~consumerkit.outbox.migrate_outbox` creates that publication,
-``{schema}_{table}_cdc``, and :func:`~consumerkit.outbox.debezium.event_router_config` names it with
-``publication.autocreate.mode=disabled``.
+``{schema}_{table}_cdc``, and :func:`~consumerkit.outbox.debezium.event_router_config` names
+it with ``publication.autocreate.mode=disabled``.
 """
 
 from __future__ import annotations

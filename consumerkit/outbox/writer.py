@@ -68,6 +68,9 @@ class Outbox:
                  notify: bool = True, delete_after_insert: bool = False,
                  version_header: str = "event_version",
                  retention: OutboxRetention | None = None) -> None:
+        if delete_after_insert and retention is not None:
+            raise ConfigurationError("an outbox either deletes each row as it inserts it "
+                                     "(delete_after_insert) or keeps rows for a retention")
         self.table = OutboxTable(schema, table, retention)
         self.version_header = version_header
         self.notify = notify

@@ -179,6 +179,8 @@ def test_retention_settings_are_checked() -> None:
         OutboxRetention(partition_interval=timedelta(hours=5))
     with pytest.raises(ConfigurationError, match="at most 51 characters"):
         OutboxTable("s", "x" * 52, OutboxRetention())
+    with pytest.raises(ConfigurationError, match="either deletes each row"):
+        Outbox("s", "t", delete_after_insert=True, retention=OutboxRetention())
     long = OutboxTable("s" * 40, "t" * 30, OutboxRetention())
     assert len(long.publication) <= 63
     assert long.publication.startswith("t" * 30 + "_cdc_")
