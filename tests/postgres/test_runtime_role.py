@@ -1,7 +1,7 @@
 """Maintenance under a runtime role without DDL rights, on both servers: partitions made ahead
 and expired ones dropped as the clock moves (``maintain(now=...)``), the table layout's
-cleanup, the GRANTs :func:`runtime_grants` prints, and the maintenance functions refusing what
-is not theirs to do."""
+cleanup, an outbox kept in partitions, the GRANTs :func:`runtime_grants` prints, and the
+maintenance functions refusing what is not theirs to do."""
 
 from __future__ import annotations
 
@@ -18,6 +18,14 @@ from consumerkit import DedupPolicy
 from consumerkit.dedup.partitions import list_partitions, maintain, partition_floor
 from consumerkit.errors import ConfigurationError
 from consumerkit.grants import runtime_grants
+from consumerkit.outbox import (
+    Outbox,
+    OutboxRetention,
+    OutboxTable,
+    maintain_outbox,
+    migrate_outbox,
+)
+from consumerkit.outbox.retention import plan
 from consumerkit.schema import migrate
 
 from .conftest import Conn
@@ -213,3 +221,38 @@ async def test_the_create_function_reads_the_name_as_utc_in_a_dst_gap(
         await role_conn.close()
     names = {p.name for p in await list_partitions(conn, schema, POLICY.table)}
     assert f"{POLICY.table}_p2026032902" in names
+
+
+async def test_a_runtime_role_writes_to_and_maintains_an_outbox_kept_in_partitions(
+    server_dsn: str, conn: Conn, schema: str, runtime: str,
+) -> None:
+    """The owner migrates an outbox kept for a retention; the runtime role writes to it and
+    drops its expired days through the owner's functions, owning nothing."""
+    keep = OutboxRetention(retention=timedelta(days=2))
+    table = OutboxTable(schema, "outbox", keep)
+    await migrate(conn, schema, POLICY)
+    await migrate_outbox(conn, table)
+    try:
+        now: datetime = await conn.fetchval("SELECT now()")
+        await maintain(conn, schema, plan(table), now=now - timedelta(days=10))
+        old = {p.name for p in await list_partitions(conn, schema, "outbox")
+               if p.upper is not None and p.upper <= now - timedelta(days=2)}
+        role_conn = await as_runtime(server_dsn, conn, schema, runtime)
+        try:
+            async with role_conn.transaction():
+                added = await Outbox(schema, "outbox", notify=False, retention=keep).add(
+                    role_conn, event_type="order.placed", aggregate_type="orders",
+                    aggregate_id="o-1", payload={"n": 1}, dedup_key="o-1")
+            report = await maintain_outbox(role_conn, table)
+        finally:
+            await role_conn.close()
+        assert old
+        assert set(report.dropped) == old
+        assert not report.deferred
+        assert await conn.fetchval(f"SELECT id FROM {table.events}") == added
+        owners = await conn.fetch(
+            "SELECT DISTINCT pg_get_userbyid(c.relowner) AS owner FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1", schema)
+        assert runtime not in {r["owner"] for r in owners}
+    finally:
+        await conn.execute(f'DROP PUBLICATION IF EXISTS "{table.publication}"')
