@@ -81,7 +81,7 @@ PROFILES = {
     # producers upstream; two seeds make 1,000,000 events and 500 faults
     "kafka-long": Profile("kafka-long", events=500_000, aggregates=5000, rate=420.0,
                           faults=250, fault_gap=0.6, warmup=10.0, cache=False,
-                          broker="kafka", txn_events=60_000, drain_timeout=900.0,
+                          broker="kafka", txn_events=12_000, drain_timeout=900.0,
                           stall_timeout=120.0, failover=True, offset_store="postgres",
                           kinds=(*KAFKA_KINDS, *KAFKA_WITH, "postgres_failover")),
     "long": Profile("long", events=340_000, aggregates=5000, rate=500.0, faults=180,
