@@ -5,6 +5,7 @@ service, so hand-made bad histories test it (``tests/torture/test_check.py``).""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 
@@ -94,7 +95,7 @@ def check(h: History) -> Findings:
     duplicates = sorted(e for e, n in applied.items() if n > 1)
     unexpected = sorted(e for e in lettered
                         if e in h.committed and not h.committed[e].poison)
-    order = _order_violations(h, explained)
+    order = _order_violations(h, explained, orphans)
     published = Counter(h.published)
     extra_copies = sum(n - 1 for n in published.values())
     return Findings(
@@ -126,20 +127,35 @@ def check(h: History) -> Findings:
     )
 
 
-def _order_violations(h: History, explained: set[str]) -> list[str]:
+def _order_violations(h: History, explained: set[str],
+                      orphans: Collection[str] = ()) -> list[str]:
     """Effects applied out of their aggregate's sequence: each aggregate's first effects, in
     the order applied, must go 1, 2, 3, ... skipping only events explained by a dead letter
-    or a parked entry. Repeated effects are duplicates, counted apart, not here."""
+    or a parked entry. Repeated effects are duplicates, counted apart, not here.
+
+    An orphan holds its place in the sequence when a committed event of its aggregate comes
+    after it and none took its number again: a producer that numbers in memory (the
+    transactional one) went on past it, where the outbox's producer, whose counter the
+    failover took back, numbers its next events the same as the orphans."""
     skipped: dict[str, set[int]] = {}
     for event_id in explained:
         produced = h.committed.get(event_id)
         if produced is not None and not produced.poison:
             skipped.setdefault(produced.aggregate, set()).add(produced.seq)
+    taken = {(p.aggregate, p.seq) for p in h.committed.values() if not p.poison}
+    top: dict[str, int] = {}
+    for aggregate, seq in taken:
+        top[aggregate] = max(seq, top.get(aggregate, 0))
     last: dict[str, int] = {}
     seen: set[str] = set()
     wrong: list[str] = []
     for event_id, aggregate, seq in h.effects:
-        if event_id in seen or event_id not in h.committed or h.committed[event_id].poison:
+        if event_id in seen:
+            continue
+        if event_id in orphans:
+            if (aggregate, seq) in taken or seq > top.get(aggregate, 0):
+                continue
+        elif event_id not in h.committed or h.committed[event_id].poison:
             continue
         seen.add(event_id)
         expected = last.get(aggregate, 0) + 1

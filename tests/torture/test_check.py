@@ -177,3 +177,20 @@ def test_after_a_failover_an_orphan_is_counted_not_a_phantom() -> None:
     h.projection_violations = 2
     assert check(h).projection_violations == 1
     assert not check(h).verdict
+
+
+def test_after_a_failover_an_orphan_numbered_in_memory_keeps_its_place() -> None:
+    """A transactional producer numbers in memory: t2 reached the topic, its row went with
+    the failover, and the producer went on with t3. t2 holds its place in t's sequence, so
+    1, 2, 3 is in order; applied out of order it fails like any other event."""
+    h = clean()
+    h.failovers = 1
+    h.committed.update({"t1": Produced("t", 1), "t3": Produced("t", 3)})
+    h.published += ["t1", "t2-lost", "t3"]
+    h.effects += [("t1", "t", 1), ("t2-lost", "t", 2), ("t3", "t", 3)]
+    found = check(h)
+    assert (found.orphans, found.order_violations) == (1, 0)
+    assert found.verdict
+    h.effects[-2:] = [("t3", "t", 3), ("t2-lost", "t", 2)]
+    assert check(h).order_violations == 2  # t3 came early, t2 late
+    assert not check(h).verdict
