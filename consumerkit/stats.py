@@ -44,6 +44,7 @@ class ConsumerStats:
     cache_hits: int = 0  # deliveries the dedup cache recognised without a transaction
     gap_rereads: int = 0  # fetches read again from a gap, to see it a second time
     hidden_records: int = 0  # records a second read returned where the first had a gap
+    gaps_explained: int = 0  # gaps passed at once: the fetch said what left them (markers)
     stalls: int = 0  # times a failure every record would hit stalled the consumer
     offsets_moved_back: int = 0  # partitions read again: the database lost commits (failover)
     dead_letter_reasons: Counter[str] = field(default_factory=Counter)

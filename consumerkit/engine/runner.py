@@ -158,6 +158,10 @@ class Engine(Ownership):
         same step (no await between): a rebalance can come before they are dispatched (the
         cache lookup awaits), and they must not reach the next ownership's lanes."""
         fetched = await source.fetch(self.poll_timeout_ms, max_records)
+        for part, ranges in source.skipped().items():
+            # facts about the log: kept by whichever ownership reads the partition now
+            if (state := self.states.get(part)) is not None:
+                state.skipped.add(ranges)
         for part in [p for p, s in self.states.items() if s.placing and p in fetched]:
             # fetched before the ownership's stored offset is read: dropped now, not at
             # dispatch (after awaits, by which time the seek may have come and gone)

@@ -21,8 +21,9 @@ trace = logging.getLogger("consumerkit.consumer.offsets")
 
 def through(part: Partition, state: PartitionState, records: Sequence[RecordLike],
             source: Source | None, stats: ConsumerStats) -> Sequence[RecordLike]:
-    """The records of a fetch of ``part`` up to its first gap that the fetch before did not
-    show too; from that gap on, ``source`` reads the partition again."""
+    """The records of a fetch of ``part`` up to its first gap that neither the fetch before
+    showed too nor the source explained (``state.skipped``); from that gap on, ``source``
+    reads the partition again."""
     if (state.start is not None and state.offsets.watermark() is None
             and records[0].offset < state.start):
         # the first records of an ownership placed at the stored offset come from before it:
@@ -38,14 +39,17 @@ def through(part: Partition, state: PartitionState, records: Sequence[RecordLike
         log.warning("%s/%d: records a second read returned where the first had a gap "
                     "(from offset %d): %d; the broker had hidden them", *part, seen.start,
                     hidden)
-    count, again = unbroken(records, state.fetched, seen)
+    count, again, explained = unbroken(records, state.fetched, seen, state.skipped)
+    stats.gaps_explained += explained
     if again is None:
+        state.skipped.forget(records[-1].offset + 1)
         return records
     assert source is not None
     state.sighting = Sighting(again, [r.offset for r in records[count:]])
     source.seek(part, again)
     stats.gap_rereads += 1
     trace.debug("%s/%d: offsets missing from %d, read again", *part, again)
+    state.skipped.forget(again)
     return records[:count]
 
 

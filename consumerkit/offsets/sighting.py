@@ -7,10 +7,11 @@ between returns the later batches without that one (docs/torture-long.md, findin
 consumer that goes on after what it was given never reads that batch, and once it commits past
 it, neither does the group: the records are lost.
 
-So the engine goes past missing offsets only when two fetches agree that they are missing. On
-a gap it dispatches the records before it, reads the partition again from the gap, and keeps
-what the first fetch returned (a :class:`Sighting`) to compare with. A gap costs one more
-fetch; a fetch without gaps costs two comparisons.
+So the engine goes past missing offsets only when two fetches agree that they are missing,
+or when the source said what left them out (:mod:`~consumerkit.offsets.skipped`: transaction
+markers, aborted transactions). On any other gap it dispatches the records before it, reads the
+partition again from the gap, and keeps what the first fetch returned (a :class:`Sighting`) to
+compare with. Such a gap costs one more fetch; a fetch without gaps costs two comparisons.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..envelope import RecordLike
+from .skipped import Skipped
 
 
 @dataclass(slots=True, frozen=True)
@@ -52,25 +54,30 @@ class Sighting:
         return sum(1 for r in records if r.offset < last and r.offset not in seen)
 
 
-def unbroken(records: Sequence[RecordLike], expected: int | None,
-             seen: Sighting | None) -> tuple[int, int | None]:
+def unbroken(records: Sequence[RecordLike], expected: int | None, seen: Sighting | None,
+             skipped: Skipped | None = None) -> tuple[int, int | None, int]:
     """How many of ``records`` (one partition's fetch, offsets increasing) come before the
-    first gap not yet confirmed, and that gap's first offset (``None``: no such gap).
+    first gap not yet confirmed, that gap's first offset (``None``: no such gap), and how many
+    gaps before it ``skipped`` explained.
 
     ``expected`` is the offset the fetch should start at (``None``: not known, as at a new
     group's first fetch); ``seen`` is the sighting of the fetch before, if that one stopped
-    at a gap."""
+    at a gap; ``skipped`` holds the offsets the source said it passed over (transaction
+    markers, aborted transactions): a gap they fill is passed at once."""
     if not records:
-        return 0, None
+        return 0, None, 0
     first, last = records[0].offset, records[-1].offset
     if expected is not None and first < expected:
         expected = None  # a committed offset that moved after the fetch began: trust the fetch
     if (expected is None or first == expected) and last - first + 1 == len(records):
-        return len(records), None  # the usual case: contiguous
+        return len(records), None, 0  # the usual case: contiguous
+    explained = 0
     for i, record in enumerate(records):
         offset = record.offset
-        if expected is not None and offset != expected and (
-                seen is None or not seen.agrees(expected, offset)):
-            return i, expected
+        if expected is not None and offset != expected:
+            if skipped is not None and skipped.covers(expected, offset):
+                explained += 1
+            elif seen is None or not seen.agrees(expected, offset):
+                return i, expected, explained
         expected = offset + 1
-    return len(records), None
+    return len(records), None, explained

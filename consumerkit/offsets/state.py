@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from ..transport.source import Partition
 from .sighting import Sighting
+from .skipped import Skipped
 from .watermark import PartitionOffsets
 
 
@@ -28,6 +29,8 @@ class PartitionState:
     # offset, None when not known; a floor for the end offset
     fetched: int | None = None
     sighting: Sighting | None = None  # a gap the next fetch should show again
+    # offsets the source passed over for a reason (transaction markers, aborted transactions)
+    skipped: Skipped = field(default_factory=Skipped)
     # where this ownership began, as the offset store said (None: the broker's committed
     # offset, or the partition's start): the floor a database that moved back rewinds to
     start: int | None = None

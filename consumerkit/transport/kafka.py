@@ -39,6 +39,7 @@ from .kafka_access import (
     login_failure,
     write_denied,
 )
+from .kafka_skipped import SkipWatch
 from .source import Partition as Partition  # re-exported: callers imported it from here
 from .source import RebalanceHandler as RebalanceHandler
 
@@ -121,6 +122,7 @@ class KafkaSource:
                 bootstrap_servers=bootstrap, group_id=group_id, **consumer_options(options))
         except (TypeError, ValueError) as exc:
             raise ConfigurationError(f"invalid Kafka consumer option: {exc}") from None
+        self._skips = SkipWatch()
 
     async def start(self) -> None:
         try:
@@ -142,6 +144,7 @@ class KafkaSource:
             if hidden:
                 raise denied(TopicAuthorizationFailedError(), self._options, topics=hidden)
             raise StartupError(f"topics missing on the broker: {', '.join(missing)}")
+        self._skips.watch(self._consumer)  # before the subscription: no fetch has begun
         self._consumer.subscribe(topics=self.topics, listener=_Listener(self._rebalance))
 
     async def fetch(self, timeout_ms: int, max_records: int) -> dict[Partition, list[RecordLike]]:
@@ -151,6 +154,11 @@ class KafkaSource:
         except (GroupAuthorizationFailedError, TopicAuthorizationFailedError) as exc:
             raise denied(exc, self._options, group=self.group_id, topics=self.topics) from exc
         return {(tp.topic, tp.partition): records for tp, records in batches.items()}
+
+    def skipped(self) -> dict[Partition, list[tuple[int, int]]]:
+        """The control batches and aborted transactions' batches the fetches since the last
+        call dropped (:mod:`~consumerkit.transport.kafka_skipped`)."""
+        return self._skips.take()
 
     def pause(self, paused: bool) -> None:
         """Pause every assigned partition (still polling keeps the member in its group), or

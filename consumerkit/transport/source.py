@@ -33,7 +33,9 @@ class Source(Protocol):
     - :meth:`fetch` returns, per assigned partition that is not paused, records in increasing
       offset order starting at the committed offset (the partition's start if none), then
       continuing after what it returned (or at the offset given to :meth:`seek`); an empty
-      dict after ``timeout_ms`` if nothing came.
+      dict after ``timeout_ms`` if nothing came. Offsets it leaves out are gaps the engine
+      reads again (:mod:`~consumerkit.offsets.sighting`), unless :meth:`skipped`, asked right
+      after each fetch, says what left them out.
       After a (re)assignment, reading resumes from the committed offset: records fetched but
       not committed are delivered again.
     - :meth:`commit` stores ``{partition: next offset to read}`` for the group; a source never
@@ -47,6 +49,14 @@ class Source(Protocol):
     async def start(self) -> None: ...
 
     async def fetch(self, timeout_ms: int, max_records: int) -> dict[Partition, list[RecordLike]]:
+        ...
+
+    def skipped(self) -> Mapping[Partition, Sequence[tuple[int, int]]]:
+        """The offset ranges ``[first, end)`` that the fetches since the last call passed over
+        for a reason the broker gave, per partition: transaction markers (control batches)
+        and the batches of aborted transactions, which no ``read_committed`` reader ever
+        gets. A gap they fill is passed without reading it again; a source that cannot tell
+        returns nothing, and each of its gaps is read again."""
         ...
 
     def pause(self, paused: bool) -> None:

@@ -24,17 +24,20 @@ from ..testing.handlers import TABLE_SQL, Step, effects, registry
 
 class LeavingOut:
     """A source whose fetches leave out the offsets in ``once`` the first time they come up,
-    and those in ``always`` every time."""
+    and those in ``always`` and ``marked`` every time; ``marked`` ones it says it skipped
+    (:meth:`skipped`), as a Kafka client does with transaction markers."""
 
     inner: Source  # the consumer's source, given when the consumer makes it
     topics: list[str]
 
     def __init__(self, once: set[int], always: set[int],
-                 committed_fails: bool = False) -> None:
+                 committed_fails: bool = False, marked: frozenset[int] = frozenset()) -> None:
         self.once = set(once)
         self.committed_fails = committed_fails
-        self.always = set(always)
+        self.always = set(always) | marked
+        self.marked = marked
         self.seeks: list[int] = []
+        self._skipped: dict[Partition, list[tuple[int, int]]] = {}
 
     async def start(self) -> None:
         self.topics = self.inner.topics
@@ -46,10 +49,17 @@ class LeavingOut:
         for part, records in fetched.items():
             hidden = {r.offset for r in records} & self.once
             self.once -= hidden
+            self._skipped.setdefault(part, []).extend(
+                (r.offset, r.offset + 1) for r in records
+                if r.offset in self.marked and r.offset not in hidden)
             if left := [r for r in records
                         if r.offset not in hidden and r.offset not in self.always]:
                 kept[part] = left
         return kept
+
+    def skipped(self) -> Mapping[Partition, Sequence[tuple[int, int]]]:
+        taken, self._skipped = self._skipped, {}
+        return taken
 
     def pause(self, paused: bool) -> None:
         self.inner.pause(paused)
@@ -83,13 +93,14 @@ async def effects_table(consumerkit_dsn: str) -> None:
 
 
 async def run(dsn: str, schema: str, max_batch: int, once: set[int], always: set[int],
-              later: int = 0) -> tuple[TestConsumer, LeavingOut, list[tuple[str, int]]]:
+              later: int = 0, marked: frozenset[int] = frozenset(),
+              ) -> tuple[TestConsumer, LeavingOut, list[tuple[str, int]]]:
     """Publish 30 steps of 3 keys to one partition, drain through a source that leaves
     offsets out, publish ``later`` steps more and drain again; return the kit, the source
     and the effects."""
     kit = TestConsumer([registry], postgres_dsn=dsn, schema=schema, partitions=1,
                        max_batch=max_batch)
-    source = leaving_out(kit, once, always)
+    source = leaving_out(kit, once, always, marked=marked)
     publish(kit, range(30))  # before the start: the first fetch holds them all
     async with kit:
         await kit.drain()
@@ -99,9 +110,10 @@ async def run(dsn: str, schema: str, max_batch: int, once: set[int], always: set
 
 
 def leaving_out(kit: TestConsumer, once: set[int], always: set[int],
-                committed_fails: bool = False) -> LeavingOut:
+                committed_fails: bool = False, marked: frozenset[int] = frozenset(),
+                ) -> LeavingOut:
     """Have ``kit``'s consumer read through a :class:`LeavingOut` source (returned)."""
-    made = LeavingOut(once, always, committed_fails)
+    made = LeavingOut(once, always, committed_fails, marked)
 
     def source(rebalance: RebalanceHandler) -> Source:
         assert isinstance(rebalance, Engine)
@@ -158,6 +170,33 @@ async def test_offsets_two_reads_agree_are_missing_are_passed_and_committed(
     assert source.seeks == [4]  # the second read also vouches for 17's gap
     assert kit.stats.gap_rereads == 1
     assert kit.stats.hidden_records == 0
+    assert kit.committed == {("events", 0): 30}
+
+
+@pytest.mark.parametrize("max_batch", [1, 500])
+async def test_offsets_the_source_says_it_skipped_are_passed_without_a_second_read(
+    consumerkit_dsn: str, consumerkit_schema: str, effects_table: None, max_batch: int,
+) -> None:
+    # 30 at the start of the second fetch, before its first record
+    kit, source, effects = await run(consumerkit_dsn, consumerkit_schema, max_batch,
+                                     once=set(), always=set(), later=5,
+                                     marked=frozenset({4, 5, 17, 30}))
+    assert sorted(seq for _, seq in effects) == [
+        n for n in range(35) if n not in {4, 5, 17, 30}]
+    assert source.seeks == []
+    assert (kit.stats.gap_rereads, kit.stats.gaps_explained) == (0, 3)
+    assert kit.committed == {("events", 0): 35}
+
+
+async def test_a_hidden_record_beside_a_skipped_offset_is_still_read_again(
+    consumerkit_dsn: str, consumerkit_schema: str, effects_table: None,
+) -> None:
+    # 7 a marker the source names; 8 and 9 hidden once: the gap 7-9 is not all explained
+    kit, source, effects = await run(consumerkit_dsn, consumerkit_schema, 500,
+                                     once={8, 9}, always=set(), marked=frozenset({7}))
+    assert sorted(seq for _, seq in effects) == [n for n in range(30) if n != 7]
+    assert source.seeks == [7]
+    assert (kit.stats.gap_rereads, kit.stats.hidden_records) == (1, 2)
     assert kit.committed == {("events", 0): 30}
 
 

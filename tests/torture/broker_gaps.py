@@ -76,7 +76,7 @@ async def _follow(bootstrap: str, run: Run, stop: asyncio.Event, reread: bool) -
             if reread and records:
                 if seen is not None:
                     run.filled += seen.filled(records)
-                count, again = unbroken(records, expected, seen)
+                count, again, _ = unbroken(records, expected, seen)
                 seen = None
                 if again is not None:
                     seen = Sighting(again, [r.offset for r in records[count:]])
