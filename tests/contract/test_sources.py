@@ -4,6 +4,7 @@ broker, Tansu here) and the in-memory one the test kit runs on."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Protocol
@@ -246,3 +247,22 @@ async def test_end_and_committed_offsets_are_told_for_the_lag(backend: Backend) 
         assert await source.end_offsets([part]) == {part: 10}
     finally:
         await source.stop()
+
+
+async def test_plain_records_leave_no_offset_skipped(
+    backend: Backend, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # offsets a source says it skipped are gaps passed without a second read: records never
+    topic = await backend.topic(2)
+    for n in range(12):
+        await backend.produce(topic, f"key-{n % 4}".encode(), b"v", [], 1_700_000_000_000)
+    source = backend.source(topic, group(), Callbacks())
+    with caplog.at_level(logging.WARNING, "consumerkit.consumer"):
+        await source.start()
+        try:
+            assert len(await fetch_until(source, 12)) == 12
+            assert source.skipped() == {}
+        finally:
+            await source.stop()
+    # the Kafka source found aiokafka's fetcher as it knows it (else every marker is reread)
+    assert [r.getMessage() for r in caplog.records] == []
