@@ -40,7 +40,10 @@ def through(part: Partition, state: PartitionState, records: Sequence[RecordLike
                     "(from offset %d): %d; the broker had hidden them", *part, seen.start,
                     hidden)
     count, again, explained = unbroken(records, state.fetched, seen, state.skipped)
-    stats.gaps_explained += explained
+    if explained:
+        stats.gaps_explained += explained
+        trace.debug("%s/%d: gaps passed at once, the client having skipped them (transaction "
+                    "markers, aborted transactions): %d", *part, explained)
     if again is None:
         state.skipped.forget(records[-1].offset + 1)
         return records

@@ -23,6 +23,8 @@ _ROWS = [
     ("gaps the consumers read again", "consumer_gap_rereads"),
     ("records a consumer's second read found in a gap (hidden by the broker)",
      "consumer_reread_hidden"),
+    ("gaps passed at once: transaction markers and aborted transactions the client skipped",
+     "consumer_gaps_explained"),
     ("order violations seen by the projection", "projection_violations"),
     ("failovers to a standby held back", "failovers"),
     ("orphan events: published from rows a failover took back", "orphan_events"),

@@ -259,7 +259,7 @@ async def torture(profile: Profile, seed: int, mutant: str,
         drain_s, drained = await _drain(postgres.dsn, profile)
         phases["drain_s"] = drain_s
         procs.stop_all()
-        gap_rereads, reread_hidden = rereads(workdir)
+        gap_rereads, reread_hidden, gaps_explained = rereads(workdir)
 
         conn = await _db(postgres.dsn)
         try:
@@ -311,6 +311,7 @@ async def torture(profile: Profile, seed: int, mutant: str,
             # offsets.md#gaps): what the broker hid from them, and they did not lose
             "consumer_gap_rereads": gap_rereads,
             "consumer_reread_hidden": reread_hidden,
+            "consumer_gaps_explained": gaps_explained,
             "phantom": findings.phantom,
             "order_violations": findings.order_violations,
             "projection_violations": findings.projection_violations,

@@ -81,7 +81,7 @@ def test_an_ownership_that_began_past_the_last_commit_is_listed(tmp_path: Path) 
                          "2026-11-24 06:00:04,000)")
 
 
-def test_the_gaps_read_again_and_what_the_second_reads_found_are_counted(
+def test_gaps_read_again_what_second_reads_found_and_gaps_passed_are_counted(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     class Seeking:
         def seek(self, part: tuple[str, int], offset: int) -> None:
@@ -97,11 +97,15 @@ def test_the_gaps_read_again_and_what_the_second_reads_found_are_counted(
         state.fetched = through(("t", 1), state, _records(*range(40, 47), 50),
                                 source, stats)[-1].offset + 1
         through(("t", 1), state, _records(50), source, stats)
+        # then markers the client named at 51 and 53-54: passed at once, not read again
+        state.fetched = 51
+        state.skipped.add([(51, 52), (53, 55)])
+        through(("t", 1), state, _records(52, 55), source, stats)
     (tmp_path / "consumer-0.log").write_text("".join(
         f"2026-11-24 06:00:0{n},000 DEBUG {r.name}: {r.getMessage()}\n"
         for n, r in enumerate(caplog.records)))
-    assert rereads(tmp_path) == (2, 5)
-    assert (stats.gap_rereads, stats.hidden_records) == (2, 5)
+    assert rereads(tmp_path) == (2, 5, 2)
+    assert (stats.gap_rereads, stats.hidden_records, stats.gaps_explained) == (2, 5, 2)
 
 
 def test_an_ownership_that_began_past_the_last_commit_and_read_it_again_is_not_listed(

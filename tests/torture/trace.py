@@ -81,6 +81,7 @@ _FIRST = re.compile(r"^(\S+)/(\d+): first offset of this ownership (\d+)(?: \(co
 _AGAIN = re.compile(r"^(\S+)/(\d+): offsets missing from (\d+), read again$")
 _HIDDEN = re.compile(r"records a second read returned where the first had a gap "
                      r"\(from offset \d+\): (\d+);")
+_EXPLAINED = re.compile(r"gaps passed at once, the client having skipped them .*: (\d+)$")
 
 
 def late_starts(lines: Sequence[Line]) -> list[str]:
@@ -112,10 +113,11 @@ def late_starts(lines: Sequence[Line]) -> list[str]:
     return found + [text for _, text in pending.values()]
 
 
-def rereads(workdir: Path) -> tuple[int, int]:
-    """How many times the consumers read a gap again, and how many records those second
-    reads returned where the first had a gap (records the broker had hidden)."""
-    again = hidden = 0
+def rereads(workdir: Path) -> tuple[int, int, int]:
+    """How many times the consumers read a gap again, how many records those second reads
+    returned where the first had a gap (records the broker had hidden), and how many gaps
+    they passed at once, the client having skipped them (transaction markers)."""
+    again = hidden = explained = 0
     for path in sorted(workdir.glob("consumer-*.log")):
         with path.open(errors="replace") as f:
             for raw in f:
@@ -123,7 +125,9 @@ def rereads(workdir: Path) -> tuple[int, int]:
                     again += 1
                 elif (m := _HIDDEN.search(raw)) is not None:
                     hidden += int(m[1])
-    return again, hidden
+                elif (m := _EXPLAINED.search(raw)) is not None:
+                    explained += int(m[1])
+    return again, hidden, explained
 
 
 def parse_position(text: str) -> tuple[str, int, int]:
