@@ -3,7 +3,8 @@ ownership starts reading.
 
 Imports go one way, from the bottom up::
 
-    watermark, sighting      what is done in a partition; what a fetch with a gap showed
+    watermark, skipped,      what is done in a partition; offsets the client skipped for a
+    sighting                 reason (transaction markers); what a fetch with a gap showed
     state                    one owned partition (its watermark, its work in flight)
     store, postgres          the OffsetStore seam: the broker's offsets, a table beside the effects
     gaps, recheck            reading a gap again; offsets written with the effects, and the
