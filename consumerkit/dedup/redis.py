@@ -35,6 +35,7 @@ consumer names, which contain no ``:``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import time
@@ -50,6 +51,7 @@ try:
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
     from redis.commands.core import AsyncScript
+    from redis.exceptions import RedisError
 except ImportError:
     raise MissingExtraError("RedisDedupCache", "redis") from None
 from .coalesce import Closed, Coalescer
@@ -124,6 +126,7 @@ class RedisDedupCache:
         self._probing = False
         self._known_calls: Coalescer[int] = Coalescer(self._send_known)
         self._remember_calls: Coalescer[int] = Coalescer(self._send_remember)
+        self._forgetting: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
         return f"RedisDedupCache({redact_dsn(self.url)!r}, ttl={self.ttl})"
@@ -243,6 +246,7 @@ class RedisDedupCache:
     async def close(self) -> None:
         await self._known_calls.close()
         await self._remember_calls.close()
+        await asyncio.gather(*self._forgetting, return_exceptions=True)
         if self._client is not None:
             client, self._client = self._client, None
             await client.aclose()
@@ -295,6 +299,17 @@ class RedisDedupCache:
                 "trying again every %gs", redact_dsn(self.url),
                 type(exc).__name__ if not str(exc) else f"{type(exc).__name__}: {exc}",
                 self.retry_interval)
+            self._forget_idle()
+
+    def _forget_idle(self) -> None:
+        """Close the pool's idle connections: their server may be gone, and each would fail
+        once when used after the recovery, opening the breaker again."""
+        if self._client is None:
+            return
+        task = asyncio.get_running_loop().create_task(
+            _disconnect_idle(self._client), name="consumerkit-redis-forget-idle")
+        self._forgetting.add(task)
+        task.add_done_callback(self._forgetting.discard)
 
     def _succeeded(self) -> None:
         self._probing = False
@@ -302,6 +317,11 @@ class RedisDedupCache:
             self._open = False
             self.recoveries += 1
             log.warning("dedup cache at %s is back", redact_dsn(self.url))
+
+
+async def _disconnect_idle(client: Redis) -> None:
+    with contextlib.suppress(RedisError, OSError):
+        await client.connection_pool.disconnect(inuse_connections=False)
 
 
 def _id_part(event_id: str) -> bytes:

@@ -138,6 +138,32 @@ async def test_a_dead_redis_opens_the_breaker_and_costs_nothing_until_it_is_back
         await cache.close()
 
 
+async def test_a_redis_back_after_a_restart_serves_every_pooled_connection(
+    own_redis: OwnRedis,
+) -> None:
+    """The pool's idle connections went with the killed server: used after the recovery, each
+    failed once and opened the breaker again (a consumer's cache went off for another
+    retry interval after saying it was back)."""
+    cache = RedisDedupCache(own_redis.url, retry_interval=0.2)
+    await cache.open()
+    try:
+        await asyncio.gather(cache.known(NS, ["a"]), cache.remember(NS, ["a"]))
+        client = own_redis.client()
+        assert client.info("clients")["connected_clients"] == 3  # two pooled, and this one
+        client.close()
+        own_redis.kill()
+        assert await cache.known(NS, ["a"]) == set()
+        assert (cache.breaker_opens, cache.available) == (1, False)
+        own_redis.start()  # same port, empty
+        await wait_for(_probed(cache, available=True), 10, "the cache to come back")
+        for n in range(3):
+            await asyncio.gather(cache.known(NS, [f"b{n}"]), cache.remember(NS, [f"b{n}"]))
+        assert (cache.breaker_opens, cache.recoveries, cache.available) == (1, 1, True)
+        assert await cache.known(NS, ["b0", "b1", "b2"]) == {"b0", "b1", "b2"}
+    finally:
+        await cache.close()
+
+
 async def test_a_probe_given_up_before_it_was_sent_does_not_keep_the_cache_off(
     own_redis: OwnRedis,
 ) -> None:
