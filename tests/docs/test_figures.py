@@ -99,6 +99,24 @@ def test_the_totals_agree_everywhere(groups: dict[str, list[dict[str, Any]]]) ->
     assert f"under {kinds.pop()} kinds of seeded faults" in readme
 
 
+KAFKA = "On Apache Kafka: `kafka-long`"
+KAFKA_LINK = re.compile(r"\]\((torture/kafka-long-[\w-]+\.json)\)")
+
+
+def test_the_kafka_runs_table_and_totals_come_from_their_reports() -> None:
+    body = sections(LONG.read_text())[KAFKA]
+    linked = KAFKA_LINK.findall(body)
+    on_disk = sorted(f"torture/{p.name}" for p in (DOCS / "torture").glob("kafka-long-*.json"))
+    assert sorted(linked) == on_disk
+    reports = [json.loads((DOCS / path).read_text()) for path in linked]
+    assert combined(reports) in body
+    events, faults, runs = totals(reports)
+    assert f"Together: {events:,} events and {faults:,} faults" in flat(body)
+    phrase = f"{millions(events, 1)} and {faults:,} faults in {WORDS[runs]} runs"
+    for page in (ROOT / "README.md", DOCS / "index.md"):
+        assert phrase in flat(page.read_text()), f"{page.name} does not say '{phrase}'"
+
+
 def test_a_changed_figure_is_caught(groups: dict[str, list[dict[str, Any]]]) -> None:
     everything = [r for reports in groups.values() for r in reports]
     one_more = [*everything, {**everything[0], "events_committed": 400_000}]
