@@ -162,12 +162,14 @@ class Engine(Ownership):
             # facts about the log: kept by whichever ownership reads the partition now
             if (state := self.states.get(part)) is not None:
                 state.skipped.add(ranges)
-        for part in [p for p, s in self.states.items() if s.placing and p in fetched]:
-            # fetched before the ownership's stored offset is read: dropped now, not at
-            # dispatch (after awaits, by which time the seek may have come and gone)
-            state, records = self.states[part], fetched.pop(part)
-            if records and state.first_seen is None:
-                state.first_seen = records[0].offset
+        for part in list(fetched):
+            state = self.states.get(part)
+            if state is not None and state.placing:
+                # fetched before the ownership's stored offset is read: dropped now, not at
+                # dispatch (after awaits, by which time the seek may have come and gone)
+                records = fetched.pop(part)
+                if records and state.first_seen is None:
+                    state.first_seen = records[0].offset
         return fetched, {part: self.states.get(part) for part in fetched}
 
     def _dispatch(
