@@ -24,7 +24,7 @@ from consumerkit.testing.kafka import KafkaCluster
 from consumerkit.testing.services import TansuBroker
 from consumerkit.transport.kafka import create_topic
 
-from . import ledger
+from . import ledger, txn_outcomes
 from .check import check, transactions
 from .cluster import Database, OwnPostgres, OwnRedis, ReplicatedCluster, start_tansu
 from .consumer_proc import KAFKA_MUTANT_ENV
@@ -269,6 +269,12 @@ async def torture(profile: Profile, seed: int, mutant: str,
 
         await _wait(produced, profile.events / profile.rate * 3 + 120, "the producer")
         writers_stopped = await _stop_behind(upstream[1:])
+        if profile.txn_events:
+            conn = await _db(postgres.dsn)
+            try:
+                await txn_outcomes.settle(conn, broker.bootstrap, SCHEMA, TOPIC)
+            finally:
+                await conn.close()
         phases["chaos_s"] = time.monotonic() - mark
 
         mark = time.monotonic()
