@@ -272,7 +272,8 @@ async def torture(profile: Profile, seed: int, mutant: str,
         if profile.txn_events:
             conn = await _db(postgres.dsn)
             try:
-                await txn_outcomes.settle(conn, broker.bootstrap, SCHEMA, TOPIC)
+                await txn_outcomes.settle(conn, broker.bootstrap, SCHEMA, TOPIC,
+                                          profile.partitions)
             finally:
                 await conn.close()
         phases["chaos_s"] = time.monotonic() - mark

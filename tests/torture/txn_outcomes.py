@@ -48,7 +48,7 @@ async def _ends(reader: AIOKafkaConsumer, tps: list[TopicPartition]) -> dict[Top
     return ends
 
 
-async def committed_ids(bootstrap: str, topic: str, wanted: set[str],
+async def committed_ids(bootstrap: str, topic: str, partitions: int, wanted: set[str],
                         timeout: float = 120.0) -> set[str]:
     """Those of ``wanted`` a ``read_committed`` reader finds on ``topic`` once no transaction
     is open on it (its last stable offset caught up with its high watermark)."""
@@ -60,7 +60,7 @@ async def committed_ids(bootstrap: str, topic: str, wanted: set[str],
     await stable.start()
     await latest.start()
     try:
-        tps = [TopicPartition(topic, p) for p in sorted(stable.partitions_for_topic(topic) or ())]
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
         stable.assign(tps)
         while True:  # bounded: the coordinator aborts an abandoned transaction at its timeout
             lso, hw = await _ends(stable, tps), await _ends(latest, tps)
@@ -85,12 +85,13 @@ async def committed_ids(bootstrap: str, topic: str, wanted: set[str],
         await latest.stop()
 
 
-async def settle(conn: DbConnection, bootstrap: str, schema: str, topic: str) -> dict[str, int]:
+async def settle(conn: DbConnection, bootstrap: str, schema: str, topic: str,
+                 partitions: int) -> dict[str, int]:
     """Decide every undecided record; returns how many went each way."""
     wanted = await undecided(conn, schema)
     if not wanted:
         return {}
-    committed = await committed_ids(bootstrap, topic, wanted)
+    committed = await committed_ids(bootstrap, topic, partitions, wanted)
     await record(conn, schema, committed, wanted - committed)
     log.info("undecided transactional records: %d committed, %d aborted",
              len(committed), len(wanted) - len(committed))
