@@ -50,6 +50,7 @@ from ..shared.failures import (
     HandlerEndedTransaction,
     HandlerFailure,
     TransactionReplaced,
+    connection_lost,
 )
 from ..types import Claim, ClaimRequest, ClaimStatus, DbConnection, DedupCache, DedupStore
 from .decode import Decoded
@@ -271,7 +272,9 @@ class Applier:
         except Exception as exc:
             if deferred.owners(exc) is not None:  # it failed because a deferred write did
                 own = _culprit(deferred, calls, exc)
-            if own is None:  # a batch handler's call of several records: found one by one
+            # a batch handler's call of several records: found one by one; a connection that
+            # died under the call: no record's doing, each is tried again on its own
+            if own is None or connection_lost(conn):
                 raise HandlerFailure(exc) from exc
             raise RecordFailed(own, exc) from exc
         finally:  # out of the try above, which makes any error the handler's

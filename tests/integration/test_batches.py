@@ -34,7 +34,7 @@ from consumerkit.shared.identifiers import identifier
 from consumerkit.stats import ConsumerStats
 from consumerkit.transport.kafka import Partition
 from consumerkit.transport.memory import MemoryBroker
-from consumerkit.types import Claim, DedupCache
+from consumerkit.types import Claim, DbConnection, DedupCache
 
 from .conftest import LedgerTopic
 from .ledger import (
@@ -231,6 +231,32 @@ async def test_a_connection_lost_under_a_batch_is_an_outage_not_the_handlers_fai
             break
         await asyncio.sleep(0.01)
     go.set()
+    await task
+    assert sorted(await bench.ledger()) == ["first", "victim"]
+    assert bench.sink.entries == []
+    assert bench.pipeline.stats.applied == 2
+
+
+async def test_a_batch_whose_connection_the_client_saw_close_blames_no_record(
+    bench_factory: Factory, pg_pool: asyncpg.Pool,
+) -> None:
+    """As above, but the handler returns only once the client has noticed the connection is
+    gone: the transaction state it then reports means nothing, and the record must not be
+    blamed for ending the transaction (nor charged its one attempt)."""
+    bench = await bench_factory(max_attempts=1)
+    waiting = asyncio.Event()
+    txs: list[DbConnection] = []
+
+    async def stall(event: Step, ctx: HandlerContext) -> None:
+        if not txs:  # only the first run
+            txs.append(ctx.tx)
+            waiting.set()
+            await until(lambda: txs[0].is_closed(), "the client to see the connection close")
+
+    bench.hooks["victim"] = stall
+    task = asyncio.create_task(process(bench, [rec("first", "a")], [rec("victim", "b")]))
+    await asyncio.wait_for(waiting.wait(), 10)
+    await pg_pool.execute("SELECT pg_terminate_backend($1)", txs[0].get_server_pid())
     await task
     assert sorted(await bench.ledger()) == ["first", "victim"]
     assert bench.sink.entries == []
