@@ -84,7 +84,7 @@ class Consumer:
         observers: Sequence[Observer] = (), metrics_port: int | None = None,
         metrics_host: str = "0.0.0.0",  # noqa: S104 - a scrape target listens on all
         registry: CollectorRegistry | None = None,
-        offset_store: OffsetStoreName = "kafka",
+        offset_store: OffsetStoreName = "postgres",
     ) -> None:
         self.name = check_name(name, "consumer name")
         self.topics = [check_name(t, "topic") for t in topics]

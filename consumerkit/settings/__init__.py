@@ -148,8 +148,9 @@ class ConsumerSettings(CommonSettings):
         30.0, gt=0, description="the longest wait, in seconds, between two tries while "
         "stalled")
     offset_store: Literal["kafka", "postgres"] = Field(
-        "kafka", description="where each partition's next offset is kept: `postgres` also "
-        "stores it in the effects' transactions and trusts it on assignment")
+        "postgres", description="where each partition's next offset is kept: `postgres` "
+        "also stores it in the effects' transactions and trusts it on assignment; `kafka` "
+        "only on the broker")
 
     def consumer_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :class:`~consumerkit.Consumer`."""
