@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from ..logs import configure_logging
 from ..settings import SETTINGS, ConsumerSettings
 from ..shared import aio
-from . import admin, asyncapi, check, config, migrate, parked, relay, run, topics
+from . import admin, asyncapi, check, config, migrate, offsets, parked, relay, run, topics
 from .common import HelpFormatter, duration, sub
 from .errors import database_error, one_line, scrub
 from .options import load_settings
@@ -59,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     migrate.add_parser(commands)
     admin.add_parsers(commands)
     parked.add_parser(commands)
+    offsets.add_parser(commands)
     topics.add_parser(commands)
     asyncapi.add_parser(commands)
     demo = sub(commands, "demo", "run the pizza shop on embedded services: outbox, relays, "

@@ -47,7 +47,9 @@ class TestConsumer:
             assert [s.event_id for s in kit.applied] == [...]
 
     ``settings`` are :class:`~consumerkit.Consumer` keyword arguments (``retry``,
-    ``max_batch``, ``outbox``, ``dedup``, ``wire``, ...). Dead letters go to the given
+    ``max_batch``, ``outbox``, ``dedup``, ``wire``, ...). The offsets are kept in the
+    in-memory broker (``offset_store="kafka"``) unless ``offset_store`` is given, so that
+    :meth:`replay` rewinds them as an offset reset does. Dead letters go to the given
     ``dead_letter`` sinks (the dead-letter table by default) and are also kept in
     :attr:`dead_letters`. ``topics`` are created with ``partitions`` partitions each.
     """
@@ -64,6 +66,7 @@ class TestConsumer:
         sinks = settings.pop("dead_letter", None) or DeadLetterTable()
         sinks = list(sinks) if isinstance(sinks, Sequence) else [sinks]
         settings.setdefault("retry", FAST_RETRY)
+        settings.setdefault("offset_store", "kafka")
         observers = [*settings.pop("observers", ()), OutcomeRecorder(self._settle)]
         self.consumer = Consumer(
             name=name, handlers=handlers, topics=topics, kafka_bootstrap="memory",
@@ -215,6 +218,12 @@ class TestConsumer:
                partitions: Iterable[int] | None = None) -> None:
         """Rewind the group to ``offset`` (as an offset reset, or a crash before the commit,
         does): the consumer reads those records again from there."""
+        if self.consumer.offset_store == "postgres":
+            raise ConfigurationError(
+                "replay() rewinds the broker's offsets, which offset_store='postgres' does not "
+                "read while rows are stored: leave offset_store unset in a TestConsumer to "
+                "replay (a stopped consumer's rows are forgotten with `consumerkit offsets "
+                "forget`)")
         topic = topic or self.consumer.topics[0]
         count = self.broker.topics()[topic]
         self.broker.reset(self.consumer.name, {

@@ -72,6 +72,37 @@ async def test_replay_from_the_start_changes_nothing(
     assert await effects(consumerkit_dsn) == before
 
 
+async def test_with_offsets_in_postgres_replay_says_why_it_cannot_rewind(
+    consumerkit_dsn: str, consumerkit_schema: str,
+) -> None:
+    """The kit keeps offsets in its broker unless told otherwise; with offset_store="postgres"
+    it stores them beside the effects as production does, and replay() (a rewind of the
+    broker's offsets, which the stored rows would override) refuses in one line."""
+    conn = await asyncpg.connect(consumerkit_dsn)
+    try:
+        await conn.execute(TABLE_SQL)
+    finally:
+        await conn.close()
+    async with TestConsumer([registry], postgres_dsn=consumerkit_dsn,
+                            schema=consumerkit_schema) as plain:
+        assert plain.consumer.offset_store == "kafka"
+    async with TestConsumer([registry], postgres_dsn=consumerkit_dsn, schema=consumerkit_schema,
+                            name="stored", offset_store="postgres") as kit:
+        for n in range(3):
+            kit.publish(Step(key="k", seq=n), key="k")
+        await kit.drain()
+        conn = await asyncpg.connect(consumerkit_dsn)
+        try:
+            stored = await conn.fetchval(
+                f'SELECT sum(next_offset) FROM "{consumerkit_schema}".consumer_offsets '
+                "WHERE consumer_group = 'stored'")
+        finally:
+            await conn.close()
+        assert stored == 3
+        with pytest.raises(ConfigurationError, match="replay\\(\\) rewinds the broker's offsets"):
+            kit.replay(0)
+
+
 async def test_drain_raises_the_first_handler_error(kit: TestConsumer) -> None:
     kit.publish(Step(key="k", seq=1), key="k")
     kit.publish(Step(key="k", seq=2, fail="error"), key="k")
