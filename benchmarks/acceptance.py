@@ -1,5 +1,8 @@
 """The targets a run is read against, judged from its own figures only.
 
+Every consumerkit peer but ``consumerkit-pg-offsets`` keeps its offsets in Kafka
+(``offset_store="kafka"``); "defaults" below means the other defaults.
+
 1. consumerkit defaults >= 10x textbook in the main cell (1,000 keys, one upsert, 10 % dup.).
 2. consumerkit with the Redis cache >= 1.5x consumerkit (PostgreSQL only) at 50 % duplicates.
 3. Dropping the expired day's partition >= 100x faster than deleting the same rows, and no
@@ -237,8 +240,8 @@ def judge(document: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _offsets_figure(cell: dict[str, Any] | None) -> dict[str, Any]:
-    """``offset_store="postgres"`` against the defaults, paired by round: a figure, read
-    against 0.95x (the cost at which it may become the default)."""
+    """``offset_store="postgres"`` (the default) against ``"kafka"``, paired by round: a
+    figure, read against 0.95x (the most the default offset store may cost)."""
     result = _paired('consumerkit-pg-offsets / consumerkit (offset_store="postgres" vs '
                      '"kafka", main cell, median of the rounds\' ratios)', 0.95, cell,
                      "consumerkit-pg-offsets", "consumerkit")

@@ -1,4 +1,6 @@
 """consumerkit as a peer: its defaults, with the Redis cache in front, and its best settings.
+Every consumerkit peer keeps its offsets in Kafka (``offset_store="kafka"``) unless its options
+say otherwise; ``consumerkit-pg-offsets`` runs the default offset store.
 
 A setting the installed consumerkit does not accept (an API not there yet) makes the peer
 report itself unavailable instead of running something else under its name.
@@ -136,7 +138,9 @@ class ConsumerkitPeer(Peer):
 
     def __init__(self, env: PeerEnv) -> None:
         super().__init__(env)
-        options = {**self.base_options, **self.options}
+        # a revision without offset_store (consumerkit-before's) keeps them in Kafka anyway
+        base = {k: v for k, v in self.base_options.items() if k in _PARAMETERS}
+        options = {**base, **self.options}
         if self.uses_redis:
             options["dedup_cache"] = redis_cache_type()(env.redis_url, ttl=timedelta(hours=1))
         if self.uses_metrics:  # a registry of its own: the Prometheus observer is attached

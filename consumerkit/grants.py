@@ -10,7 +10,8 @@ receivers then run under a role that owns nothing and may create nothing in the 
 ``consumerkit_retention``             SELECT, INSERT, UPDATE (retention registry)
 ``dead_letters``                      SELECT, INSERT
 ``consumerkit_names``                 SELECT, INSERT (namespace and handler keys)
-``consumer_offsets``                  SELECT, INSERT, UPDATE (``offset_store="postgres"``)
+``consumer_offsets``                  SELECT, INSERT, UPDATE (``offset_store="postgres"``,
+                                      the default)
 ``parked_keys``, ``parked_records``   SELECT, INSERT, UPDATE, DELETE (parking; replay
                                       and discard remove what they unpark)
 ``parked_audit``                      SELECT, INSERT (who replayed or discarded a key)

@@ -27,6 +27,7 @@ from ..dedup.layout import existing_layout
 from ..dedup.partitions import list_partitions
 from ..dedup.policy import DedupPolicy
 from ..errors import ConsumerKitError
+from ..offsets.postgres import TABLE as OFFSETS
 from ..outbox.table import OutboxTable
 from ..retry import RetryPolicy
 from ..schema import VERSION_TABLE
@@ -99,6 +100,7 @@ class Deployment:
     published: list[str] = field(default_factory=list)
     idempotence: bool = True  # the relay's
     replication: int = WANTED_REPLICATION
+    offset_store: str = "postgres"  # "postgres" needs the offsets table
 
 
 @dataclass
@@ -161,7 +163,8 @@ async def _described(args: argparse.Namespace, settings: CommonSettings) -> Depl
                                table=args.table, expired=args.expired),
             topics=args.topics or [],
             outboxes=[OutboxTable(settings.db_schema, t) for t in args.outbox_tables or []],
-            kafka_options=settings.kafka_options())
+            kafka_options=settings.kafka_options(),
+            offset_store=getattr(settings, "offset_store", "postgres"))
     assert isinstance(settings, ConsumerSettings)
     consumer = await load_consumer(args.target)
     apply_settings(consumer, settings, sources(args, ConsumerSettings))
@@ -170,7 +173,7 @@ async def _described(args: argparse.Namespace, settings: CommonSettings) -> Depl
         policy=consumer.dedup, topics=[*consumer.topics, *(args.topics or [])],
         outboxes=[consumer.outbox.table] if consumer.outbox is not None else [],
         kafka_options=consumer.kafka_options, retry=consumer.retry,
-        handler_timeout=consumer.handler_timeout)
+        handler_timeout=consumer.handler_timeout, offset_store=consumer.offset_store)
 
 
 async def check_postgres(d: Deployment, report: Report) -> None:
@@ -182,7 +185,8 @@ async def check_postgres(d: Deployment, report: Report) -> None:
                                "crash after its offset was committed; turn it on for this role")
             await _standbys(conn, report)
             tables = [VERSION_TABLE, "dead_letters", *(t.table for t in d.outboxes),
-                      *(f"{t.table}_failures" for t in d.outboxes)]
+                      *(f"{t.table}_failures" for t in d.outboxes),
+                      *([OFFSETS] if d.offset_store == "postgres" else [])]
             missing = [t for t in tables if await conn.fetchval(
                 "SELECT to_regclass($1)", f"{d.schema}.{t}") is None]
             layout = await existing_layout(conn, d.schema, d.policy.table)

@@ -11,20 +11,25 @@ group has members (a running consumer would write its rows back)."""
 from __future__ import annotations
 
 import argparse
-import os
+from collections.abc import Mapping
+from typing import Any
 
 import asyncpg
-from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.errors import KafkaError
+from aiokafka import TopicPartition
+from aiokafka.errors import GroupIdNotFound, KafkaError, for_code
 
 from ..offsets.postgres import TABLE
+from ..settings import ConsumerSettings
 from ..shared.identifiers import check_name, qualified
+from ..transport.kafka import _admin
 from ..types import DbConnection
 from .admin import dsn
+from .check import SERVICE_FIELDS
 from .common import count, database_args, sub
 from .errors import CommandError, database
+from .options import add_settings_arguments, load_settings
 
-TIMEOUT_MS = 15_000
+TIMEOUT = 15.0
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,19 +40,19 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                   "kafka-consumer-groups --reset-offsets, then forget its rows here.")
     actions = offsets.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = database_args(sub(actions, "list", "the stored offsets, by consumer and topic"))
-    listing.add_argument("--consumer", help="only this consumer's (default: every consumer's)")
+    listing.add_argument("--consumer", default=None, metavar="NAME",
+                         help="only this consumer's (default: every consumer's)")
     listing.set_defaults(handler=list_command)
-    forget = database_args(sub(
-        actions, "forget", "delete a stopped consumer's rows, so it resumes from Kafka's "
-        "committed offsets"))
-    forget.add_argument("--consumer", required=True, help="the consumer (its group's name)")
-    forget.add_argument("--topic", help="only this topic's rows")
+    forget = sub(actions, "forget", "delete a stopped consumer's rows, so it resumes from "
+                 "Kafka's committed offsets")
+    forget.add_argument("--consumer", required=True, metavar="NAME",
+                        help="the consumer (its group's name); required")
+    forget.add_argument("--topic", default=None, metavar="T",
+                        help="only this topic's rows (default: every topic's)")
     forget.add_argument("--partition", type=count, action="append", default=None,
-                        help="only this partition's row (repeatable; needs --topic)")
-    forget.add_argument(
-        "--kafka", default=None, metavar="HOST:PORT",
-        help="bootstrap servers, to check the group has no member "
-             "(default: $CONSUMERKIT_KAFKA_BOOTSTRAP)")
+                        metavar="N", help="only this partition's row, repeatable, with "
+                        "--topic (default: every partition's)")
+    add_settings_arguments(forget, ConsumerSettings, only=SERVICE_FIELDS)
     forget.set_defaults(handler=forget_command)
 
 
@@ -75,31 +80,44 @@ async def forget_command(args: argparse.Namespace) -> int:
     group = check_name(args.consumer, "consumer name")
     if args.partition and not args.topic:
         raise CommandError("--partition needs --topic")
-    table = qualified(args.schema, TABLE)
-    bootstrap = args.kafka or os.environ.get("CONSUMERKIT_KAFKA_BOOTSTRAP")
+    settings = load_settings(args, ConsumerSettings)
+    assert isinstance(settings, ConsumerSettings)
+    table = qualified(settings.db_schema, TABLE)
+    bootstrap = settings.kafka_bootstrap
     if not bootstrap:
         raise CommandError("no broker to check the group has no member: pass --kafka "
                            "HOST:PORT or set CONSUMERKIT_KAFKA_BOOTSTRAP")
-    members = await group_members(bootstrap, group)
-    if members:
+    options = settings.kafka_options()
+    if members := await group_members(bootstrap, options, group):
         raise CommandError(f"consumer group {group!r} has {members} member(s): stop its "
                            "consumers first (a running consumer writes its rows back)")
-    async with database(dsn(args)) as conn:
-        await _rows(conn, table, group)  # a missing table: the migrate hint
-        deleted = await conn.fetch(
-            f'DELETE FROM {table} WHERE consumer_group = $1 AND ($2::text IS NULL OR '
-            f'topic = $2) AND ($3::int[] IS NULL OR "partition" = ANY($3)) '
-            'RETURNING topic, "partition", next_offset', group, args.topic, args.partition)
-    for r in sorted(deleted, key=lambda r: (r["topic"], r["partition"])):
-        print(f"forgot {group} {r['topic']}/{r['partition']} (was at {r['next_offset']})")
-    print(f"{len(deleted)} stored offsets forgotten: {group} resumes from Kafka's committed "
-          "offsets where none is stored")
+    async with database(settings.dsn()) as conn:
+        try:
+            deleted = await conn.fetch(
+                f'DELETE FROM {table} WHERE consumer_group = $1 AND ($2::text IS NULL OR '
+                f'topic = $2) AND ($3::int[] IS NULL OR "partition" = ANY($3)) '
+                'RETURNING topic, "partition", next_offset', group, args.topic, args.partition)
+        except asyncpg.InsufficientPrivilegeError as exc:
+            raise CommandError(f"{exc}: forget needs DELETE on {table} (run it as the role "
+                               "that ran consumerkit migrate)") from None
+    forgotten = sorted((r["topic"], r["partition"], r["next_offset"]) for r in deleted)
+    kafka = await kafka_offsets(bootstrap, options, group,
+                                [TopicPartition(t, p) for t, p, _ in forgotten])
+    for topic, partition, was in forgotten:
+        resumes = kafka.get(TopicPartition(topic, partition), -1)
+        then = (f"Kafka's committed offset {resumes}" if resumes >= 0 else
+                "no committed offset in Kafka: auto_offset_reset decides")
+        print(f"forgot {group} {topic}/{partition} (was at {was}): resumes from {then}")
+    print(f"{len(forgotten)} stored offsets forgotten")
+    if members := await group_members(bootstrap, options, group):
+        print(f"WARNING: consumer group {group!r} gained {members} member(s) meanwhile: they "
+              "may have written rows back (consumerkit offsets list)")
     return 0
 
 
-async def group_members(bootstrap: str, group: str) -> int:
+async def group_members(bootstrap: str, options: Mapping[str, Any], group: str) -> int:
     """How many members the consumer group has (0 for a group the broker does not know)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=TIMEOUT_MS)
+    admin = _admin(bootstrap, options, TIMEOUT)
     try:
         await admin.start()
         [response] = await admin.describe_consumer_groups([group])
@@ -109,10 +127,27 @@ async def group_members(bootstrap: str, group: str) -> int:
     finally:
         await admin.close()
     for error_code, group_id, _state, *rest in response.groups:
-        if group_id != group:
+        if group_id != group or for_code(error_code) is GroupIdNotFound:
             continue
         if error_code:
             raise CommandError(f"cannot describe consumer group {group!r} on {bootstrap}: "
-                               f"error code {error_code}")
+                               f"{for_code(error_code).__name__}")
         return len(rest[2])  # protocol_type, protocol, members
     return 0
+
+
+async def kafka_offsets(bootstrap: str, options: Mapping[str, Any], group: str,
+                        parts: list[TopicPartition]) -> dict[TopicPartition, int]:
+    """The group's committed offsets in Kafka for ``parts`` (-1: none)."""
+    if not parts:
+        return {}
+    admin = _admin(bootstrap, options, TIMEOUT)
+    try:
+        await admin.start()
+        found = await admin.list_consumer_group_offsets(group, partitions=parts)
+    except (KafkaError, OSError) as exc:
+        raise CommandError(f"forgot the rows, but cannot read {group!r}'s committed offsets "
+                           f"on {bootstrap}: {exc}") from exc
+    finally:
+        await admin.close()
+    return {tp: meta.offset for tp, meta in found.items()}

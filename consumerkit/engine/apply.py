@@ -220,7 +220,7 @@ class Applier:
                     await deferred.flush()
                 except Exception as exc:
                     culprit = _culprit(deferred, calls, exc)
-                    if culprit is None:
+                    if culprit is None or connection_lost(conn):  # no record's doing
                         raise
                     raise RecordFailed(culprit, exc) from exc
             what = (f"event {items[0].envelope.event_id}" if sole

@@ -46,8 +46,9 @@ async def require_table(conn: DbConnection, schema: str) -> None:
     """Raise :class:`StartupError` unless ``consumerkit migrate`` created the table."""
     if await conn.fetchval("SELECT to_regclass($1)", f"{schema}.{TABLE}") is None:
         raise StartupError(
-            f'offset_store="postgres" needs the table {schema}.{TABLE}: run consumerkit '
-            "migrate (or start once with migrate=True)")
+            f'offset_store="postgres" (the default) needs the table {schema}.{TABLE}: run '
+            "consumerkit migrate (or start once with migrate=True), or keep the offsets in "
+            "Kafka only with offset_store=\"kafka\"")
 
 
 class PostgresOffsets:

@@ -222,8 +222,7 @@ class TestConsumer:
             raise ConfigurationError(
                 "replay() rewinds the broker's offsets, which offset_store='postgres' does not "
                 "read while rows are stored: leave offset_store unset in a TestConsumer to "
-                "replay (a stopped consumer's rows are forgotten with `consumerkit offsets "
-                "forget`)")
+                "replay")
         topic = topic or self.consumer.topics[0]
         count = self.broker.topics()[topic]
         self.broker.reset(self.consumer.name, {

@@ -582,7 +582,7 @@ def test_cli_commands_are_documented() -> None:
                       if isinstance(a, argparse._SubParsersAction))
     commands = list(subparsers.choices)
     assert set(commands) == {"run", "relay", "config", "check", "demo", "migrate", "dedup",
-                             "dead-letters", "outbox", "parked", "topics",
+                             "dead-letters", "outbox", "parked", "offsets", "topics",
                              "asyncapi"}
     usage = section(page("operations/index.md"), "Command line")
     for command in commands:

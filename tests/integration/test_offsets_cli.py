@@ -83,10 +83,14 @@ async def test_a_reset_takes_effect_once_the_stopped_consumers_rows_are_forgotte
 
     # reset, then forget: read again from the start, every record a duplicate
     await reset_to_start(kafka_bootstrap, name, topic)
+    in_database = await stored(pg_pool, pg_schema, name)
     forgot = await cli("offsets", "forget", "--consumer", name, "--kafka", kafka_bootstrap,
                        *db, cwd=tmp_path)
     assert forgot.code == 0, forgot.err
-    assert forgot.out.splitlines()[-1].startswith(f"{PARTITIONS} stored offsets forgotten")
+    assert forgot.out.splitlines()[-1] == f"{PARTITIONS} stored offsets forgotten"
+    for partition, offset in in_database.items():
+        assert (f"forgot {name} {topic}/{partition} (was at {offset}): resumes from Kafka's "
+                "committed offset 0") in forgot.out
     assert await stored(pg_pool, pg_schema, name) == {}
     third = build("forget", pg_schema, topic, postgres_dsn, kafka_bootstrap)
     total = len(events) + len(extra)
@@ -110,7 +114,13 @@ async def test_forget_says_what_it_needs_in_one_line(
     assert bad.code != 0
     assert "consumer name" in bad.err
     assert "Traceback" not in bad.err
+    unreachable = await cli("offsets", "forget", "--consumer", "billing", "--kafka",
+                            "127.0.0.1:9", *db, cwd=tmp_path)
+    assert unreachable.code != 0
+    assert "cannot describe consumer group 'billing' on 127.0.0.1:9" in unreachable.err
+    assert "Traceback" not in unreachable.err
     unmigrated = await cli("offsets", "list", *db, cwd=tmp_path)
     assert unmigrated.code != 0
+    assert "Traceback" not in unmigrated.err
     assert "consumer_offsets" in unmigrated.err
     assert "consumerkit migrate" in unmigrated.err

@@ -269,18 +269,18 @@ async def torture(profile: Profile, seed: int, mutant: str,
 
         await _wait(produced, profile.events / profile.rate * 3 + 120, "the producer")
         writers_stopped = await _stop_behind(upstream[1:])
-        if profile.txn_events:
+        phases["chaos_s"] = time.monotonic() - mark
+
+        mark = time.monotonic()
+        await _heal(rig)
+        phases["heal_s"] = time.monotonic() - mark
+        if profile.txn_events:  # so that the drain waits for the effects of those committed
             conn = await _db(postgres.dsn)
             try:
                 await txn_outcomes.settle(conn, broker.bootstrap, SCHEMA, TOPIC,
                                           profile.partitions)
             finally:
                 await conn.close()
-        phases["chaos_s"] = time.monotonic() - mark
-
-        mark = time.monotonic()
-        await _heal(rig)
-        phases["heal_s"] = time.monotonic() - mark
         drain_s, drained = await _drain(postgres.dsn, profile)
         phases["drain_s"] = drain_s
         procs.stop_all()
