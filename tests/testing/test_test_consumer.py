@@ -15,13 +15,17 @@ from consumerkit.testing import Outcome, TestConsumer
 from .handlers import TABLE_SQL, Step, Unhandled, effects, registry
 
 
-@pytest.fixture
-async def kit(consumerkit_dsn: str, consumerkit_schema: str) -> AsyncIterator[TestConsumer]:
-    conn = await asyncpg.connect(consumerkit_dsn)
+async def create_table(dsn: str) -> None:
+    conn = await asyncpg.connect(dsn)
     try:
         await conn.execute(TABLE_SQL)
     finally:
         await conn.close()
+
+
+@pytest.fixture
+async def kit(consumerkit_dsn: str, consumerkit_schema: str) -> AsyncIterator[TestConsumer]:
+    await create_table(consumerkit_dsn)
     async with TestConsumer([registry], postgres_dsn=consumerkit_dsn,
                             schema=consumerkit_schema) as kit:
         yield kit
@@ -78,11 +82,7 @@ async def test_with_offsets_in_postgres_replay_says_why_it_cannot_rewind(
     """The kit keeps offsets in its broker unless told otherwise; with offset_store="postgres"
     it stores them beside the effects as production does, and replay() (a rewind of the
     broker's offsets, which the stored rows would override) refuses in one line."""
-    conn = await asyncpg.connect(consumerkit_dsn)
-    try:
-        await conn.execute(TABLE_SQL)
-    finally:
-        await conn.close()
+    await create_table(consumerkit_dsn)
     async with TestConsumer([registry], postgres_dsn=consumerkit_dsn,
                             schema=consumerkit_schema) as plain:
         assert plain.consumer.offset_store == "kafka"
