@@ -215,9 +215,9 @@ class Recheck:
                     await self.ready(conn)
                 failures = 0
             except Exception as exc:  # the database is still away: try again
-                (log.warning if failures == 0 else log.debug)(
-                    "reading the stored offsets again failed (%s: %s); retrying",
-                    type(exc).__name__, exc)
+                (log.warning if failures % 10 == 0 else log.debug)(
+                    "reading the stored offsets again failed (%s: %s; %d in a row); retrying",
+                    type(exc).__name__, exc, failures + 1)
                 await asyncio.sleep(_RETRY_DELAYS[min(failures, len(_RETRY_DELAYS) - 1)])
                 failures += 1
                 self._wanted.set()

@@ -117,8 +117,9 @@ class Tracker:
             async with asyncio.timeout(COMMIT_TIMEOUT):
                 async with self.database.pool.acquire() as conn:
                     stored = await self.database.rows(conn, parts)
-        except _UNREACHABLE as exc:
-            log.warning("cannot read the stored offsets of %s (%s): they are read again before "
+        except Exception as exc:  # whatever broke, the ownerships must not stay placing
+            # (their records would be dropped at every fetch): the check places them
+            log.warning("cannot read the stored offsets of %s (%r): they are read again before "
                         "anything of them is applied", sorted(parts), exc)
             stored = {}
             if self.recheck is not None:
