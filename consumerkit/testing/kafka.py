@@ -228,7 +228,21 @@ class KafkaCluster(_Service):
 
 def _format(java: str, lib: Path, nodes: list[KafkaNode], cluster_id: str, log_opt: str,
             timeout: float, extra: Sequence[str] = ()) -> None:
-    """Format every node's log dir (kafka.tools.StorageTool), the nodes in parallel."""
+    """Format every node's log dir (kafka.tools.StorageTool), the nodes in parallel; a node
+    that fails is formatted once more (a JVM has exited 1 without a word on a busy machine)."""
+    failed = _format_nodes(java, lib, nodes, cluster_id, log_opt, timeout, extra)
+    if failed:
+        again = [node for node in nodes if node.node_id in failed]
+        failed = _format_nodes(java, lib, again, cluster_id, log_opt, timeout,
+                               [*extra, "--ignore-formatted"])
+    if failed:
+        raise ServiceStartError("formatting Kafka's log dirs failed: " + "\n".join(
+            failed.values()))
+
+
+def _format_nodes(java: str, lib: Path, nodes: list[KafkaNode], cluster_id: str, log_opt: str,
+                  timeout: float, extra: Sequence[str]) -> dict[int, str]:
+    """Node id -> what went wrong, for the nodes whose format failed."""
     running = []
     for node in nodes:
         argv = [java, "-Xmx128m", "-XX:TieredStopAtLevel=1", log_opt, "-cp", f"{lib}/*",
@@ -238,7 +252,7 @@ def _format(java: str, lib: Path, nodes: list[KafkaNode], cluster_id: str, log_o
         running.append((node, log, subprocess.Popen(  # noqa: S603 - argv built here
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)))
     deadline = time.monotonic() + timeout
-    failed: list[str] = []
+    failed: dict[int, str] = {}
     for node, log, process in running:
         try:
             code = process.wait(max(0.1, deadline - time.monotonic()))
@@ -248,9 +262,8 @@ def _format(java: str, lib: Path, nodes: list[KafkaNode], cluster_id: str, log_o
         log.close()
         if code != 0:
             text = (node.home / "format.log").read_text(errors="replace")[-3000:]
-            failed.append(f"node {node.node_id} (exit {code}):\n{text}")
-    if failed:
-        raise ServiceStartError("formatting Kafka's log dirs failed: " + "\n".join(failed))
+            failed[node.node_id] = f"node {node.node_id} (exit {code}):\n{text}"
+    return failed
 
 
 def start_kafka(

@@ -12,6 +12,7 @@ import pytest
 
 from consumerkit.errors import ConsumerKitError
 from consumerkit.testing import kafka_jars
+from consumerkit.testing.kafka import KafkaNode, _format
 from consumerkit.testing.kafka_config import new_cluster_id, node_properties, render_properties
 from consumerkit.testing.kafka_jars import (
     CACHE_ENV,
@@ -162,3 +163,34 @@ def test_a_held_fetch_lock_times_out_with_its_path(tmp_path: Path) -> None:
 def test_only_one_or_three_brokers() -> None:
     with pytest.raises(ValueError, match="1 or 3 brokers"):
         start_kafka(brokers=2)
+
+
+def _java(tmp_path: Path, fail_node: int) -> str:
+    """A stand-in for ``java`` in the format step only: the run for ``fail_node`` exits 1
+    without a word unless told to ignore a formatted dir (as the retry does)."""
+    script = tmp_path / "java"
+    script.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *--ignore-formatted*) echo formatted; exit 0;; '
+        f'*node{fail_node}/*) exit 1;; *) echo formatted; exit 0;; esac\n')
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_a_node_whose_format_fails_once_is_formatted_again(tmp_path: Path) -> None:
+    nodes = [KafkaNode(n, 0, 0, tmp_path / f"node{n}", []) for n in (1, 2, 3)]
+    for node in nodes:
+        node.home.mkdir()
+    _format(_java(tmp_path, 3), tmp_path, nodes, "cluster", "-Dlog", 10)
+    assert [(n.home / "format.log").read_text() for n in nodes] == ["formatted\n"] * 3
+
+
+def test_a_node_whose_format_keeps_failing_is_named(tmp_path: Path) -> None:
+    script = tmp_path / "java"
+    script.write_text("#!/bin/sh\ncase \"$*\" in *node2/*) echo no space left; exit 1;; esac\n")
+    script.chmod(0o755)
+    nodes = [KafkaNode(n, 0, 0, tmp_path / f"node{n}", []) for n in (1, 2)]
+    for node in nodes:
+        node.home.mkdir()
+    with pytest.raises(ServiceStartError, match="node 2 \\(exit 1\\):\nno space left"):
+        _format(str(script), tmp_path, nodes, "cluster", "-Dlog", 10)
