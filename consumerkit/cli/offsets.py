@@ -87,67 +87,77 @@ async def forget_command(args: argparse.Namespace) -> int:
     if not bootstrap:
         raise CommandError("no broker to check the group has no member: pass --kafka "
                            "HOST:PORT or set CONSUMERKIT_KAFKA_BOOTSTRAP")
-    options = settings.kafka_options()
-    if members := await group_members(bootstrap, options, group):
-        raise CommandError(f"consumer group {group!r} has {members} member(s): stop its "
-                           "consumers first (a running consumer writes its rows back)")
-    async with database(settings.dsn()) as conn:
+    async with _Group(bootstrap, settings.kafka_options(), group) as kafka:
+        if members := await kafka.members():
+            raise CommandError(f"consumer group {group!r} has {members} member(s): stop its "
+                               "consumers first (a running consumer writes its rows back)")
+        async with database(settings.dsn()) as conn:
+            try:
+                deleted = await conn.fetch(
+                    f'DELETE FROM {table} WHERE consumer_group = $1 AND ($2::text IS NULL OR '
+                    f'topic = $2) AND ($3::int[] IS NULL OR "partition" = ANY($3)) '
+                    'RETURNING topic, "partition", next_offset', group, args.topic,
+                    args.partition)
+            except asyncpg.InsufficientPrivilegeError as exc:
+                raise CommandError(f"{exc}: forget needs DELETE on {table} (run it as the "
+                                   "role that ran consumerkit migrate)") from None
+        forgotten = sorted((r["topic"], r["partition"], r["next_offset"]) for r in deleted)
+        committed = await kafka.offsets([TopicPartition(t, p) for t, p, _ in forgotten])
+        for topic, partition, was in forgotten:
+            resumes = committed.get(TopicPartition(topic, partition), -1)
+            then = (f"Kafka's committed offset {resumes}" if resumes >= 0 else
+                    "no committed offset in Kafka: auto_offset_reset decides")
+            print(f"forgot {group} {topic}/{partition} (was at {was}): resumes from {then}")
+        print(f"{len(forgotten)} stored offsets forgotten")
+        if members := await kafka.members():
+            print(f"WARNING: consumer group {group!r} gained {members} member(s) meanwhile: "
+                  "they may have written rows back (consumerkit offsets list)")
+    return 0
+
+
+class _Group:
+    """One consumer group on the broker, through one admin client."""
+
+    def __init__(self, bootstrap: str, options: Mapping[str, Any], group: str) -> None:
+        self.bootstrap, self.group = bootstrap, group
+        self.admin = _admin(bootstrap, options, TIMEOUT)
+
+    async def __aenter__(self) -> _Group:
         try:
-            deleted = await conn.fetch(
-                f'DELETE FROM {table} WHERE consumer_group = $1 AND ($2::text IS NULL OR '
-                f'topic = $2) AND ($3::int[] IS NULL OR "partition" = ANY($3)) '
-                'RETURNING topic, "partition", next_offset', group, args.topic, args.partition)
-        except asyncpg.InsufficientPrivilegeError as exc:
-            raise CommandError(f"{exc}: forget needs DELETE on {table} (run it as the role "
-                               "that ran consumerkit migrate)") from None
-    forgotten = sorted((r["topic"], r["partition"], r["next_offset"]) for r in deleted)
-    kafka = await kafka_offsets(bootstrap, options, group,
-                                [TopicPartition(t, p) for t, p, _ in forgotten])
-    for topic, partition, was in forgotten:
-        resumes = kafka.get(TopicPartition(topic, partition), -1)
-        then = (f"Kafka's committed offset {resumes}" if resumes >= 0 else
-                "no committed offset in Kafka: auto_offset_reset decides")
-        print(f"forgot {group} {topic}/{partition} (was at {was}): resumes from {then}")
-    print(f"{len(forgotten)} stored offsets forgotten")
-    if members := await group_members(bootstrap, options, group):
-        print(f"WARNING: consumer group {group!r} gained {members} member(s) meanwhile: they "
-              "may have written rows back (consumerkit offsets list)")
-    return 0
+            await self.admin.start()
+        except (KafkaError, OSError) as exc:
+            await self.admin.close()
+            raise self._error(exc) from exc
+        return self
 
+    async def __aexit__(self, *exc: object) -> None:
+        await self.admin.close()
 
-async def group_members(bootstrap: str, options: Mapping[str, Any], group: str) -> int:
-    """How many members the consumer group has (0 for a group the broker does not know)."""
-    admin = _admin(bootstrap, options, TIMEOUT)
-    try:
-        await admin.start()
-        [response] = await admin.describe_consumer_groups([group])
-    except (KafkaError, OSError) as exc:
-        raise CommandError(f"cannot describe consumer group {group!r} on {bootstrap}: "
-                           f"{exc}") from exc
-    finally:
-        await admin.close()
-    for error_code, group_id, _state, *rest in response.groups:
-        if group_id != group or for_code(error_code) is GroupIdNotFound:
-            continue
-        if error_code:
-            raise CommandError(f"cannot describe consumer group {group!r} on {bootstrap}: "
-                               f"{for_code(error_code).__name__}")
-        return len(rest[2])  # protocol_type, protocol, members
-    return 0
+    def _error(self, cause: object) -> CommandError:
+        return CommandError(f"cannot describe consumer group {self.group!r} on "
+                            f"{self.bootstrap}: {cause}")
 
+    async def members(self) -> int:
+        """How many members the group has (0 for a group the broker does not know)."""
+        try:
+            [response] = await self.admin.describe_consumer_groups([self.group])
+        except (KafkaError, OSError) as exc:
+            raise self._error(exc) from exc
+        for error_code, group_id, _state, *rest in response.groups:
+            if group_id != self.group or for_code(error_code) is GroupIdNotFound:
+                continue
+            if error_code:
+                raise self._error(for_code(error_code).__name__)
+            return len(rest[2])  # protocol_type, protocol, members
+        return 0
 
-async def kafka_offsets(bootstrap: str, options: Mapping[str, Any], group: str,
-                        parts: list[TopicPartition]) -> dict[TopicPartition, int]:
-    """The group's committed offsets in Kafka for ``parts`` (-1: none)."""
-    if not parts:
-        return {}
-    admin = _admin(bootstrap, options, TIMEOUT)
-    try:
-        await admin.start()
-        found = await admin.list_consumer_group_offsets(group, partitions=parts)
-    except (KafkaError, OSError) as exc:
-        raise CommandError(f"forgot the rows, but cannot read {group!r}'s committed offsets "
-                           f"on {bootstrap}: {exc}") from exc
-    finally:
-        await admin.close()
-    return {tp: meta.offset for tp, meta in found.items()}
+    async def offsets(self, parts: list[TopicPartition]) -> dict[TopicPartition, int]:
+        """The group's committed offsets in Kafka for ``parts`` (-1: none)."""
+        if not parts:
+            return {}
+        try:
+            found = await self.admin.list_consumer_group_offsets(self.group, partitions=parts)
+        except (KafkaError, OSError) as exc:
+            raise CommandError(f"forgot the rows, but cannot read {self.group!r}'s committed "
+                               f"offsets on {self.bootstrap}: {exc}") from exc
+        return {tp: meta.offset for tp, meta in found.items()}
