@@ -72,6 +72,8 @@ CORE_STEPS = (
          lambda schema, _policy: offsets_ddl(schema)),
     Step(7, "partition maintenance functions for outboxes kept for a retention",
          lambda schema, _policy: ddl_functions_ddl(schema)),
+    Step(8, "name keys registered by racing transactions never read as a collision",
+         lambda schema, _policy: names_ddl(schema)),
 )
 DEDUP_STEPS = (
     Step(1, "partitioned dedup table and claim function", dedup_ddl),

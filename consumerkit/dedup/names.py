@@ -45,16 +45,23 @@ def names_ddl(schema: str) -> list[str]:
         RETURNS bigint LANGUAGE plpgsql VOLATILE AS $fn$
         DECLARE
             v_id bigint := {key_sql('p_name')};
+            v_known boolean;
+            v_other text;
         BEGIN
-            IF NOT EXISTS (SELECT 1 FROM {table} AS n WHERE n.id = v_id AND n.name = p_name)
-            THEN
-                IF EXISTS (SELECT 1 FROM {table} AS n WHERE n.id = v_id) THEN
-                    RAISE EXCEPTION 'consumerkit: the name % has the key of another name', p_name
-                        USING ERRCODE = 'unique_violation',
-                              HINT = 'rename the consumer or the handler';
-                END IF;
-                INSERT INTO {table} (id, name) VALUES (v_id, p_name);
+            -- one statement, so one snapshot: with two, a transaction registering the same
+            -- name could commit between them, and its entry read as another name's
+            SELECT bool_or(n.name = p_name), min(n.name) FILTER (WHERE n.name <> p_name)
+              INTO v_known, v_other FROM {table} AS n WHERE n.id = v_id;
+            IF v_known THEN
+                RETURN v_id;
             END IF;
+            IF v_other IS NOT NULL THEN
+                RAISE EXCEPTION 'consumerkit: the name % has the key of another name, %',
+                    p_name, v_other
+                    USING ERRCODE = 'unique_violation',
+                          HINT = 'rename the consumer or the handler';
+            END IF;
+            INSERT INTO {table} (id, name) VALUES (v_id, p_name);
             RETURN v_id;
         END $fn$""",
         f"REVOKE ALL ON FUNCTION {function}(text) FROM PUBLIC",
