@@ -256,12 +256,12 @@ async def make_topic(kafka_bootstrap: str) -> AsyncIterator[MakeTopic]:
     created: list[str] = []
     started = False
 
-    async def make(partitions: int = 4) -> str:
+    async def make(partitions: int = 4, name: str | None = None) -> str:
         nonlocal started
         if not started:
             await admin.start()
             started = True
-        name = f"ck-t-{uuid.uuid4().hex[:12]}"
+        name = name or f"ck-t-{uuid.uuid4().hex[:12]}"
         response = await admin.create_topics(
             [NewTopic(name, num_partitions=partitions, replication_factor=REPLICATION_FACTOR)]
         )

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from ..errors import StartupError
 from ..shared.identifiers import check_name
 from ..transport.kafka import KafkaProducer
+from ..transport.kafka_access import missing_topics
 from ..types import SinkResources
 from .entry import DeadLetterEntry
+
+_log = logging.getLogger("consumerkit.deadletter")
 
 REASON_HEADER = "consumerkit.reason"
 DETAIL_HEADER = "consumerkit.detail"
@@ -68,7 +72,7 @@ class DeadLetterTopic:
         await producer.start()
         try:
             wanted = {self.destination(topic) for topic in resources.topics}
-            missing = sorted(wanted - await producer.topics())
+            missing = await missing_topics(producer.topics, wanted, _log)
         except BaseException:
             await producer.stop()
             raise

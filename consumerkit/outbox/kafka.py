@@ -27,6 +27,7 @@ from ..errors import (
     is_retriable,
 )
 from ..transport.kafka import KafkaProducer
+from ..transport.kafka_access import missing_topics
 from .event import OutboxEvent
 from .routing import TopicRoute
 from .sink import PermanentSendError
@@ -95,8 +96,12 @@ class KafkaSink:
         topic = self.route.fixed
         if topic is None or self.auto_create_topics:
             return
-        try:
+        async def listed() -> set[str]:
             self._known = await self._producer.topics()
+            return self._known
+
+        try:
+            await missing_topics(listed, [topic], log)
         except StartupError:
             await self._producer.stop()
             raise

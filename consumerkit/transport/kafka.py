@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import logging
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
@@ -37,11 +38,14 @@ from .kafka_access import (
     hidden_topics,
     idempotence_refused,
     login_failure,
+    missing_topics,
     write_denied,
 )
 from .kafka_skipped import SkipWatch
 from .source import Partition as Partition  # re-exported: callers imported it from here
 from .source import RebalanceHandler as RebalanceHandler
+
+_log = logging.getLogger("consumerkit.consumer")
 
 _CONSUMER_FIXED = {
     "enable_auto_commit": False,
@@ -133,11 +137,10 @@ class KafkaSource:
             raise StartupError(
                 reason or f"cannot reach the Kafka broker at {self.bootstrap}: {exc}") from exc
         try:
-            existing = await self._consumer.topics()
+            missing = await missing_topics(self._consumer.topics, self.topics, _log)
         except KafkaError as exc:
             await self._consumer.stop()
             raise StartupError(f"cannot read topic metadata: {exc}") from exc
-        missing = sorted(set(self.topics) - set(existing))
         if missing:  # the topic list leaves out those the principal may not describe
             await self._consumer.stop()
             hidden = await hidden_topics(self.bootstrap, missing, self._options)

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import ssl
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient
@@ -30,7 +32,30 @@ from aiokafka.protocol.metadata import MetadataRequest
 from ..errors import AuthorizationError, IdempotenceRefusedError
 
 _TOPIC_DENIED = TopicAuthorizationFailedError.errno
+TOPIC_GRACE = 5.0
+"""Seconds a topic missing at start-up is waited for: one created a moment before (a topic
+operator racing the deployment) may not be in the metadata of every broker yet."""
 _CONNECTION = set(inspect.signature(create_conn).parameters) - {"host", "port"}
+
+
+async def missing_topics(read: Callable[[], Awaitable[Collection[str]]],
+                         wanted: Collection[str], log: logging.Logger) -> list[str]:
+    """The topics of ``wanted`` that the metadata ``read`` returns still lacks after
+    :data:`TOPIC_GRACE` seconds (asked again every fraction of a second meanwhile; the wait
+    is told to ``log`` once)."""
+    grace = TOPIC_GRACE
+    deadline = time.monotonic() + grace
+    delay = 0.1
+    while True:
+        missing = sorted(set(wanted) - set(await read()))
+        left = deadline - time.monotonic()
+        if not missing or left <= 0:
+            return missing
+        if delay == 0.1:
+            log.info("topics not on the broker yet: %s; waiting up to %.0fs for them",
+                     ", ".join(missing), grace)
+        await asyncio.sleep(min(delay, left))
+        delay = min(delay * 2, 1.0)
 
 
 def principal(options: Mapping[str, Any]) -> str:

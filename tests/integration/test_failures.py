@@ -4,7 +4,10 @@ keeps running; start-up problems are clear errors."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import uuid
 from collections import Counter
+from functools import partial
 
 import asyncpg
 import pytest
@@ -19,6 +22,7 @@ from consumerkit import (
 )
 from consumerkit.deadletter.table import list_dead_letters
 from consumerkit.testing.services import MakeTopic
+from consumerkit.transport import kafka_access
 
 from ..brokers import PRODUCER_OPTIONS
 from .conftest import LedgerTopic
@@ -26,6 +30,7 @@ from .ledger import (
     Running,
     Step,
     build,
+    create_ledger,
     ledger_rows,
     make_events,
     publish,
@@ -151,6 +156,40 @@ async def test_unreachable_broker_and_missing_topics_are_clear_startup_errors(
         await asyncio.wait_for(missing.run(), 60)
 
 
+
+async def test_a_topic_created_just_after_the_start_is_waited_for(
+    postgres_dsn: str, kafka_bootstrap: str, make_topic: MakeTopic, pg_schema: str,
+    pg_pool: asyncpg.Pool, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A topic operator racing the deployment: the topic appears while the consumer starts
+    (the wait is made long here, so a slow machine cannot outlast it)."""
+    monkeypatch.setattr(kafka_access, "TOPIC_GRACE", 60.0)
+    caplog.set_level(logging.INFO, "consumerkit.consumer")
+    topic = f"ck-t-late-{uuid.uuid4().hex[:8]}"
+    async with pg_pool.acquire() as conn:
+        await create_ledger(conn, pg_schema)
+    consumer = build("late", pg_schema, topic, postgres_dsn, kafka_bootstrap)
+    running = Running(consumer)
+    starting = asyncio.create_task(running.__aenter__())
+    try:
+        await wait_for(partial(_logged, caplog, f"topics not on the broker yet: {topic}"), 30,
+                       "the consumer waiting for its topic")
+        assert not starting.done()
+        events = make_events(keys=2, per_key=3)
+        await make_topic(partitions=2, name=topic)
+        await publish(kafka_bootstrap, topic, events)
+        await asyncio.wait_for(starting, 60)
+        await wait_for(lambda: settled(consumer, len(events)), 60, "every event applied")
+    finally:
+        if not starting.done():
+            starting.cancel()
+        await running.__aexit__(None, None, None)
+    async with pg_pool.acquire() as conn:
+        verify(await ledger_rows(conn, pg_schema), events)
+
+
+async def _logged(caplog: pytest.LogCaptureFixture, text: str) -> bool:
+    return any(text in record.getMessage() for record in caplog.records)
 
 
 pytestmark = pytest.mark.slow
