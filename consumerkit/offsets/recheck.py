@@ -215,6 +215,8 @@ class Recheck:
                     await self.ready(conn)
                 failures = 0
             except Exception as exc:  # the database is still away: try again
+                if stopping.is_set():
+                    return  # the pool closing under it at the stop: nothing to tell
                 (log.warning if failures % 10 == 0 else log.debug)(
                     "reading the stored offsets again failed (%s: %s; %d in a row); retrying",
                     type(exc).__name__, exc, failures + 1)
