@@ -48,7 +48,7 @@ from consumerkit.testing.services import (
     start_kafka,
     start_logical_postgres,
 )
-from consumerkit.transport.kafka import create_topic
+from consumerkit.transport.kafka_admin import create_topic
 
 from .outbox_cpu import cpu_seconds
 

@@ -46,7 +46,7 @@ from consumerkit.outbox import (
 )
 from consumerkit.outbox.admin import slot_owners
 from consumerkit.outbox.table import SLOTS
-from consumerkit.transport.kafka import create_topic
+from consumerkit.transport.kafka_admin import create_topic
 
 from .broker import producer_flags, traits
 from .context import services

@@ -169,7 +169,7 @@ async def run_consumerkit(dsn: str, bootstrap: str, rows: int, aggregates: int,
 async def run_faststream(peer: RelayPeer, dsn: str, bootstrap: str, rows: int,
                          aggregates: int, uvloop: bool, deadline: float) -> tuple[float, str]:
     """(seconds, topic) of one faststream-outbox relay process draining ``rows`` rows."""
-    from consumerkit.transport.kafka import create_topic
+    from consumerkit.transport.kafka_admin import create_topic
 
     from . import outbox_peer_worker as worker
 

@@ -17,7 +17,8 @@ from typing import Any
 from ..dedup.horizon import Finding
 from ..errors import IdempotenceRefusedError, StartupError
 from ..settings import env_name, flag
-from ..transport.kafka import KafkaProducer, describe_replication, describe_topic_configs
+from ..transport.kafka import KafkaProducer
+from ..transport.kafka_admin import describe_replication, describe_topic_configs
 
 MIN_INSYNC = "min.insync.replicas"
 UNCLEAN = "unclean.leader.election.enable"

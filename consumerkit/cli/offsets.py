@@ -21,7 +21,7 @@ from aiokafka.errors import GroupIdNotFound, KafkaError, for_code
 from ..offsets.postgres import TABLE
 from ..settings import ConsumerSettings
 from ..shared.identifiers import check_name, qualified
-from ..transport.kafka import _admin
+from ..transport.kafka_admin import admin_client
 from ..types import DbConnection
 from .admin import dsn
 from .check import SERVICE_FIELDS
@@ -120,7 +120,7 @@ class _Group:
 
     def __init__(self, bootstrap: str, options: Mapping[str, Any], group: str) -> None:
         self.bootstrap, self.group = bootstrap, group
-        self.admin = _admin(bootstrap, options, TIMEOUT)
+        self.admin = admin_client(bootstrap, options, TIMEOUT)
 
     async def __aenter__(self) -> _Group:
         try:

@@ -16,7 +16,7 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from ..retry import RetryPolicy
-from ..transport.kafka import describe_topic_configs
+from ..transport.kafka_admin import describe_topic_configs
 from .policy import DedupPolicy
 
 FOREVER = timedelta.max

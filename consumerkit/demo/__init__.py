@@ -37,7 +37,7 @@ from ..schema import migrate
 from ..shared import aio
 from ..shared.identifiers import redact_dsn
 from ..testing.services import ServiceStartError
-from ..transport.kafka import create_topic
+from ..transport.kafka_admin import create_topic
 from . import shop
 from .broker import Broker, BrokerFaults, broker
 from .procs import Workers

@@ -34,7 +34,7 @@ import asyncpg
 import pytest
 
 from ..shared.identifiers import redact_dsn
-from ..transport.kafka import create_topic
+from ..transport.kafka_admin import create_topic
 from .services import start_postgres, start_tansu
 
 POSTGRES_ENV = "CONSUMERKIT_TEST_POSTGRES_DSN"

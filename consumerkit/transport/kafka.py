@@ -1,4 +1,4 @@
-"""The Kafka adapter: the only module that imports aiokafka.
+"""The Kafka adapter: the source and the producer over aiokafka.
 
 aiokafka's defaults are unsafe for exactly-once effects (auto-commit on, ``latest`` reset,
 ``acks=1``). Here: auto-commit is off and ``isolation_level="read_committed"``, and neither can
@@ -10,7 +10,6 @@ brokers without it).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import inspect
 import logging
@@ -18,8 +17,6 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import (
     GroupAuthorizationFailedError,
     IllegalStateError,
@@ -34,7 +31,6 @@ from ..envelope import RecordLike
 from ..errors import ConfigurationError, RecordTooLargeError, StartupError, TransportError
 from .kafka_access import (
     denied,
-    describe_topics,
     hidden_topics,
     idempotence_refused,
     login_failure,
@@ -298,79 +294,3 @@ class KafkaProducer:
 
     async def stop(self) -> None:
         await self._producer.stop()
-
-
-async def create_topic(bootstrap: str, name: str, partitions: int,
-                       options: Mapping[str, Any] | None = None,
-                       replication_factor: int = 1) -> None:
-    """Create ``name`` with ``partitions`` partitions (replication factor 1 unless given: for
-    demos and tests; production topics are provisioned by their owners)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, **dict(options or {}))
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, num_partitions=partitions,
-                                            replication_factor=replication_factor)])
-    finally:
-        await admin.close()
-
-
-async def describe_topic_configs(
-    bootstrap: str, topics: Sequence[str], *, names: Sequence[str] | None = None,
-    options: Mapping[str, Any] | None = None, timeout: float = 10.0,
-) -> dict[str, dict[str, str]]:
-    """The configs (``{name: value}``, only ``names`` if given) of each of ``topics`` that the
-    broker describes. A topic it cannot describe (unknown, not allowed, a broker without
-    DescribeConfigs, no answer within ``timeout`` seconds) is absent from the result: callers
-    treat its configs as unknown. ``options`` are the Kafka options; those an admin client
-    does not take are left out."""
-    admin = _admin(bootstrap, options, timeout)
-    found: dict[str, dict[str, str]] = {}
-    try:
-        async with asyncio.timeout(timeout):
-            await admin.start()
-            # every config, filtered here: some brokers (Tansu) drop the connection when the
-            # request names configs
-            responses = await admin.describe_configs(
-                [ConfigResource(ConfigResourceType.TOPIC, topic) for topic in topics])
-    except (KafkaError, OSError, TimeoutError):
-        return found
-    finally:
-        await admin.close()
-    for response in responses:
-        for resource in response.to_object()["resources"]:
-            if resource["error_code"] == 0 and resource["resource_name"] in topics:
-                found[resource["resource_name"]] = {
-                    entry["config_names"]: entry["config_value"]
-                    for entry in resource["config_entries"]
-                    if entry["config_value"] is not None
-                    and (names is None or entry["config_names"] in names)}
-    return found
-
-
-async def describe_replication(
-    bootstrap: str, topics: Sequence[str], *, options: Mapping[str, Any] | None = None,
-    timeout: float = 10.0,
-) -> dict[str, int]:
-    """The replication factor of each of ``topics`` (the fewest replicas of any of its
-    partitions) that the broker describes; the others are absent, as in
-    :func:`describe_topic_configs`."""
-    admin = _admin(bootstrap, options, timeout)
-    try:
-        async with asyncio.timeout(timeout):
-            await admin.start()
-            described = await describe_topics(admin, topics)
-    except (KafkaError, OSError, TimeoutError):
-        return {}
-    finally:
-        await admin.close()
-    return {t["topic"]: min(len(p["replicas"]) for p in t["partitions"])
-            for t in described if t["error_code"] == 0 and t["partitions"]}
-
-
-def _admin(bootstrap: str, options: Mapping[str, Any] | None,
-           timeout: float) -> AIOKafkaAdminClient:
-    """An admin client with the Kafka options it takes (the others are left out)."""
-    accepted = set(inspect.signature(AIOKafkaAdminClient).parameters)
-    settings = {"request_timeout_ms": int(timeout * 1000),
-                **{k: v for k, v in (options or {}).items() if k in accepted}}
-    return AIOKafkaAdminClient(bootstrap_servers=bootstrap, **settings)

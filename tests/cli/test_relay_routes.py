@@ -15,7 +15,7 @@ import asyncpg
 
 from consumerkit.outbox import Outbox, OutboxTable
 from consumerkit.testing.services import MakeTopic
-from consumerkit.transport.kafka import create_topic
+from consumerkit.transport.kafka_admin import create_topic
 
 from ..outbox.conftest import pending, read_all, wait_until
 from .conftest import PASSWORD, cli, start, terminate, with_password

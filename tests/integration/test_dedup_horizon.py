@@ -21,7 +21,7 @@ from consumerkit.dedup.horizon import (
     retry_horizon,
 )
 from consumerkit.testing.services import free_port
-from consumerkit.transport.kafka import describe_topic_configs
+from consumerkit.transport.kafka_admin import describe_topic_configs
 
 from ..conftest import wait_for_partitions
 

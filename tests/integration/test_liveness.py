@@ -13,7 +13,7 @@ import pytest
 
 from consumerkit import Consumer, HandlerContext
 from consumerkit.testing.services import start_tansu
-from consumerkit.transport.kafka import create_topic
+from consumerkit.transport.kafka_admin import create_topic
 
 from .conftest import LedgerTopic
 from .ledger import (

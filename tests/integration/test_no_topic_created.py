@@ -8,8 +8,8 @@ from __future__ import annotations
 import uuid
 
 from consumerkit.cli.check import reach_broker
-from consumerkit.transport.kafka import describe_replication
 from consumerkit.transport.kafka_access import hidden_topics
+from consumerkit.transport.kafka_admin import describe_replication
 
 
 async def test_the_denied_and_replication_checks_create_no_topic(kafka_bootstrap: str) -> None:

@@ -25,7 +25,7 @@ from aiokafka.errors import KafkaError
 from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay, count_failed
 from consumerkit.retry import RetryPolicy
 from consumerkit.testing.services import TansuBroker, free_port, start_tansu
-from consumerkit.transport.kafka import create_topic
+from consumerkit.transport.kafka_admin import create_topic
 
 from .conftest import RelayRunning, pending, read_all, wait_until
 

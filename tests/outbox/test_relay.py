@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay
 from consumerkit.testing.services import MakeTopic
-from consumerkit.transport.kafka import create_topic
+from consumerkit.transport.kafka_admin import create_topic
 
 from ..brokers import PRODUCER_OPTIONS
 from .conftest import RelayRunning, pending, read_all, wait_until

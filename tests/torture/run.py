@@ -22,7 +22,7 @@ from consumerkit.outbox import OutboxTable, migrate_outbox
 from consumerkit.schema import migrate
 from consumerkit.testing.kafka import KafkaCluster
 from consumerkit.testing.services import TansuBroker
-from consumerkit.transport.kafka import create_topic
+from consumerkit.transport.kafka_admin import create_topic
 
 from . import ledger, txn_outcomes
 from .check import check, transactions
