@@ -56,6 +56,7 @@ from ..types import Claim, ClaimRequest, ClaimStatus, DbConnection, DedupCache, 
 from .decode import Decoded
 from .deferred import Deferred
 from .frozen import maker
+from .plan import Call, culprit, plan
 from .xact import Mark, check, mark, verify
 
 if TYPE_CHECKING:
@@ -219,10 +220,10 @@ class Applier:
                 try:
                     await deferred.flush()
                 except Exception as exc:
-                    culprit = _culprit(deferred, calls, exc)
-                    if culprit is None or connection_lost(conn):  # no record's doing
+                    owner = culprit(deferred, calls, exc)
+                    if owner is None or connection_lost(conn):  # no record's doing
                         raise
-                    raise RecordFailed(culprit, exc) from exc
+                    raise RecordFailed(owner, exc) from exc
             what = (f"event {items[0].envelope.event_id}" if sole
                     else f"a batch of {len(items)} records")
             # a handler that swallowed a database error left the transaction aborted (COMMIT
@@ -271,7 +272,7 @@ class Applier:
             raise HandlerFailure(exc) from exc
         except Exception as exc:
             if deferred.owners(exc) is not None:  # it failed because a deferred write did
-                own = _culprit(deferred, calls, exc)
+                own = culprit(deferred, calls, exc)
             # a batch handler's call of several records: found one by one; a connection that
             # died under the call: no record's doing, each is tried again on its own
             if own is None or connection_lost(conn):
@@ -311,7 +312,6 @@ async def _faults_after_claim(cache: DedupCache | None, namespace: str | None,
         await cache.remember(namespace, [r.envelope.event_id for r in claimed])
 
 
-Call = tuple[Route, list[Decoded]]
 Connect = Callable[[], AbstractAsyncContextManager[DbConnection]]
 """Where :meth:`Applier.apply` gets its connection (and gives it back), once it needs one."""
 
@@ -323,38 +323,3 @@ def _holding(conn: DbConnection) -> Connect:
         yield conn
 
     return held
-
-
-def plan(items: Sequence[Decoded]) -> list[Call]:
-    """The handler calls for ``items``, in an order that keeps each key's records in order: a
-    record of a batch handler joins that handler's latest call unless a record of its key is
-    in a later call already; every other record is a call of its own, in turn."""
-    first = items[0].route if items else None
-    if first is not None and first.batch and all(d.route is first for d in items):
-        return [(first, list(items))]  # one batch handler: one call, in the items' order
-    calls: list[Call] = []
-    latest: dict[Route, int] = {}  # a batch handler's latest call
-    last: dict[tuple[str, int, str | None], int] = {}  # a key's latest call
-    for decoded in items:
-        env, route = decoded.envelope, decoded.route
-        key = (env.topic, env.partition, env.key)
-        at = latest.get(route, -1) if route.batch else -1
-        if at < 0 or last.get(key, -1) > at:
-            at = len(calls)
-            calls.append((route, []))
-            if route.batch:
-                latest[route] = at
-        calls[at][1].append(decoded)
-        last[key] = at
-    return calls
-
-
-def _culprit(deferred: Deferred, calls: list[Call], exc: BaseException) -> Decoded | None:
-    """The record whose deferred write raised ``exc``, when it is known (one call, of one
-    record)."""
-    owners = deferred.owners(exc) or frozenset()
-    if len(owners) == 1:
-        [records] = [calls[index][1] for index in owners]
-        if len(records) == 1:
-            return records[0]
-    return None

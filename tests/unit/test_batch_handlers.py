@@ -13,8 +13,8 @@ from consumerkit import (
     HandlerRegistry,
     handler,
 )
-from consumerkit.engine.apply import plan
 from consumerkit.engine.decode import Decoded
+from consumerkit.engine.plan import plan
 from consumerkit.envelope import Envelope
 from consumerkit.registry import Route, RouteTable, resolve
 
