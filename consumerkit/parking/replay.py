@@ -5,7 +5,7 @@ through the consumer's own path (dedup claim, handler, outbox), and that transac
 marks the record replayed: a replay cut short and run again starts after the last record it
 applied, and the dedup row absorbs anything applied twice. When no record is left, the key is
 unparked under its row lock; records the consumer parked meanwhile are replayed first. Two
-replays of one key never run at once (an advisory lock).
+replays of one key never run at once, nor a replay and a discard (an advisory lock).
 """
 
 from __future__ import annotations
@@ -39,6 +39,13 @@ if TYPE_CHECKING:
 
 class ParkingError(ConsumerKitError):
     """A parked key cannot be found, is ambiguous, or its replay stopped (one line)."""
+
+
+class _Discarded(Exception):
+    """The parked record was gone when its replay marked it applied: the key was discarded
+    meanwhile (by hand, or by an older consumerkit's discard), so its effects roll back."""
+
+    retriable = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +102,10 @@ async def discard_key(conn: DbConnection, schema: str, consumer: str, key: bytes
         action, actor, when = await not_found(conn, schema, consumer, key)
         raise ParkingError(f"key {key.decode(errors='backslashreplace')!r} is not parked "
                            f"(last {action} by {actor} at {when})")
-    dropped = await store.discard(conn, schema, parked)
+    # not while it is replayed: the replay would go on applying what the audit calls dropped
+    async with _exclusive(conn, schema, parked, "a replay of key {key} is running: discard it "
+                                                 "once the replay has ended"):
+        dropped = await store.discard(conn, schema, parked)
     return parked, dropped or 0
 
 
@@ -115,7 +125,8 @@ async def replay_key(consumer: Consumer, key: bytes, topic: str | None = None,
             if parked is None:
                 return ReplayReport(None, not_parked=True,
                                     previously=await not_found(conn, schema, name, key))
-            async with _exclusive(conn, schema, parked), _pipeline(consumer, pool) as pipeline:
+            async with (_exclusive(conn, schema, parked, "another replay of key {key} is running"),
+                        _pipeline(consumer, pool) as pipeline):
                 return await _replay(pipeline, conn, schema, parked)
     finally:
         await pool.close()
@@ -159,6 +170,11 @@ async def _replay_one(pipeline: Pipeline, conn: DbConnection, parked: ParkedReco
             break
         except Exception as raised:
             error, outage = judge(raised)
+            if isinstance(error, _Discarded):
+                raise ParkingError(
+                    f"replay stopped at {record.topic}/{record.partition}/{record.offset} "
+                    f"(event {decoded.envelope.event_id}): its key was discarded meanwhile; "
+                    "neither it nor any later record of the key was applied") from None
             if outage:
                 attempt -= 1
             elif isinstance(error, DeadLetter):  # the handler's own decision, as when consumed
@@ -186,20 +202,23 @@ def _marking(decoded: Decoded, mark: str, parked_id: int | None) -> Decoded:
 
     async def apply_and_mark(event: Any, ctx: Any) -> None:
         await func(event, ctx)
-        await ctx.tx.execute(mark, parked_id)
+        if await ctx.tx.execute(mark, parked_id) == "UPDATE 0":
+            raise _Discarded
 
     route = dataclasses.replace(decoded.route, func=apply_and_mark)
     return dataclasses.replace(decoded, route=route)
 
 
 @contextlib.asynccontextmanager
-async def _exclusive(conn: DbConnection, schema: str, parked: ParkedKey) -> AsyncIterator[None]:
-    """One replay of a key at a time: a session advisory lock on the key."""
+async def _exclusive(conn: DbConnection, schema: str, parked: ParkedKey, busy: str,
+                     ) -> AsyncIterator[None]:
+    """One replay or discard of a key at a time: a session advisory lock on the key (``busy``:
+    the error when it is taken, ``{key}`` standing for the key)."""
     digest = hashlib.blake2b(repr((schema, parked.consumer, parked.topic, parked.partition,
                                    parked.key)).encode(), digest_size=8).digest()
     lock = int.from_bytes(digest, "big", signed=True)
     if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", lock):
-        raise ParkingError(f"another replay of key {parked.key_text!r} is running")
+        raise ParkingError(busy.format(key=repr(parked.key_text)))
     try:
         yield
     finally:

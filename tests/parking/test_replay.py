@@ -5,15 +5,17 @@ an audit row."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import asyncpg
 import pytest
 
-from consumerkit import RetryPolicy
+from consumerkit import Consumer, HandlerContext, RetryPolicy
 from consumerkit.parking.replay import ParkingError, discard_key, replay_key
 
 from ..integration.ledger import (
     Running,
+    Step,
     build,
     make_events,
     publish,
@@ -134,6 +136,84 @@ async def test_discard_drops_the_records_and_leaves_an_audit_row(
             audit["records"]) == (consumer.name, topic, b"key-1", "discarded", 2)
     assert "@" in audit["actor"]
     assert await parked_rows(pg_pool, pg_schema) == []
+
+
+class Gated(Broken):
+    """:class:`Broken`, and a handler that holds the record ``gate`` (after its effect, before
+    its transaction ends) until ``go`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate: str | None = None
+        self.reached = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def __call__(self, event: Step, ctx: HandlerContext) -> None:
+        if ctx.envelope.event_id == self.gate:
+            self.reached.set()
+            await self.go.wait()
+        await super().__call__(event, ctx)
+
+
+async def _parked_then_held(
+    postgres_dsn: str, kafka_bootstrap: str, park_topic: ParkTopic, pg_schema: str,
+) -> tuple[Consumer, Gated, asyncio.Task[Any]]:
+    """key-1's last two records parked; a replay of it started and held in its first record."""
+    topic = await park_topic(partitions=1)
+    gated = Gated()
+    gated.brake("key-1", since=2)
+    events = make_events(keys=2, per_key=3)
+    await publish(kafka_bootstrap, topic, events)
+    consumer = build("held", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=gated,
+                     retry=PARK)
+    async with Running(consumer):
+        await wait_for(lambda: _settled(consumer, len(events)), 60, "every record settled")
+    gated.fix("key-1")
+    gated.gate = "evt-1-2"
+    replay = asyncio.create_task(replay_key(consumer, b"key-1"))
+    await asyncio.wait_for(gated.reached.wait(), 30)
+    return consumer, gated, replay
+
+
+async def test_a_key_being_replayed_cannot_be_discarded(
+    postgres_dsn: str, kafka_bootstrap: str, park_topic: ParkTopic, pg_schema: str,
+    pg_pool: asyncpg.Pool,
+) -> None:
+    """Else the replay would go on applying the records the audit calls dropped."""
+    consumer, gated, replay = await _parked_then_held(
+        postgres_dsn, kafka_bootstrap, park_topic, pg_schema)
+    try:
+        async with pg_pool.acquire() as conn:
+            with pytest.raises(ParkingError, match="a replay of key 'key-1' is running: "
+                                                   "discard it once the replay has ended"):
+                await discard_key(conn, pg_schema, consumer.name, b"key-1")
+    finally:
+        gated.go.set()
+    report = await asyncio.wait_for(replay, 30)
+    assert (report.applied, report.records) == (2, 2)
+    assert [r["event_id"] for r in await ledger(pg_pool, pg_schema) if r["key"] == "key-1"] == [
+        "evt-1-1", "evt-1-2", "evt-1-3"]
+
+
+async def test_records_deleted_under_a_replay_are_not_applied(
+    postgres_dsn: str, kafka_bootstrap: str, park_topic: ParkTopic, pg_schema: str,
+    pg_pool: asyncpg.Pool,
+) -> None:
+    """Parked records deleted while their replay runs (by hand, or by an older version's
+    discard, which did not wait): the record in flight rolls back, and the replay stops."""
+    _, gated, replay = await _parked_then_held(
+        postgres_dsn, kafka_bootstrap, park_topic, pg_schema)
+    try:
+        deleted = await pg_pool.execute(
+            f'DELETE FROM "{pg_schema}".parked_records WHERE key = $1', b"key-1")
+        assert deleted == "DELETE 2"
+    finally:
+        gated.go.set()
+    with pytest.raises(ParkingError, match=r"\(event evt-1-2\): its key was discarded "
+                                           "meanwhile; neither it nor any later record"):
+        await asyncio.wait_for(replay, 30)
+    assert [r["event_id"] for r in await ledger(pg_pool, pg_schema) if r["key"] == "key-1"] == [
+        "evt-1-1"]
 
 
 async def _settled(consumer: object, value: int) -> bool:
