@@ -43,12 +43,15 @@ async def park(conn: DbConnection, schema: str, records: Sequence[ParkedRecord],
     where = (first.consumer, first.topic, first.partition, first.key)
     async with conn.transaction():
         if start:
+            # the row, new or found, locked in one statement: found and then locked in a second
+            # one, a replay or discard removing it in between would leave nothing to park under
             await conn.execute(
-                f'INSERT INTO {keys} (consumer, topic, "partition", key, reason, detail) '
-                "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING",
+                f'INSERT INTO {keys} AS k (consumer, topic, "partition", key, reason, detail) '
+                'VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (consumer, topic, "partition", key) '
+                "DO UPDATE SET reason = k.reason",
                 *where, pg_text(first.reason), pg_text(first.detail))
-        if await conn.fetchval(f"SELECT 1 FROM {keys} WHERE {_WHERE_KEY} FOR UPDATE",
-                               *where) is None:
+        elif await conn.fetchval(f"SELECT 1 FROM {keys} WHERE {_WHERE_KEY} FOR UPDATE",
+                                 *where) is None:
             return False
         await conn.executemany(
             f"INSERT INTO {table} ({_RECORD_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, "

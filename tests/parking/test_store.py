@@ -3,6 +3,8 @@ order with their bytes, the key's row deciding whether a record still joins the 
 
 from __future__ import annotations
 
+import asyncio
+
 import asyncpg
 
 from consumerkit.grants import runtime_grants
@@ -73,3 +75,32 @@ async def test_records_join_a_park_in_order_until_it_is_discarded(
         assert await conn.fetchval(f'SELECT count(*) FROM "{pg_schema}".parked_records') == 0
         # the park is gone: a later record of the key is refused, to be applied normally
         assert not await store.park(conn, pg_schema, [entry(10)], start=False)
+
+
+async def test_a_key_parked_while_its_row_is_removed_is_parked_anew(
+    pg_pool: asyncpg.Pool, pg_schema: str,
+) -> None:
+    """A record's retries run out while a replay finishes (or a discard removes) the key's
+    row: the record parks its key anew instead of finding nothing to park under (and being
+    dead-lettered)."""
+    async with pg_pool.acquire() as conn:
+        await migrate(conn, pg_schema)
+        assert await store.park(conn, pg_schema, [entry(7, reason="handler_failed")],
+                                start=True)
+    keys = f'"{pg_schema}".parked_keys'
+    async with pg_pool.acquire() as finisher, pg_pool.acquire() as consumer:
+        parker = consumer.get_server_pid()
+        tx = finisher.transaction()
+        await tx.start()
+        await finisher.execute(f"SELECT 1 FROM {keys} WHERE key = $1 FOR UPDATE", b"order-1")
+        parking = asyncio.create_task(store.park(
+            consumer, pg_schema, [entry(11, reason="handler_failed")], start=True))
+        async with asyncio.timeout(30):  # the park waits for the finisher's row lock
+            while await finisher.fetchval(
+                    "SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1",
+                    parker) != "Lock":
+                await asyncio.sleep(0.01)
+        await finisher.execute(f"DELETE FROM {keys} WHERE key = $1", b"order-1")
+        await tx.commit()
+        assert await asyncio.wait_for(parking, 30)
+        assert await finisher.fetchval(f"SELECT count(*) FROM {keys}") == 1
