@@ -101,7 +101,7 @@ class KafkaSink:
             return self._known
 
         try:
-            await missing_topics(listed, [topic], log)
+            await missing_topics(listed, [topic], log, self._producer.denied)
         except StartupError:
             await self._producer.stop()
             raise

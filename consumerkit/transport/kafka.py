@@ -133,7 +133,9 @@ class KafkaSource:
             raise StartupError(
                 reason or f"cannot reach the Kafka broker at {self.bootstrap}: {exc}") from exc
         try:
-            missing = await missing_topics(self._consumer.topics, self.topics, _log)
+            missing = await missing_topics(
+                self._consumer.topics, self.topics, _log,
+                lambda absent: hidden_topics(self.bootstrap, absent, self._options))
         except KafkaError as exc:
             await self._consumer.stop()
             raise StartupError(f"cannot read topic metadata: {exc}") from exc

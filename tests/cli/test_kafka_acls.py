@@ -177,6 +177,7 @@ async def test_a_consumer_missing_an_acl_is_one_line(
     proc = await start("run", "app_consumer:build", cwd=app_dir, env=env)
     done = await finish(proc, timeout=120)
     assert one_line(done) == f"consumerkit: the Kafka broker denied user '{user}' {missing}"
+    assert "not on the broker yet" not in done.err  # denied, not missing: not waited for
 
 
 async def test_check_names_a_topic_its_principal_may_not_see(

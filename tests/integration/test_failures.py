@@ -161,18 +161,23 @@ async def test_a_topic_created_just_after_the_start_is_waited_for(
     postgres_dsn: str, kafka_bootstrap: str, make_topic: MakeTopic, pg_schema: str,
     pg_pool: asyncpg.Pool, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A topic operator racing the deployment: the topic appears while the consumer starts
-    (the wait is made long here, so a slow machine cannot outlast it)."""
+    """A topic operator racing the deployment: the dead-letter topic, then the topic, appear
+    while the consumer starts (the wait is made long here, so a slow machine cannot outlast
+    it)."""
     monkeypatch.setattr(kafka_access, "TOPIC_GRACE", 60.0)
-    caplog.set_level(logging.INFO, "consumerkit.consumer")
+    caplog.set_level(logging.INFO, "consumerkit")
     topic = f"ck-t-late-{uuid.uuid4().hex[:8]}"
     async with pg_pool.acquire() as conn:
         await create_ledger(conn, pg_schema)
-    consumer = build("late", pg_schema, topic, postgres_dsn, kafka_bootstrap)
+    consumer = build("late", pg_schema, topic, postgres_dsn, kafka_bootstrap,
+                     dead_letter=DeadLetterTopic(producer_options=dict(PRODUCER_OPTIONS)))
     running = Running(consumer)
     starting = asyncio.create_task(running.__aenter__())
     try:
-        await wait_for(partial(_logged, caplog, f"topics not on the broker yet: {topic}"), 30,
+        await wait_for(partial(_logged, caplog, f"topics not on the broker yet: {topic}.dlq"),
+                       30, "the consumer waiting for its dead-letter topic")
+        await make_topic(partitions=1, name=f"{topic}.dlq")
+        await wait_for(partial(_logged, caplog, f"topics not on the broker yet: {topic};"), 30,
                        "the consumer waiting for its topic")
         assert not starting.done()
         events = make_events(keys=2, per_key=3)

@@ -7,16 +7,19 @@ mid-operation."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from uuid import UUID
+from functools import partial
+from uuid import UUID, uuid4
 
 import asyncpg
 import orjson
+import pytest
 
 from consumerkit.outbox import (
     KafkaSink,
@@ -30,6 +33,7 @@ from consumerkit.outbox import (
 )
 from consumerkit.retry import RetryPolicy
 from consumerkit.testing.services import MakeTopic, start_tansu
+from consumerkit.transport import kafka_access
 
 from ..brokers import PRODUCER_OPTIONS
 from .conftest import RelayRunning, pending, read_all, wait_until
@@ -238,3 +242,30 @@ async def test_a_connection_left_mid_operation_pauses_the_relay_and_loses_nothin
         assert relay.pauses == 2
     records = await read_all(kafka_bootstrap, [topic], lambda found: len(found) >= 6)
     assert [UUID(r.headers["id"].decode()) for r in records] == written
+
+
+async def test_a_fixed_route_created_just_after_the_start_is_waited_for(
+    kafka_bootstrap: str, make_topic: MakeTopic, caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The relay's topic appears while it starts (a topic operator racing the deployment);
+    the wait is made long here, so a slow machine cannot outlast it."""
+    monkeypatch.setattr(kafka_access, "TOPIC_GRACE", 60.0)
+    caplog.set_level(logging.INFO, "consumerkit.outbox")
+    topic = f"ck-t-late-{uuid4().hex[:8]}"
+    sink = KafkaSink(kafka_bootstrap, route=topic, kafka_options=dict(PRODUCER_OPTIONS))
+    opening = asyncio.create_task(sink.open())
+    try:
+        await wait_until(partial(_logged, caplog, f"topics not on the broker yet: {topic};"),
+                         30, "the relay waiting for its topic")
+        assert not opening.done()
+        await make_topic(partitions=1, name=topic)
+        await asyncio.wait_for(opening, 60)
+    finally:
+        if not opening.done():
+            opening.cancel()
+        await sink.close()
+
+
+async def _logged(caplog: pytest.LogCaptureFixture, text: str) -> bool:
+    return any(text in record.getMessage() for record in caplog.records)
