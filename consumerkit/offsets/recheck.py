@@ -215,8 +215,8 @@ class Recheck:
                     await self.ready(conn)
                 failures = 0
             except Exception as exc:  # the database is still away: try again
-                if stopping.is_set():
-                    return  # the pool closing under it at the stop: nothing to tell
+                if stopping.is_set():  # the stop's doing, or an outage that the draining
+                    return  # transactions meet and report themselves: they check first
                 (log.warning if failures % 10 == 0 else log.debug)(
                     "reading the stored offsets again failed (%s: %s; %d in a row); retrying",
                     type(exc).__name__, exc, failures + 1)

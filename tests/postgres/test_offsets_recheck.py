@@ -16,8 +16,9 @@ from consumerkit.stats import ConsumerStats, StatsObserver
 async def test_a_pool_closed_under_it_at_the_stop_ends_the_check_silently(
     server_dsn: str, caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """The stop closes the pool while the check may be woken (every closed connection wakes
-    it): that is no database outage, and no warning says it is."""
+    """Woken while the consumer stops (every connection the stop closes wakes it), the
+    check fails: that is no database outage, and no warning says it is (each transaction
+    still draining checks for itself before it applies anything)."""
     caplog.set_level(logging.DEBUG, "consumerkit.consumer")
     pool = await asyncpg.create_pool(server_dsn, min_size=1, max_size=1)
     recheck = Recheck(PostgresOffsets(pool, "consumerkit", "stopping"),
