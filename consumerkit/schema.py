@@ -37,6 +37,8 @@ from .dedup.rows import claim_many_ddl as lean_claim_many_ddl
 from .dedup.upgrade import lean_rows_ddl
 from .errors import StartupError
 from .offsets.postgres import offsets_ddl
+from .parking.tables import COMPONENT as PARKING
+from .parking.tables import STEPS as PARKING_STEPS
 from .parking.tables import migrate_parking
 from .shared.identifiers import identifier, qualified
 from .types import DbConnection
@@ -175,6 +177,20 @@ async def applied_versions(conn: DbConnection, schema: str = "consumerkit") -> d
     rows = await conn.fetch(
         f"SELECT component, max(version) AS version FROM {versions} GROUP BY component")
     return {row["component"]: row["version"] for row in rows}
+
+
+async def behind(conn: DbConnection, schema: str, policy: DedupPolicy = DEFAULT_POLICY,
+                 ) -> list[str]:
+    """Each component of ``schema`` that a migration of this version would upgrade, as
+    ``"<component> <applied> of <latest>"`` (empty when it is up to date, or never migrated:
+    a missing table is reported as missing)."""
+    applied = await applied_versions(conn, schema)
+    dedup = TABLE_DEDUP_STEPS if policy.layout == "table" else DEDUP_STEPS
+    latest = {"core": CORE_STEPS[-1].version, f"dedup:{policy.table}": dedup[-1].version,
+              PARKING: PARKING_STEPS[-1][0]}
+    return [f"{component} {applied[component]} of {version}"
+            for component, version in latest.items()
+            if component in applied and applied[component] < version]
 
 
 async def check_synchronous_commit(conn: DbConnection) -> str:

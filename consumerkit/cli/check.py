@@ -30,7 +30,7 @@ from ..errors import ConsumerKitError
 from ..offsets.postgres import TABLE as OFFSETS
 from ..outbox.table import OutboxTable
 from ..retry import RetryPolicy
-from ..schema import VERSION_TABLE
+from ..schema import VERSION_TABLE, behind
 from ..settings import CommonSettings, ConsumerSettings, RelaySettings
 from ..transport.kafka import KafkaProducer
 from ..transport.kafka_access import hidden_topics, principal
@@ -197,6 +197,10 @@ async def check_postgres(d: Deployment, report: Report) -> None:
                                f"{MIGRATE_HINT.replace(' it', ' them')}")
             else:
                 report.ok(f"tables of schema {d.schema} present")
+            if lagging := await behind(conn, d.schema, d.policy):
+                report.problem(f"schema {d.schema} is older than this consumerkit "
+                               f"({', '.join(lagging)}): run `consumerkit migrate` as its "
+                               "owner (with the same --postgres and --schema) to upgrade it")
             if layout == "partitioned":
                 await _partitions_ahead(conn, d, report)
     except ConsumerKitError as exc:

@@ -15,6 +15,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from consumerkit.cli import main
 from consumerkit.dedup.partitions import list_partitions
+from consumerkit.schema import CORE_STEPS
 from consumerkit.testing.services import MakeTopic
 
 from .conftest import PASSWORD, cli, with_password
@@ -131,6 +132,17 @@ async def test_check_gives_the_all_clear_then_names_each_problem(
     code, out = await run(capsys, "check", *db)
     assert code == 1
     assert f"PROBLEM  dedup partitions of {pg_schema}.processed_events not created ahead" in out
+
+    # a schema an older consumerkit migrated: its functions are the old ones
+    await pg_pool.execute(f'DELETE FROM "{pg_schema}".consumerkit_schema_version '
+                          "WHERE component = 'core' AND version = $1", CORE_STEPS[-1].version)
+    code, out = await run(capsys, "check", *db)
+    assert code == 1
+    assert (f"PROBLEM  schema {pg_schema} is older than this consumerkit (core "
+            f"{CORE_STEPS[-2].version} of {CORE_STEPS[-1].version}): run `consumerkit migrate` "
+            "as its owner") in out
+    assert (await run(capsys, "migrate", *db))[0] == 0
+    assert "is older than" not in (await run(capsys, "check", *db))[1]
 
 
 async def test_check_takes_a_consumers_own_settings(
