@@ -33,7 +33,9 @@ class RelayStore:
         self.table = t
         self._cursor = 0  # read by the relay_cursor mutant only
         # Pending = rows present, in seq order; no cursor. A row is held back while it, or an
-        # earlier row of its aggregate, is FAILED or waiting for its next attempt.
+        # earlier row of its aggregate still present, is FAILED or waiting for its next
+        # attempt: a relay that lost its slot mid-batch may record a failure of a row that
+        # another relay has published and deleted since, and that must block nothing.
         self._claim = f"""
             SELECT o.seq, o.id, o.type, o.aggregatetype, o.aggregateid, o.payload::text,
                    o.occurred_at, o.headers::text, coalesce(f.attempts, 0)
@@ -42,7 +44,8 @@ class RelayStore:
               AND NOT EXISTS (
                 SELECT 1 FROM {t.failures} b
                 WHERE b.aggregatetype = o.aggregatetype AND b.aggregateid = o.aggregateid
-                  AND b.seq <= o.seq AND (b.failed OR b.next_attempt_at > now()))
+                  AND b.seq <= o.seq AND (b.failed OR b.next_attempt_at > now())
+                  AND EXISTS (SELECT 1 FROM {t.events} e WHERE e.seq = b.seq))
             ORDER BY o.seq
             LIMIT $2"""
         self._delete = f"""
@@ -55,6 +58,7 @@ class RelayStore:
             FROM unnest($1::bigint[], $2::uuid[], $3::text[], $4::text[], $5::text[],
                         $6::int[], $7::text[], $8::float8[], $9::bool[])
                  AS u(s, i, ty, at, ai, a, e, d, fl)
+            WHERE EXISTS (SELECT 1 FROM {t.events} o WHERE o.seq = u.s)
             ON CONFLICT (seq) DO UPDATE SET attempts = excluded.attempts,
                 last_error = excluded.last_error, next_attempt_at = excluded.next_attempt_at,
                 failed = excluded.failed, updated_at = now()"""

@@ -31,6 +31,8 @@ from consumerkit.outbox import (
     count_failed,
     skip_failed,
 )
+from consumerkit.outbox.store import Failure, RelayStore
+from consumerkit.outbox.table import SLOTS
 from consumerkit.retry import RetryPolicy
 from consumerkit.testing.services import MakeTopic, start_tansu
 from consumerkit.transport import kafka_access
@@ -158,6 +160,29 @@ async def test_failed_rows_back_off_fail_block_and_can_be_retried_or_skipped(
     assert firsts.index(bad1) < firsts.index(bad2)  # retried, still in order
     assert poison2 in ids
     assert good in ids
+
+
+async def test_a_failure_recorded_for_a_row_published_meanwhile_blocks_nothing(
+    pg_pool: asyncpg.Pool[asyncpg.Record], outbox: Outbox, outbox_table: OutboxTable,
+) -> None:
+    """A relay that lost its slot mid-batch records its failures after another relay has
+    published and deleted the rows: those failures must not hold the aggregate back."""
+    await _add(outbox, pg_pool, "x", 1)
+    await _add(outbox, pg_pool, "x", 2)
+    store = RelayStore(outbox_table)
+    slots = range(SLOTS)
+    async with pg_pool.acquire() as conn:
+        first, second = await store.claim(conn, slots, 10)
+        await store.delete(conn, [first.seq])  # the other relay published it
+        await store.record_failures(conn, [Failure(first, "timed out", 3600.0, True)])
+        assert await count_failed(conn, outbox_table) == 0  # nothing recorded for a gone row
+        # one recorded as the other relay deleted the row (its statement came first)
+        await conn.execute(
+            f"INSERT INTO {outbox_table.failures} (seq, event_id, event_type, aggregatetype, "
+            "aggregateid, attempts, last_error, next_attempt_at, failed) "
+            "VALUES ($1, $2, 'e', 'a', 'x', 5, 'timed out', now() + interval '1 hour', true)",
+            first.seq, first.event_id)
+        assert [e.seq for e in await store.claim(conn, slots, 10)] == [second.seq]
 
 
 async def test_a_broker_outage_pauses_the_relay_and_loses_nothing(
