@@ -3,12 +3,14 @@ whole machine.
 
 On a machine of two cores a peer that saves its own CPU but makes the database work harder is
 not faster, and the peer's process time alone would not show it. The server's share is the
-CPU of every process named ``postgres`` on this machine, with what each reaped from children
-that exited (the postmaster reaps the backends, so a backend's time is counted once it ends
-too): server-wide, so other databases of the same server, or another server on the machine,
-are counted as well. The broker's share is that of a process named for Tansu. A server on
-another machine shows as "not measured". Linux only (``/proc``); elsewhere nothing but the
-process's own time is measured.
+CPU of the server's postmaster and its children, with what the postmaster reaped from those
+that exited (a backend's time is counted once it ends too): server-wide, so other databases
+of the same server are counted as well. Given no postmaster, every process named
+``postgres`` on this machine counts; but another server's processes can then end between two
+readings with their time reaped by no one counted (a server stopped, a killed primary's
+orphaned backends), and the share would shrink. The broker's share is that of a process
+named for Tansu. A server on another machine shows as "not measured". Linux only
+(``/proc``); elsewhere nothing but the process's own time is measured.
 
 A reading must not see a backend both alive and reaped, or neither: it lists the servers'
 processes, reads them, and lists them again, and starts over when the list changed meanwhile.
@@ -24,18 +26,25 @@ PROC = Path("/proc")
 _ATTEMPTS = 20  # readings started over before one is taken as it is (a server forking fast)
 
 
-def reading() -> dict[str, float]:
+def postmaster(backend: int) -> int | None:
+    """The postmaster of the backend of pid ``backend`` when it runs on this machine."""
+    found = _process(str(backend))
+    return int(found[1]) if found is not None and found[0].startswith("postgres") else None
+
+
+def reading(server: int | None = None) -> dict[str, float]:
     """CPU seconds so far: ``process`` always; ``machine`` where ``/proc`` tells, and
-    ``database`` and ``broker`` when such processes run here."""
+    ``database`` and ``broker`` when such processes run here (``database``: the postmaster
+    ``server`` and its children, when given)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     seconds = {"process": usage.ru_utime + usage.ru_stime}
     if not (PROC / "stat").exists():
         return seconds
     tick = os.sysconf("SC_CLK_TCK")
     for _ in range(_ATTEMPTS):
-        before = _servers()
+        before = _servers(server)
         spent = {pid: _ticks(pid) for pid in before}
-        if _servers() == before and None not in spent.values():
+        if _servers(server) == before and None not in spent.values():
             break
     for pid, kind in before.items():
         seconds[kind] = seconds.get(kind, 0.0) + (spent[pid] or 0) / tick
@@ -60,22 +69,29 @@ def per_thousand(before: dict[str, float], after: dict[str, float],
             "machine_cpu_s_per_1000": share("machine")}
 
 
-def _servers() -> dict[str, str]:
+def _servers(server: int | None) -> dict[str, str]:
     """The servers' processes now: pid -> "database" or "broker"."""
     found: dict[str, str] = {}
     for entry in PROC.iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or (process := _process(entry.name)) is None:
             continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:  # gone meanwhile
-            continue
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
-        if name.startswith("postgres"):
+        name, parent = process
+        if name.startswith("postgres") and (
+                server is None or server in (int(entry.name), int(parent))):
             found[entry.name] = "database"
         elif name.startswith("tansu"):
             found[entry.name] = "broker"
     return found
+
+
+def _process(pid: str) -> tuple[str, str] | None:
+    """A process's name and its parent's pid; None if it is gone."""
+    try:
+        stat = (PROC / pid / "stat").read_text()
+    except OSError:  # gone meanwhile
+        return None
+    # the name may hold spaces and parentheses: it ends at the last ")"
+    return stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()[1]
 
 
 def _ticks(pid: str) -> int | None:

@@ -21,7 +21,7 @@ from typing import TypeVar
 import asyncpg
 from aiokafka import AIOKafkaConsumer
 
-from .cpu import per_thousand, reading
+from .cpu import per_thousand, postmaster, reading
 from .effects import Cost, create_schema, drop_schema, make_effect, wait_done
 from .peers import FAST_GROUP, Peer, PeerEnv, group_name
 from .pgstats import per_message, relation_bytes, snapshot, statements_available
@@ -140,9 +140,10 @@ async def measure(peer_type: type[Peer], target: Target, run: int) -> Sample:
             peer = peer_type(env)  # the same consumer (group, schema) restarted from offset 0
         counting = await statements_available(conn)
         size_before = await relation_bytes(conn, schema, peer.dedup_table)
-        before, cpu = await snapshot(conn, counting), reading()
+        server = postmaster(await conn.fetchval("SELECT pg_backend_pid()"))
+        before, cpu = await snapshot(conn, counting), reading(server)
         outcome = await consume(peer, conn, deadline)
-        spent = reading()
+        spent = reading(server)
         spent["process"] += peer.cpu_elsewhere
         cpu_spent = per_thousand(cpu, spent, workload.size)
         await asyncio.sleep(0.1)  # closed backends flush their statistics

@@ -8,6 +8,7 @@ duplicate effect per duplicate message) and one that skips some effects (lost ef
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -312,6 +313,34 @@ def test_a_revision_against_another_is_judged_on_each_round_s_ratio() -> None:
     text = table(rounds, found, "abc123", "textbook")
     assert "| 2 | head | 500 / 450 | 50 / 60 |" in text
     assert "- consumerkit: this tree / abc123 = **1.050x**" in text
+
+
+async def test_the_server_s_share_ignores_other_postgres_processes_ending(
+        postgres_dsn: str, tmp_path: Path) -> None:
+    """A process named postgres outside the server under test (another server's orphaned
+    backend, say) that ends between two readings takes its time away with it: counted, the
+    server's share shrinks below zero; the server's own tree is unmoved by it."""
+    conn = await asyncpg.connect(postgres_dsn)
+    try:
+        server = cpu.postmaster(await conn.fetchval("SELECT pg_backend_pid()"))
+    finally:
+        await conn.close()
+    if server is None:
+        pytest.skip("the server under test runs on another machine")
+    (tmp_path / "postgres").symlink_to(sys.executable)
+    burn = ("import time\nend = time.process_time() + 0.6\n"
+            "while time.process_time() < end: pass\nprint(flush=True)\ntime.sleep(600)")
+    other = await asyncio.create_subprocess_exec(
+        str(tmp_path / "postgres"), "-c", burn, stdout=asyncio.subprocess.PIPE)
+    try:
+        assert other.stdout is not None
+        await asyncio.wait_for(other.stdout.readline(), 60)  # its 0.6 s are spent
+        everyone, own = cpu.reading(), cpu.reading(server)
+    finally:
+        other.kill()
+        await other.wait()  # reaped here, where no reading looks
+    assert cpu.reading()["database"] - everyone["database"] < -0.3
+    assert cpu.reading(server)["database"] - own["database"] >= 0
 
 
 async def test_cpu_readings_split_the_database_server_s_work_from_the_peer_s(
