@@ -140,8 +140,11 @@ class Recheck:
         if self.owner is None:
             return
         states = [s for s in list(self.owner.states.values()) if not s.rewound]
+        # what was confirmed before the query was sent, which its snapshot holds: a commit
+        # answered while it runs may be newer than the rows it returns, and is no loss
+        known = [(s.offsets.stored, s.offsets.commits) for s in states]
         rows = await self.store.rows(conn, [s.partition for s in states])
-        for state in states:
+        for state, (stored, commits) in zip(states, known, strict=True):
             part, row = state.partition, rows.get(state.partition)
             if not state.placed:  # its row could not be read when the ownership began
                 state.placed = True
@@ -149,15 +152,14 @@ class Recheck:
                     log.info("%s/%d: starting again at the stored offset %d", *part, row[0])
                     self.owner.rewind(state, row[0])
                 continue
-            offsets = state.offsets
-            if offsets.stored is None and offsets.commits is None:
+            if stored is None and commits is None:
                 continue  # nothing stored by this ownership yet: nothing it could miss
-            if row is not None and (offsets.commits is None or row[1] >= offsets.commits) and (
-                    offsets.stored is None or row[0] >= offsets.stored):
+            if row is not None and (commits is None or row[1] >= commits) and (
+                    stored is None or row[0] >= stored):
                 continue
             # no row: it went back before the first this ownership found or wrote
             back = row[0] if row is not None else state.start or 0
-            position = offsets.watermark()
+            position = state.offsets.watermark()
             self.observe.offsets_moved_back(
                 part[0], part[1], None if row is None else row[0],
                 position if position is not None else back)

@@ -1,16 +1,23 @@
-"""The background check of stored offsets (:meth:`Recheck.run`) at a consumer's stop."""
+"""The check of stored offsets (:class:`Recheck`): a commit that races it, and its background
+task at a consumer's stop."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
 import asyncpg
 import pytest
 
 from consumerkit.offsets.postgres import PostgresOffsets
 from consumerkit.offsets.recheck import Recheck
+from consumerkit.offsets.state import PartitionState
 from consumerkit.stats import ConsumerStats, StatsObserver
+from consumerkit.transport.source import Partition
+from consumerkit.types import DbConnection
+
+from .conftest import Connect
 
 
 async def test_a_pool_closed_under_it_at_the_stop_ends_the_check_silently(
@@ -36,3 +43,75 @@ async def test_a_pool_closed_under_it_at_the_stop_ends_the_check_silently(
     finally:
         running.cancel()
     assert [r.getMessage() for r in caplog.records if "stored offsets" in r.getMessage()] == []
+
+
+class HeldRows(PostgresOffsets):
+    """Rows whose answer, once read, is held back while ``hold`` is set, until ``release``:
+    as a reply that arrives after other transactions' commits were answered."""
+
+    hold = False
+
+    def __init__(self, pool: asyncpg.Pool, schema: str) -> None:
+        super().__init__(pool, schema, "held")
+        self.read = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def rows(self, conn: DbConnection, parts: Sequence[Partition],
+                   ) -> dict[Partition, tuple[int, int]]:
+        found = await super().rows(conn, parts)
+        if self.hold:
+            self.read.set()
+            await self.release.wait()
+        return found
+
+
+class Engine:
+    """The partitions owned, and the rewinds the check asks for."""
+
+    def __init__(self, *states: PartitionState) -> None:
+        self.states = {s.partition: s for s in states}
+        self.rewound: list[tuple[Partition, int]] = []
+
+    def rewind(self, state: PartitionState, offset: int) -> None:
+        self.rewound.append((state.partition, offset))
+
+
+async def test_a_commit_answered_while_the_check_reads_is_no_move_back(
+    server_dsn: str, connect: Connect, migrated: str,
+) -> None:
+    """A transaction commits its offset row while the check's read, whose snapshot came
+    before, is on its way back: the row read is older than what is now confirmed, and that
+    is no lost commit. A row that really went back is still found."""
+    part: Partition = ("orders", 0)
+    checker, writer = await connect(), await connect()
+    pool = await asyncpg.create_pool(server_dsn, min_size=1, max_size=1)
+    try:
+        store = HeldRows(pool, migrated)
+        state = PartitionState(part)
+        state.offsets.confirmed(10, (await store.write_in(writer, {part: 10}))[part])
+        engine = Engine(state)
+        recheck = Recheck(store, StatsObserver(ConsumerStats()), skip_expired=False)
+        recheck.owner = engine
+        await recheck.ready(checker)  # the first check, owed from the start
+
+        tx = writer.transaction()
+        await tx.start()
+        commits = (await store.write_in(writer, {part: 20}))[part]
+        recheck.lost()  # a connection of the pool closed, say
+        store.hold = True
+        checking = asyncio.create_task(recheck.ready(checker))
+        await asyncio.wait_for(store.read.wait(), 30)  # read before the commit below
+        await tx.commit()
+        state.offsets.confirmed(20, commits)  # as the transaction's apply does
+        store.release.set()
+        await asyncio.wait_for(checking, 30)
+        assert engine.rewound == []
+
+        store.hold = False  # the database loses that commit: a failover, say
+        await writer.execute(f'UPDATE "{migrated}".consumer_offsets SET next_offset = 10, '
+                             "commits = commits - 1")
+        recheck.lost()
+        await recheck.ready(checker)
+        assert engine.rewound == [(part, 10)]
+    finally:
+        await pool.close()
