@@ -103,7 +103,9 @@ class ParkingLot:
                 await asyncio.sleep(delay)
         else:
             return {}  # revoked meanwhile
-        if part not in self._owned:  # asked by a record of a revoked partition: answer only
+        # asked by a record of a revoked partition, or revoked and assigned again while the
+        # query ran (a newer load holds what another owner parked meanwhile): answer only
+        if part not in self._owned or self._loading.get(part) is not asyncio.current_task():
             return loaded
         self._keys[part] = loaded
         self._changes[part] = 0

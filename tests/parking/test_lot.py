@@ -4,13 +4,18 @@ the partitions it owns only."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import asyncpg
+import pytest
 
 from consumerkit.envelope import Record
 from consumerkit.observability.observer import BaseObserver
 from consumerkit.parking import store
 from consumerkit.parking.lot import ParkingLot
 from consumerkit.schema import migrate
+from consumerkit.transport.source import Partition
 
 from .test_store import entry
 
@@ -61,3 +66,40 @@ async def test_parked_keys_load_on_assignment_and_count_for_owned_partitions_onl
     await lot.refresh()
     assert gauges.last == (2, 2)
     assert await lot.holds(Record("orders", 3, 13, b"order-3", b"{}"))
+
+
+async def test_a_load_that_outlived_its_ownership_leaves_the_next_one_s_keys(
+    pg_pool: asyncpg.Pool, pg_schema: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Revoked while its parked keys were read, then assigned again after another owner parked
+    a key: the first read, answered last, must not replace what the second read found."""
+    async with pg_pool.acquire() as conn:
+        await migrate(conn, pg_schema)
+    read, answer = asyncio.Event(), asyncio.Event()
+    real = store.parked_keys
+    calls = 0
+
+    async def first_held(*args: Any) -> dict[Partition, dict[bytes, int]]:
+        nonlocal calls
+        calls += 1
+        found = await real(*args)
+        if calls == 1:  # read, and answered once the test says so
+            read.set()
+            await answer.wait()
+        return found
+
+    monkeypatch.setattr(store, "parked_keys", first_held)
+    lot = ParkingLot(pg_pool, pg_schema, "billing", Gauges())
+    part: Partition = ("orders", 3)
+    lot.assigned([part])
+    first = lot._loading[part]
+    await asyncio.wait_for(read.wait(), 30)  # nothing parked yet, as it read
+    lot.revoked([part])
+    async with pg_pool.acquire() as conn:  # the partition's owner meanwhile parks a key
+        await store.park(conn, pg_schema, [entry(7, reason="handler_failed")], start=True)
+    lot.assigned([part])
+    record = Record("orders", 3, 8, b"order-1", b"{}")
+    assert await lot.holds(record)
+    answer.set()
+    await asyncio.wait_for(first, 30)
+    assert lot.holds_now(record)
