@@ -57,11 +57,12 @@ class Tracker:
         not answer within ``COMMIT_TIMEOUT`` (the records are then simply read again)."""
         if self.source is None:
             return False
+        states = list(states)
         async with self._lock:
             try:
                 # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow our own cancel
                 async with asyncio.timeout(COMMIT_TIMEOUT):
-                    offsets = await self._store(list(states))
+                    offsets = await self._store(states)
                     if not offsets:
                         return True
                     if trace.isEnabledFor(logging.DEBUG):
@@ -75,9 +76,11 @@ class Tracker:
             except Exception:  # never let the committer die silently
                 log.exception("offset commit failed; it will be retried")
                 return False
-            for part, off in offsets.items():
-                if (state := self.states.get(part)) is not None:
-                    state.offsets.committed = off
+            # the states the offsets came from: one owned anew meanwhile (revoked and
+            # assigned, or rewound) commits from its own offsets, not these
+            for state in states:
+                if state.partition in offsets:
+                    state.offsets.committed = offsets[state.partition]
             if trace.isEnabledFor(logging.DEBUG):
                 trace.debug("committed %s", offsets_text(offsets))
             self.stats.commits += 1

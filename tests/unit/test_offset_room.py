@@ -4,7 +4,9 @@ an ownership placed outside the log, and the setting that chooses the store."""
 from __future__ import annotations
 
 import ast
+import asyncio
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import cast
 
@@ -15,10 +17,12 @@ from hypothesis import strategies as st
 from consumerkit.envelope import Record
 from consumerkit.offsets.gaps import through
 from consumerkit.offsets.state import PartitionState
+from consumerkit.offsets.tracker import Tracker
 from consumerkit.offsets.watermark import PartitionOffsets
 from consumerkit.settings import ConsumerSettings
 from consumerkit.stats import ConsumerStats
-from consumerkit.transport.source import Source
+from consumerkit.transport.memory import MemoryBroker, MemorySource
+from consumerkit.transport.source import Partition, Source
 
 PACKAGE = Path(__file__).resolve().parents[2] / "consumerkit"
 
@@ -146,3 +150,48 @@ def test_the_offset_store_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CONSUMERKIT_OFFSET_STORE", "redis")
     with pytest.raises(ValueError, match="offset_store"):
         ConsumerSettings()
+
+
+class _Gated(MemorySource):
+    """A member whose broker answers a commit only once ``answer`` is set."""
+
+    def __init__(self, broker: MemoryBroker, topic: str) -> None:
+        super().__init__(broker, topics=[topic], group_id="g", rebalance=_Quiet())
+        self.sent = asyncio.Event()
+        self.answer = asyncio.Event()
+
+    async def commit(self, offsets: Mapping[Partition, int]) -> None:
+        self.sent.set()
+        await self.answer.wait()
+        await super().commit(offsets)
+
+
+class _Quiet:
+    async def on_revoked(self, partitions: list[Partition]) -> None:
+        pass
+
+    async def on_assigned(self, partitions: list[Partition]) -> None:
+        pass
+
+
+async def test_a_commit_answered_after_a_new_ownership_began_is_not_stamped_on_it() -> None:
+    """Owned anew while a commit was on its way (revoked and assigned, or rewound): the new
+    ownership commits from its own offsets, never taking the old one's as done."""
+    broker = MemoryBroker()
+    broker.create_topic("orders")
+    source = _Gated(broker, "orders")
+    await source.start()
+    await source.fetch(0, 1)  # the partition is assigned to it
+    part: Partition = ("orders", 0)
+    old = PartitionState(part)
+    old.submitted(0)
+    old.offsets.finished(0)
+    states = {part: old}
+    tracker = Tracker(states, ConsumerStats())
+    tracker.source = source
+    committing = asyncio.create_task(tracker.commit(list(states.values())))
+    await asyncio.wait_for(source.sent.wait(), 10)
+    new = states[part] = PartitionState(part)
+    source.answer.set()
+    assert await asyncio.wait_for(committing, 10)
+    assert (old.offsets.committed, new.offsets.committed) == (1, None)
