@@ -113,8 +113,8 @@ async def cleanup(conn: DbConnection, older_than: timedelta, *,
     short transaction (no long lock, no long snapshot). For outboxes read by Debezium: a
     table with a built-in relay needs none (published rows are deleted), and the call is
     refused while a relay of this outbox is connected, or when the outbox keeps its rows in
-    time partitions (:func:`maintain_outbox` drops those whole). Returns the outbox rows
-    deleted."""
+    time partitions (:func:`maintain_outbox` drops those whole); a relay that starts while
+    it runs waits for its end. Returns the outbox rows deleted."""
     t = table or OutboxTable()
     if batch < 1:
         raise ConfigurationError("cleanup batch must be at least 1")
@@ -123,11 +123,16 @@ async def cleanup(conn: DbConnection, older_than: timedelta, *,
         raise ConfigurationError(
             f"outbox {t.schema}.{t.table} keeps its rows in time partitions: maintain_outbox "
             "(consumerkit outbox maintain) drops them whole")
-    if await live_relays(conn, t):
+    # the relays' member lock, held alone: a relay that starts meanwhile waits for its end
+    # (a relay's pending rows are not garbage)
+    if not await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", *t.members_lock):
         raise ConfigurationError(
             f"a relay of {t.schema}.{t.table} is running: its pending rows are not garbage")
-    deleted = await delete_older(conn, t.events, "occurred_at", "seq", older_than, batch)
-    await delete_older(conn, t.keys, "created_at", "dedup_key", older_than, batch)
+    try:
+        deleted = await delete_older(conn, t.events, "occurred_at", "seq", older_than, batch)
+        await delete_older(conn, t.keys, "created_at", "dedup_key", older_than, batch)
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1, $2)", *t.members_lock)
     return deleted
 
 

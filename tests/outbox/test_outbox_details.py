@@ -32,6 +32,7 @@ from consumerkit.outbox import (
     cleanup,
     live_relays,
 )
+from consumerkit.outbox.slots import SlotOwner
 from consumerkit.shared.identifiers import identifier
 from consumerkit.testing.services import MakeTopic
 from consumerkit.transport.kafka import producer_options
@@ -172,6 +173,42 @@ async def test_cleanup_refuses_inside_a_transaction_a_bad_batch_and_a_running_re
     await _add(pg_pool, outbox, "old-again", occurred_at=old)
     async with pg_pool.acquire() as conn:
         assert await cleanup(conn, timedelta(days=1), table=outbox_table) == 1
+
+
+async def test_a_relay_starting_during_a_cleanup_waits_for_its_end(
+    pg_pool: asyncpg.Pool[asyncpg.Record], postgres_dsn: str, outbox: Outbox,
+    outbox_table: OutboxTable,
+) -> None:
+    """Else its pending rows older than the cutoff would be deleted unpublished."""
+    old = datetime.now(UTC) - timedelta(days=30)
+    await _add(pg_pool, outbox, "old", occurred_at=old)
+    async with pg_pool.acquire() as holder, pg_pool.acquire() as conn:
+        held = holder.transaction()
+        await held.start()  # the cleanup's first batch waits for this row
+        await holder.execute(f"SELECT 1 FROM {outbox_table.events} FOR UPDATE")
+        cleaning = asyncio.create_task(cleanup(conn, timedelta(days=1), table=outbox_table))
+        cleaner = conn.get_server_pid()
+        await wait_until(lambda: _waiting(pg_pool, cleaner, "transactionid"), 30,
+                         "the cleanup's batch waiting")
+        relay = SlotOwner(postgres_dsn, outbox_table, name="late", on_notify=None)
+        joining = asyncio.create_task(relay.connect())
+        try:
+            await wait_until(lambda: _waiting(pg_pool, None, "advisory"), 30,
+                             "the relay waiting for the cleanup")
+            assert not joining.done()
+            await held.rollback()
+            assert await asyncio.wait_for(cleaning, 30) == 1
+            await asyncio.wait_for(joining, 30)
+        finally:
+            joining.cancel()
+            await relay.close()
+
+
+async def _waiting(pool: asyncpg.Pool[asyncpg.Record], pid: int | None, lock: str) -> bool:
+    """Whether ``pid`` (or any backend) waits for a lock of type ``lock``."""
+    return bool(await pool.fetchval(
+        "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = $1 "
+        "AND ($2::int IS NULL OR pid = $2)", lock, pid))
 
 
 async def _relays(pool: asyncpg.Pool[asyncpg.Record], table: OutboxTable, n: int) -> bool:
