@@ -15,6 +15,11 @@ import redis
 
 from consumerkit.testing.services import free_port
 
+REDIS_TIMEOUT = 1.0
+"""The dedup cache's socket timeout in tests that count its answers. The default (75 ms) suits
+a production network; on CI's two cores beside three Kafka JVMs one reply can take longer,
+and a single timeout opens the breaker and skips the writes such a test counts on."""
+
 
 def redis_binary() -> str:
     found = shutil.which("redis-server")

@@ -22,6 +22,7 @@ from consumerkit.schema import migrate
 from consumerkit.stats import ConsumerStats
 from consumerkit.types import ClaimStatus
 
+from .own_redis import REDIS_TIMEOUT
 from .test_batch_handlers import Line, ListSink, rec
 
 
@@ -36,7 +37,7 @@ async def test_a_delivery_the_cache_knows_needs_no_connection(
         await ctx.tx.execute("SELECT 1")
 
     name = f"cache-first-{uuid.uuid4().hex[:8]}"
-    cache = RedisDedupCache(redis_url, ttl=timedelta(minutes=5))
+    cache = RedisDedupCache(redis_url, ttl=timedelta(minutes=5), socket_timeout=REDIS_TIMEOUT)
     await cache.open()
     pool = await asyncpg.create_pool(postgres_dsn, min_size=1, max_size=1)
     try:

@@ -15,7 +15,7 @@ from consumerkit.dedup.redis import RedisDedupCache
 
 from .conftest import LedgerTopic
 from .ledger import Event, Running, build, ledger_rows, publish, verify, wait_for
-from .own_redis import OwnRedis
+from .own_redis import REDIS_TIMEOUT, OwnRedis
 
 WAIT = 60.0
 
@@ -76,7 +76,7 @@ async def test_a_flushed_redis_loses_nothing(
     pg_pool: asyncpg.Pool, own_redis: OwnRedis,
 ) -> None:
     topic = await ledger_topic(partitions=4)
-    cache = RedisDedupCache(own_redis.url)
+    cache = RedisDedupCache(own_redis.url, socket_timeout=REDIS_TIMEOUT)
     consumer = build("redis-flush", pg_schema, topic, postgres_dsn, kafka_bootstrap,
                      dedup_cache=cache)
     cache.check(consumer.dedup)
@@ -107,7 +107,7 @@ async def test_a_killed_redis_loses_nothing_and_the_cache_comes_back(
     pg_pool: asyncpg.Pool, own_redis: OwnRedis,
 ) -> None:
     topic = await ledger_topic(partitions=4)
-    cache = RedisDedupCache(own_redis.url, retry_interval=0.2)
+    cache = RedisDedupCache(own_redis.url, retry_interval=0.2, socket_timeout=REDIS_TIMEOUT)
     consumer = build("redis-kill", pg_schema, topic, postgres_dsn, kafka_bootstrap,
                      dedup_cache=cache)
     cache.check(consumer.dedup)

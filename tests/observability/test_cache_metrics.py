@@ -14,6 +14,7 @@ from consumerkit.testing.services import free_port
 from ..integration.conftest import LedgerTopic
 from ..integration.ledger import Event, Running, build, make_events, publish, settled
 from ..integration.ledger import wait_for as wait
+from ..integration.own_redis import REDIS_TIMEOUT
 from .scrape import value
 
 
@@ -25,7 +26,8 @@ async def test_cache_hits_misses_and_errors_are_counted(
     events = make_events(keys=3, per_key=2)
     await publish(kafka_bootstrap, topic, events)
     registry = CollectorRegistry()
-    cache = RedisDedupCache(redis_url, prefix=f"test:{uuid.uuid4().hex}")
+    cache = RedisDedupCache(redis_url, prefix=f"test:{uuid.uuid4().hex}",
+                             socket_timeout=REDIS_TIMEOUT)
     consumer = build("cache", pg_schema, topic, postgres_dsn, kafka_bootstrap,
                      dedup_cache=cache, registry=registry)
     async with Running(consumer):
