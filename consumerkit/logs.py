@@ -22,6 +22,7 @@ from typing import Literal, TextIO
 import orjson
 
 from .shared.display import cut, displayable, escaped
+from .shared.failures import without_detail
 
 LogFormat = Literal["text", "json"]
 
@@ -62,12 +63,20 @@ def field_value(value: object) -> object:
     return cut(value if isinstance(value, str) else str(value), VALUE_LIMIT)
 
 
+def _traceback(formatter: logging.Formatter, exc_info: logging._SysExcInfoType) -> str:
+    """The traceback without a database error's DETAIL (the row's values)."""
+    return without_detail(logging.Formatter.formatException(formatter, exc_info))
+
+
 class TextFormatter(logging.Formatter):
     """``time LEVEL logger: message``, one line per record whatever the message holds (see the
     module docstring); a traceback follows on indented lines."""
 
     def __init__(self) -> None:
         super().__init__(_TEXT)
+
+    def formatException(self, ei: logging._SysExcInfoType) -> str:
+        return _traceback(self, ei)
 
     def format(self, record: logging.LogRecord) -> str:
         line = _TEXT % {"asctime": self.formatTime(record, self.datefmt),
@@ -87,6 +96,9 @@ class TextFormatter(logging.Formatter):
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, the message's fields and, for
     an exception, its type and traceback."""
+
+    def formatException(self, ei: logging._SysExcInfoType) -> str:
+        return _traceback(self, ei)
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, object] = {

@@ -74,8 +74,17 @@ def judge(raised: Exception) -> tuple[BaseException, bool]:
 DESCRIPTION_LIMIT = 2000
 
 # asyncpg appends the server's DETAIL (and HINT) to an error's text on lines of their own; a
-# handler that wraps such an error in its own carries them along
-_DETAIL = re.compile(r"(?:\A|\n)DETAIL: .*?(?=\nHINT: |\Z)", re.DOTALL)
+# handler that wraps such an error in its own carries them along, and a traceback shows them
+# before the next exception of a chain
+_DETAIL = re.compile(
+    r"(?:\A|\n)DETAIL: .*?(?=\nHINT: |\n\n(?:The above exception|During handling)|\Z)",
+    re.DOTALL)
+
+
+def without_detail(text: str) -> str:
+    """``text`` (an error's message, a traceback) without PostgreSQL's ``DETAIL`` lines, which
+    quote the row's values: see :func:`describe`."""
+    return _DETAIL.sub("", text) if "DETAIL: " in text else text
 
 
 def describe(exc: BaseException) -> str:
@@ -95,9 +104,7 @@ def describe(exc: BaseException) -> str:
             text += f" (hint: {hint})"
     else:
         text = str(exc)
-    if "DETAIL: " in text:
-        text = _DETAIL.sub("", text)
-    return displayable(f"{type(exc).__name__}: {text}", DESCRIPTION_LIMIT)
+    return displayable(f"{type(exc).__name__}: {without_detail(text)}", DESCRIPTION_LIMIT)
 
 
 def connection_lost(conn: object) -> bool:

@@ -114,6 +114,29 @@ async def test_a_database_error_forges_no_log_line_and_shows_no_row_values(
                              "consumerkit.fake: INJECTED")
 
 
+async def test_retries_and_tracebacks_of_a_database_error_show_no_row_values(
+    pg_pool: asyncpg.Pool[asyncpg.Record], pg_schema: str, text_logs: logging.Logger,
+    capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
+) -> None:
+    error = await check_violation(pg_pool, pg_schema, FORGED)
+    with caplog.at_level(logging.INFO, logger="consumerkit.pipeline"):
+        LogObserver("billing", text_logs).retry(
+            record(), envelope("item.added"), "add_item", 1, 0.5, error)
+        try:
+            raise RuntimeError("the handler gave up") from error
+        except RuntimeError:
+            text_logs.exception("handler failed")
+    out = capsys.readouterr().err
+    assert "CheckViolationError" in out
+    assert "the handler gave up" in out  # the chain is shown past the dropped DETAIL
+    assert "INJECTED" not in out
+    assert "Failing row" not in out
+    for logged in caplog.records:
+        entry = orjson.loads(JsonFormatter().format(logged))
+        assert "INJECTED" not in entry["message"]
+        assert "INJECTED" not in entry.get("traceback", "")
+
+
 def test_a_traceback_keeps_its_lines_but_none_passes_for_an_entry(
     text_logs: logging.Logger, capsys: pytest.CaptureFixture[str],
 ) -> None:
