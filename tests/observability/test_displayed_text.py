@@ -19,6 +19,8 @@ from consumerkit.deadletter.table import list_dead_letters
 from consumerkit.envelope import Envelope, Record
 from consumerkit.logs import JsonFormatter, configure_logging
 from consumerkit.observability.logging import LogObserver
+from consumerkit.parking.entry import ParkedRecord
+from consumerkit.parking.store import park
 from consumerkit.shared.display import displayable
 from consumerkit.shared.failures import describe
 from consumerkit.types import SinkResources
@@ -224,3 +226,26 @@ async def test_dead_letter_details_and_the_listing_show_escaped_text(
     assert "type=x\\x1b]0;PWNED\\x07\\x1b[2J" in lines[1]
     assert len(lines[2]) < 2500
     assert "… [10240 characters]" in lines[2]
+
+
+async def test_the_parked_listing_shows_keys_and_details_escaped(
+    postgres_dsn: str, pg_schema: str, pg_pool: asyncpg.Pool[asyncpg.Record],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    db = ["--postgres", postgres_dsn, "--schema", pg_schema]
+    assert await asyncio.to_thread(main, ["migrate", *db]) == 0
+    async with pg_pool.acquire() as conn:
+        await park(conn, pg_schema, [ParkedRecord(
+            consumer="billing", topic="orders", partition=0, offset=3,
+            key=TERMINAL.encode(), value=b"{}", headers=[], timestamp_ms=None,
+            reason="handler_failed", detail=FORGED + TERMINAL)], start=True)
+    capsys.readouterr()
+    code = await asyncio.to_thread(main, ["parked", "list", *db])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "\x1b" not in out
+    assert "\x07" not in out
+    lines = out.splitlines()
+    assert len(lines) == 2, lines  # the key and the count: no forged line
+    assert lines[0].endswith("handler_failed: x\\n2026-11-29 00:00:00,000 CRITICAL "
+                             "consumerkit.fake: INJECTEDx\\x1b]0;PWNED\\x07\\x1b[2J")
