@@ -19,6 +19,7 @@ from consumerkit import (
     HandlerContext,
     HandlerRegistry,
     PostgresDedupStore,
+    WebhookError,
     WebhookReceiver,
     WebhookSink,
 )
@@ -26,7 +27,7 @@ from consumerkit.outbox.event import OutboxEvent
 from consumerkit.outbox.sink import PermanentSendError
 from consumerkit.webhook.signature import generate_secret
 
-from .conftest import serve
+from .conftest import Reply, ScriptedEndpoint, serve
 from .handlers import receiving, with_search_path
 
 Pool: TypeAlias = "asyncpg.Pool[asyncpg.Record]"
@@ -194,3 +195,16 @@ async def signed_headers(event: OutboxEvent) -> dict[str, str]:
     return {name: value for name, value in seen[0].items()
             if name not in ("host", "content-length", "accept", "accept-encoding",
                             "connection", "user-agent")}
+
+
+async def test_a_receivers_answer_is_shown_escaped_in_the_senders_error(
+    endpoint: tuple[ScriptedEndpoint, str],
+) -> None:
+    """The excerpt of an answer goes into the relay's logs and the outbox's last error."""
+    app, url = endpoint
+    app.replies.append(Reply(500, body=b"down\x1b]0;PWNED\x07\x1b[2J" + b"y" * 1000))
+    result = await deliver(url, item_event({"item": "pen", "quantity": 1}, "2"))
+    assert isinstance(result, WebhookError)
+    assert "\x1b" not in str(result)
+    assert "answered 500: down\\x1b]0;PWNED\\x07\\x1b[2J" in str(result)
+    assert len(str(result)) < 300
