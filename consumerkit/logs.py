@@ -9,7 +9,8 @@ messages quoting them), so a text line shows it through
 :func:`~consumerkit.shared.display.displayable`: a newline or an escape sequence in a value
 cannot forge a line or reach the terminal, and a long value is cut with its length noted. A
 traceback keeps its lines, each indented, so none of them can pass for an entry of its own.
-JSON escapes by itself; long values are cut there too.
+JSON escapes by itself; long values are cut there too. Neither shows PostgreSQL's ``DETAIL``
+in a traceback (the row's values: see :func:`consumerkit.shared.failures.describe`).
 """
 
 from __future__ import annotations
