@@ -160,7 +160,8 @@ class Decoder:
             candidate = f"{record.topic}/{record.partition}/{record.offset}"
             source = "position"
         if not candidate:
-            raise DecodeError("missing_event_id", f"no {wire.id_header!r} header")
+            raise DecodeError("missing_event_id", f"the {wire.id_header!r} header is empty"
+                              if wire.id_header in headers else f"no {wire.id_header!r} header")
         if not candidate.isprintable():
             raise DecodeError("invalid_event_id", "event id contains control characters")
         if len(candidate) > wire.max_event_id_length:

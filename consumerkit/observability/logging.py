@@ -8,6 +8,7 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from ..shared.failures import describe
 from .observer import BaseObserver
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ class LogObserver(BaseObserver):
               delay: float, error: BaseException) -> None:
         self.log.warning("handler %s failed on %s (attempt %d), retrying in %.2fs: %s",
                          handler, envelope.event_id, attempt, delay,
-                         f"{type(error).__name__}: {error}"[:2000],
+                         describe(error),
                          extra=message_fields(record, envelope, handler=handler,
                                               attempt=attempt, consumer=self.consumer))
 

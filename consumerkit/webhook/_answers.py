@@ -11,15 +11,20 @@ import asyncpg
 
 from ..dedup.policy import ExpiredPolicy
 from ..errors import DeadLetter, Retry, is_retriable
+from ..shared.display import displayable
 from ..shared.failures import ClaimBlocked, HandlerFailure, describe, judge
 from ..types import Claim, ClaimStatus
 from ._asgi import Send, respond
 
 log = logging.getLogger("consumerkit.webhook")
 
+DETAIL_LIMIT = 1000
+"""Characters kept of an error's detail: it may quote the request (a 10 KB event type)."""
+
 
 def error(code: str, detail: str) -> dict[str, Any]:
-    return {"error": code, "detail": detail}
+    """An error body; the detail is escaped and cut, as it may quote what the sender sent."""
+    return {"error": code, "detail": displayable(detail, DETAIL_LIMIT)}
 
 
 async def refuse(send: Send, status: int, code: str, detail: str,
