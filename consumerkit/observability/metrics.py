@@ -57,7 +57,8 @@ class ConsumerMetrics(BaseObserver):
     at scrape time; the gauges, set a few times a minute, are prometheus-client's own."""
 
     __slots__ = ("_ahead", "_lag", "_moved_back", "_parked_keys", "_parked_records", "_ready",
-                 "_slot_active", "_slot_wal", "_slots", "_tally", "consumer", "registry")
+                 "_skipped", "_skipped_by", "_slot_active", "_slot_wal", "_slots", "_tally",
+                 "consumer", "registry")
 
     def __init__(self, registry: CollectorRegistry, consumer: str) -> None:
         self.registry = registry
@@ -89,6 +90,11 @@ class ConsumerMetrics(BaseObserver):
                                   "Partitions read again because their offset rows lacked "
                                   "commits the consumer had seen answered (a failover that "
                                   "lost commits, a restore)", ("consumer", "topic"))
+        self._skipped = family(registry, Counter, "consumerkit_unhandled_skipped",
+                               "Records skipped because no handler takes their event type "
+                               "(unhandled='skip' or an ignore pattern), by event type",
+                               ("consumer", "topic", "event_type"))
+        self._skipped_by: dict[tuple[str, str], Any] = {}  # label children, looked up once
 
     def offsets_moved_back(self, topic: str, partition: int, stored: int | None,
                            position: int) -> None:
@@ -109,6 +115,15 @@ class ConsumerMetrics(BaseObserver):
 
     def expired_skipped(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
         self._tally.count(record.topic, "expired_skipped")
+
+    def unhandled_skipped(self, record: RecordLike, event_type: str) -> None:
+        self._tally.count(record.topic, "unhandled_skipped")
+        labels = (record.topic, event_type)
+        child = self._skipped_by.get(labels)
+        if child is None:
+            child = self._skipped.labels(self.consumer, record.topic, event_type[:200])
+            self._skipped_by[labels] = child
+        child.inc()
 
     def parked(self, record: RecordLike, envelope: Envelope | None, handler: str,
                reason: str, detail: str, attempts: int) -> None:
