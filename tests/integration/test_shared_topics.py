@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from consumerkit import Consumer, ConfigurationError, HandlerContext, Outbox, handler
+from consumerkit import ConfigurationError, Consumer, HandlerContext, Outbox, handler
 from consumerkit.deadletter.table import list_dead_letters
 from consumerkit.errors import DecodeError
 from consumerkit.testing import TestConsumer
@@ -46,9 +46,10 @@ async def test_skip_counts_the_unhandled_types_and_dead_letters_nothing(
                        60, "every record settled")
         await wait_for(lambda: _committed_all(kafka_bootstrap, shop.name, topic, total), 60,
                        "the offsets of every record committed")
-    assert s.dead_lettered == 0 and s.applied == PER_TYPE * len(HANDLED)
+    assert s.dead_lettered == 0
+    assert s.applied == PER_TYPE * len(HANDLED)
     assert sorted(taken) == sorted(f"{t}/o-{n}" for t in HANDLED for n in range(PER_TYPE))
-    assert s.skipped_types == Counter({t: PER_TYPE for t in UNHANDLED})
+    assert s.skipped_types == Counter(dict.fromkeys(UNHANDLED, PER_TYPE))
     for event_type in UNHANDLED:
         assert metrics.get_sample_value("consumerkit_unhandled_skipped_total", {
             "consumer": shop.name, "topic": topic, "event_type": event_type}) == PER_TYPE
@@ -105,7 +106,7 @@ def test_ignore_patterns_skip_their_types_whatever_the_mode() -> None:
 
 
 def test_a_pattern_matching_a_handled_type_or_an_unknown_mode_is_refused() -> None:
-    with pytest.raises(ConfigurationError, match="matches handled event type order.paid"):
+    with pytest.raises(ConfigurationError, match=r"matches handled event type order\.paid"):
         Consumer(name="inventory", handlers=[registry(HANDLED)], topics=["orders"],
                  ignore=["order.pa*"])
     with pytest.raises(ConfigurationError, match="unhandled must be one of dead_letter, skip"):
@@ -123,13 +124,16 @@ def test_the_outbox_follows_the_consumer_schema_unless_it_names_one() -> None:
     outbox = Outbox(table="outbox")
     shop = Consumer(name="inventory", handlers=[announce], topics=["orders"],
                     schema="shop", outbox=outbox)
-    assert shop.outbox is not None and shop.outbox.table.events == '"shop"."outbox"'
+    assert shop.outbox is not None
+    assert shop.outbox.table.events == '"shop"."outbox"'
     shop.configure(schema="shop_b")  # as `consumerkit run --schema shop_b` does
-    assert shop.outbox is not None and shop.outbox.table.schema == "shop_b"
+    assert shop.outbox is not None
+    assert shop.outbox.table.schema == "shop_b"
     assert outbox.table.schema == "consumerkit"  # on its own: the documented default
     named = Consumer(name="inventory", handlers=[announce], topics=["orders"], schema="shop",
                      outbox=Outbox(schema="elsewhere"))
-    assert named.outbox is not None and named.outbox.table.schema == "elsewhere"
+    assert named.outbox is not None
+    assert named.outbox.table.schema == "elsewhere"
 
 
 async def test_a_test_kit_like_a_consumer_writes_its_outbox_in_the_kit_schema(
