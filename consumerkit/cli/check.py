@@ -53,6 +53,7 @@ from .target import load_consumer
 SERVICE_FIELDS = {"postgres_dsn", "kafka_bootstrap", "db_schema", "security_protocol",
                   "sasl_mechanism", "sasl_plain_username", "sasl_plain_password", "ssl_cafile",
                   "ssl_certfile", "ssl_keyfile", "ssl_password"}
+TYPE_FIELDS = {"unhandled", "ignore"}  # what the sample's unhandled types would become
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -60,7 +61,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("target", metavar="MODULE:ATTR", nargs="?", default=None,
                         help="check this consumer's schema, dedup policy, topics and outbox "
                         "(default: the options below)")
-    add_settings_arguments(parser, ConsumerSettings, only=SERVICE_FIELDS)
+    add_settings_arguments(parser, ConsumerSettings, only=SERVICE_FIELDS | TYPE_FIELDS)
     policy_args(parser)
     parser.add_argument("--expired", choices=["dead_letter", "skip", "apply"],
                         default="dead_letter", help="the consumers' expired policy")

@@ -107,11 +107,15 @@ def judge_sample(consumer: Consumer, records: Mapping[str, Sequence[RecordLike]]
         if close:
             report.problem(f"handler {routes.by_type[event_type].name} takes event type "
                            f"{event_type!r}, never seen in the sample, but {close[0]!r} is "
-                           f"({seen[close[0]]} records, no handler): misspelt?")
+                           f"({_records(seen[close[0]])}, no handler): misspelt?")
         else:
             report.warn(f"handler {routes.by_type[event_type].name} takes event type "
                         f"{event_type!r}, never seen in the sample (rare, not produced yet, "
                         "or misspelt?)")
+
+
+def _records(n: int) -> str:
+    return f"{n} record{'' if n == 1 else 's'}"
 
 
 def _named(types: Sequence[str], counts: Counter[str]) -> str:
