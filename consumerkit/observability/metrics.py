@@ -29,6 +29,8 @@ M = TypeVar("M", Counter, Gauge, Histogram)
 _FAMILIES: weakref.WeakKeyDictionary[CollectorRegistry, dict[str, Any]] = (
     weakref.WeakKeyDictionary())
 
+SKIPPED_TYPES = 1000  # event type series of consumerkit_unhandled_skipped, at most
+OTHER_TYPES = "(other)"  # the event_type label of the skipped types beyond them
 PUBLISH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                    300.0)
 
@@ -121,8 +123,12 @@ class ConsumerMetrics(BaseObserver):
         labels = (record.topic, event_type)
         child = self._skipped_by.get(labels)
         if child is None:
-            child = self._skipped.labels(self.consumer, record.topic, event_type[:200])
-            self._skipped_by[labels] = child
+            if len(self._skipped_by) >= SKIPPED_TYPES:  # event types come from producers:
+                labels = (record.topic, OTHER_TYPES)   # past a bound, one series for the rest
+                child = self._skipped_by.get(labels)
+            if child is None:
+                child = self._skipped.labels(self.consumer, labels[0], labels[1][:200])
+                self._skipped_by[labels] = child
         child.inc()
 
     def parked(self, record: RecordLike, envelope: Envelope | None, handler: str,

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from consumerkit import ConfigurationError, Consumer, HandlerContext, Outbox, handler
 from consumerkit.deadletter.table import list_dead_letters
 from consumerkit.errors import DecodeError
+from consumerkit.observability.metrics import OTHER_TYPES, SKIPPED_TYPES, ConsumerMetrics
 from consumerkit.testing import TestConsumer
 from consumerkit.testing.services import MakeTopic
 
@@ -164,3 +165,19 @@ async def _committed_all(bootstrap: str, name: str, topic: str, total: int) -> b
     return sum((await committed(bootstrap, name, topic, 2)).values()) >= total
 
 
+
+
+def test_the_skipped_types_series_are_bounded() -> None:
+    """Event types come from producers: past SKIPPED_TYPES, one series counts the rest."""
+    metrics = CollectorRegistry()
+    observer = ConsumerMetrics(metrics, "inventory")
+    record = _Record(b"k", b"{}", [])
+    for n in range(SKIPPED_TYPES + 5):
+        observer.unhandled_skipped(record, f"type.{n}")
+    observer.unhandled_skipped(record, "type.0")
+    series = {s.labels["event_type"]: s.value for m in metrics.collect()
+              if m.name == "consumerkit_unhandled_skipped" for s in m.samples
+              if s.name.endswith("_total")}
+    assert len(series) == SKIPPED_TYPES + 1
+    assert series["type.0"] == 2
+    assert series[OTHER_TYPES] == 5
