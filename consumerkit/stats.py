@@ -79,7 +79,7 @@ class StatsObserver(BaseObserver):
     def expired_skipped(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
         self.stats.expired_skipped += 1
 
-    def unhandled_skipped(self, record: RecordLike, event_type: str) -> None:
+    def unhandled_skipped(self, record: RecordLike, event_type: str, near: str | None) -> None:
         self.stats.unhandled_skipped += 1
         self.stats.skipped_types[event_type] += 1
 

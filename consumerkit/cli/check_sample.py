@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from ..engine.unhandled import NEAR
 from ..envelope import RecordLike
 from ..transport.kafka import consumer_options
 from .common import count
@@ -103,7 +104,7 @@ def judge_sample(consumer: Consumer, records: Mapping[str, Sequence[RecordLike]]
     if not seen:
         return
     for event_type in sorted(set(routes.by_type) - set(seen)):
-        close = difflib.get_close_matches(event_type, sorted(unrouted_seen), n=1, cutoff=0.8)
+        close = difflib.get_close_matches(event_type, sorted(unrouted_seen), n=1, cutoff=NEAR)
         if close:
             report.problem(f"handler {routes.by_type[event_type].name} takes event type "
                            f"{event_type!r}, never seen in the sample, but {close[0]!r} is "

@@ -64,7 +64,8 @@ class Decoder:
                  types: TypePolicy | None = None) -> None:
         self.routes = routes
         self.types = types or TypePolicy()
-        self._fates: dict[str, Unhandled] = {}  # event types without a handler, decided
+        # event types without a handler: their fate, and a handled type close to them
+        self._fates: dict[str, tuple[Unhandled, str | None]] = {}
         self.wire = wire
         self.max_bytes = max_bytes
         self._times: dict[int | None, datetime | None] = {}  # record times seen lately
@@ -146,14 +147,17 @@ class Decoder:
                 f"no {self.wire.event_type_header!r} header and no handler for topic "
                 f"{topic!r}",
             )
-        fate = self._fates.get(event_type)
-        if fate is None:  # the patterns are matched once per type, not per record
-            fate = self.types.fate(event_type)
+        verdict = self._fates.get(event_type)
+        if verdict is None:  # decided once per type, not per record
+            verdict = self.types.fate(event_type), self.types.near(event_type)
             if len(self._fates) < _TIMES_KEPT:
-                self._fates[event_type] = fate
+                self._fates[event_type] = verdict
+        fate, near = verdict
         if fate == "skip":
-            raise Skipped(event_type)
-        raise DecodeError("unknown_event_type", f"no handler for event type {event_type!r}")
+            raise Skipped(event_type, near)
+        hint = f" (a handler takes {near!r}: misspelt?)" if near else ""
+        raise DecodeError("unknown_event_type",
+                          f"no handler for event type {event_type!r}{hint}")
 
     def event_type(self, record: RecordLike) -> str | None:
         """The record's event type as :meth:`decode` reads it (``None``: it has none or it is

@@ -93,7 +93,7 @@ class Unapplied:
         event type and the consumer skips such types (nothing written, the offset moves on),
         else to the dead letters."""
         if isinstance(error, Skipped):
-            self.observe.unhandled_skipped(record, error.event_type)
+            self.observe.unhandled_skipped(record, error.event_type, error.near)
             return Outcome.UNHANDLED_SKIPPED
         return await self.dead_letter(record, error.reason, error.detail, 0, None, abandon)
 

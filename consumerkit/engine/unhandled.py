@@ -4,6 +4,7 @@ The decoder asks :class:`TypePolicy` once per event type; ``consumerkit check`` 
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -14,6 +15,7 @@ from ..registry import RouteTable
 
 Unhandled = Literal["dead_letter", "skip"]
 UNHANDLED: tuple[Unhandled, ...] = ("dead_letter", "skip")
+NEAR = 0.8  # difflib's ratio from which two event types look like one misspelt
 
 
 class Skipped(DecodeError):
@@ -21,9 +23,10 @@ class Skipped(DecodeError):
     skips such types (``unhandled="skip"``) or ignores this one (``ignore=``). Nothing is
     written for it; its offset moves on."""
 
-    def __init__(self, event_type: str) -> None:
+    def __init__(self, event_type: str, near: str | None = None) -> None:
         super().__init__("unhandled_skipped", f"no handler for event type {event_type!r}")
         self.event_type = event_type
+        self.near = near  # a handled event type close to it: a misspelt handler?
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +37,7 @@ class TypePolicy:
 
     unhandled: Unhandled = "dead_letter"
     ignore: tuple[str, ...] = ()
+    handled: tuple[str, ...] = ()  # the event types of the handlers
 
     @classmethod
     def build(cls, unhandled: str, ignore: Sequence[str], routes: RouteTable) -> TypePolicy:
@@ -52,10 +56,16 @@ class TypePolicy:
                     f"{'s' if len(taken) > 1 else ''} {', '.join(taken)}: remove the "
                     "pattern or the handler")
         mode: Unhandled = "skip" if unhandled == "skip" else "dead_letter"
-        return cls(mode, patterns)
+        return cls(mode, patterns, tuple(sorted(routes.by_type)))
 
     def fate(self, event_type: str) -> Unhandled:
         """What becomes of a record of ``event_type`` when no handler takes it."""
         if self.unhandled == "skip" or any(fnmatchcase(event_type, p) for p in self.ignore):
             return "skip"
         return "dead_letter"
+
+    def near(self, event_type: str) -> str | None:
+        """A handled event type close to ``event_type`` (``order.craeted`` for
+        ``order.created``): the sign of a misspelt handler; ``None`` when none is."""
+        close = difflib.get_close_matches(event_type, self.handled, n=1, cutoff=NEAR)
+        return close[0] if close else None

@@ -52,14 +52,19 @@ class LogObserver(BaseObserver):
         self._stalled_at: float | None = None
         self._skipped: set[str] = set()  # event types skipped so far: logged the first time
 
-    def unhandled_skipped(self, record: RecordLike, event_type: str) -> None:
+    def unhandled_skipped(self, record: RecordLike, event_type: str, near: str | None) -> None:
         if event_type in self._skipped or len(self._skipped) >= _SKIPPED_TYPES_LOGGED:
             return
         self._skipped.add(event_type)
+        fields = message_fields(record, None, consumer=self.consumer)
+        if near is not None:  # the one a handler was meant for, its name misspelt?
+            self.log.warning("skipping event type %r: no handler of consumer %s takes it, but "
+                             "one takes %r: misspelt? (logged once per type)",
+                             event_type[:200], self.consumer, near, extra=fields)
+            return
         self.log.info("skipping event type %r: no handler of consumer %s takes it (counted "
                       "in consumerkit_unhandled_skipped_total; logged once per type)",
-                      event_type[:200], self.consumer, extra=message_fields(
-                          record, None, consumer=self.consumer))
+                      event_type[:200], self.consumer, extra=fields)
 
     def stalled(self, reason: str | None) -> None:
         if reason is not None:

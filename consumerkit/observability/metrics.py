@@ -118,7 +118,7 @@ class ConsumerMetrics(BaseObserver):
     def expired_skipped(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
         self._tally.count(record.topic, "expired_skipped")
 
-    def unhandled_skipped(self, record: RecordLike, event_type: str) -> None:
+    def unhandled_skipped(self, record: RecordLike, event_type: str, near: str | None) -> None:
         self._tally.count(record.topic, "unhandled_skipped")
         labels = (record.topic, event_type)
         child = self._skipped_by.get(labels)

@@ -48,10 +48,10 @@ class Observer(Protocol):
 
     def expired_skipped(self, record: RecordLike, envelope: Envelope, handler: str) -> None: ...
 
-    def unhandled_skipped(self, record: RecordLike, event_type: str) -> None:
+    def unhandled_skipped(self, record: RecordLike, event_type: str, near: str | None) -> None:
         """No handler takes ``record``'s ``event_type`` and the consumer skips such types
         (``unhandled="skip"``, or an ``ignore`` pattern): nothing written, the offset moves
-        on."""
+        on. ``near``: a handled event type close to it (a misspelt handler?), else ``None``."""
 
     def parked(self, record: RecordLike, envelope: Envelope | None, handler: str,
                reason: str, detail: str, attempts: int) -> None:
@@ -136,7 +136,7 @@ class BaseObserver:
     def expired_skipped(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
         pass
 
-    def unhandled_skipped(self, record: RecordLike, event_type: str) -> None:
+    def unhandled_skipped(self, record: RecordLike, event_type: str, near: str | None) -> None:
         pass
 
     def parked(self, record: RecordLike, envelope: Envelope | None, handler: str,

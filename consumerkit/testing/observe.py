@@ -49,7 +49,7 @@ class OutcomeRecorder(BaseObserver):
     def expired_skipped(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
         self.settle(record, Outcome.EXPIRED_SKIPPED, envelope)
 
-    def unhandled_skipped(self, record: RecordLike, event_type: str) -> None:
+    def unhandled_skipped(self, record: RecordLike, event_type: str, near: str | None) -> None:
         self.settle(record, Outcome.UNHANDLED_SKIPPED, None)
 
     def parked(self, record: RecordLike, envelope: Envelope | None, handler: str,

@@ -16,7 +16,9 @@ from prometheus_client import CollectorRegistry
 
 from consumerkit import ConfigurationError, Consumer, HandlerContext, Outbox, handler
 from consumerkit.deadletter.table import list_dead_letters
+from consumerkit.engine.unhandled import Skipped
 from consumerkit.errors import DecodeError
+from consumerkit.observability.logging import LogObserver
 from consumerkit.observability.metrics import OTHER_TYPES, SKIPPED_TYPES, ConsumerMetrics
 from consumerkit.testing import TestConsumer
 from consumerkit.testing.services import MakeTopic
@@ -106,6 +108,32 @@ def test_ignore_patterns_skip_their_types_whatever_the_mode() -> None:
                         "order.internal.audit": "unhandled_skipped"}
 
 
+def test_a_misspelt_handler_is_named_where_its_events_go(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``order.craeted`` registered, ``order.created`` sent: the dead letter's detail says
+    so, and under ``skip`` the first skip is a warning naming the handler's type."""
+    created = next(_Record(*r) for r in records(1) if r[2][1][1] == b"order.created")
+    misspelt = ("order.craeted", "order.paid")
+    dead = Consumer(name="inventory", handlers=[registry(misspelt)], topics=["orders"])
+    with pytest.raises(DecodeError) as raised:
+        dead.decoder().decode(created)
+    assert raised.value.detail == ("no handler for event type 'order.created' (a handler "
+                                   "takes 'order.craeted': misspelt?)")
+    skip = Consumer(name="inventory", handlers=[registry(misspelt)], topics=["orders"],
+                    unhandled="skip")
+    with pytest.raises(Skipped) as skipped:
+        skip.decoder().decode(created)
+    assert skipped.value.near == "order.craeted"
+    caplog.set_level(logging.INFO, logger="consumerkit")
+    LogObserver("inventory").unhandled_skipped(created, "order.created", "order.craeted")
+    [line] = [r for r in caplog.records if "skipping" in r.getMessage()]
+    assert line.levelno == logging.WARNING
+    assert line.getMessage() == (
+        "skipping event type 'order.created': no handler of consumer inventory takes it, but "
+        "one takes 'order.craeted': misspelt? (logged once per type)")
+
+
 def test_a_pattern_matching_a_handled_type_or_an_unknown_mode_is_refused() -> None:
     with pytest.raises(ConfigurationError, match=r"matches handled event type order\.paid"):
         Consumer(name="inventory", handlers=[registry(HANDLED)], topics=["orders"],
@@ -173,8 +201,8 @@ def test_the_skipped_types_series_are_bounded() -> None:
     observer = ConsumerMetrics(metrics, "inventory")
     record = _Record(b"k", b"{}", [])
     for n in range(SKIPPED_TYPES + 5):
-        observer.unhandled_skipped(record, f"type.{n}")
-    observer.unhandled_skipped(record, "type.0")
+        observer.unhandled_skipped(record, f"type.{n}", None)
+    observer.unhandled_skipped(record, "type.0", None)
     series = {s.labels["event_type"]: s.value for m in metrics.collect()
               if m.name == "consumerkit_unhandled_skipped" for s in m.samples
               if s.name.endswith("_total")}
