@@ -64,7 +64,7 @@ _kinds = st.tuples(
 def _flatten(kinds: tuple[object, ...]) -> list[Raw]:
     batch: list[Raw] = []
     for kind in kinds:
-        batch.extend(kind if isinstance(kind, list) else [kind])  # type: ignore[arg-type]
+        batch.extend(kind if isinstance(kind, list) else [kind])  # type: ignore[list-item]
     return batch
 
 
