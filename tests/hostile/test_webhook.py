@@ -160,3 +160,25 @@ async def test_a_version_the_handler_takes_is_applied(
         (VERSION_HEADER, version)])
     assert reply.status_code == 200, reply.text
     assert (await items_by_event(pg_pool, pg_schema)).get(key) == 1
+
+
+@examples(15)
+@given(item=hostile_text, n=st.one_of(st.integers(max_value=-1), st.integers(min_value=2**31)),
+       nul=st.booleans())
+async def test_a_payload_the_database_refuses_is_a_4xx_not_a_500(
+    client: httpx.AsyncClient, pg_pool: Pool, pg_schema: str, item: str, n: int, nul: bool,
+) -> None:
+    """A row the database refuses for its values (SQLSTATE classes 22 and 23: a CHECK, out of
+    range, a NUL byte) is the payload's fault: sending it again cannot succeed, so it is
+    refused for good (4xx), and the row's values stay out of the answer and the logs."""
+    event_id = str(uuid.uuid4())
+    body = dumps({"id": "PII-7f3a" + item + "\x00" * nul, "n": n})
+    with text_logs("consumerkit", "asyncpg") as lines:
+        reply = await client.post("/", content=body, headers=[
+            (b"Idempotency-Key", event_id.encode()), (b"X-Event-Type", b"item.saved")])
+    answer = check_answer(reply)
+    assert 400 <= reply.status_code < 500, f"{reply.status_code} {answer}"
+    assert "PII-7f3a" not in reply.text, reply.text[:300]
+    check_lines(lines)
+    assert not [line for line in lines if "PII-7f3a" in line]
+    assert (await items_by_event(pg_pool, pg_schema)).get(event_id) is None
