@@ -115,6 +115,7 @@ async def test_a_running_consumer_settles_a_hostile_batch_and_applies_every_good
     assert all(count == 1 for count in effects.values()), effects
     assert stats.applied + stats.duplicates + stats.dead_lettered == total
     assert (sum(effects.values()), len(letters)) == (stats.applied, stats.dead_lettered)
+    assert stats.stalls == 0, "rows refused for their values stalled the consumer"
     for letter in letters:
         assert unsafe(letter.detail) is None, f"{letter.reason}: {letter.detail[:300]!r}"
         assert MARKER not in letter.detail, letter.detail[:300]
