@@ -18,7 +18,7 @@ from ..deadletter.table import TABLE as DEAD_LETTERS
 from ..dedup.ids import is_canonical_uuid
 from ..dedup.names import TABLE as NAMES
 from ..parking.tables import RECORDS as PARKED
-from ..shared.display import shown
+from ..shared.display import displayable
 from ..shared.identifiers import identifier, qualified
 from .admin import dsn
 from .common import database_args, sub
@@ -39,7 +39,7 @@ class Fate:
 def show(fate: Fate) -> str:
     verb = {"applied": "applied by", "dead-lettered": "dead-lettered:",
             "parked": "parked:"}[fate.outcome]
-    return f"{verb} {shown(fate.what)} at {fate.at:%Y-%m-%d %H:%M:%S%z}"
+    return f"{verb} {displayable(fate.what)} at {fate.at:%Y-%m-%d %H:%M:%S%z}"
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -56,10 +56,10 @@ async def lookup_command(args: argparse.Namespace) -> int:
     async with database(dsn(args)) as conn:
         found = await fates(conn, args.schema, args.table, args.event_id, args.consumer)
     for fate in found:
-        print(f"{shown(fate.consumer)}: {show(fate)}")
+        print(f"{displayable(fate.consumer)}: {show(fate)}")
     if not found:
-        print(f"no consumer{'' if args.consumer is None else ' ' + shown(args.consumer)} "
-              f"applied, dead-lettered or parked {shown(args.event_id)}")
+        print(f"no consumer{'' if args.consumer is None else ' ' + displayable(args.consumer)} "
+              f"applied, dead-lettered or parked {displayable(args.event_id)}")
         return 1
     return 0
 
