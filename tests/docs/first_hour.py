@@ -5,7 +5,7 @@ and ``python`` first on PATH (the checkout's, or a wheel's in a fresh virtual en
 The page's ``bash`` blocks run line by line; a line marked ``# runs until Ctrl-C`` starts in
 the background (each in its own terminal, for a user) and is waited for until it says it is
 ready; ``set -a; . ./.env; set +a`` carries over to the lines after it, as in one terminal.
-The ``python title="billing.py"`` block is the file the page asks for. At the end every
+The page's ``python`` block is the file its ``python NAME.py`` line runs. At the end every
 background command gets SIGTERM and must exit 0, and ``consumerkit dev`` must have removed
 its ``.env``.
 
@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+FENCE = re.compile(r"^```(\w+)\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 BACKGROUND = "# runs until Ctrl-C"
 SHELL_STATE = "set -a; . ./.env; set +a"
 READY = {"dev": "stop with Ctrl-C", "run": "assigned [", "relay": "started on"}
@@ -38,16 +38,20 @@ class Line:
 
 
 def page_parts(page: Path) -> tuple[list[Line], dict[str, str]]:
-    """The page's command lines, in order, and its files (``title="name"`` blocks)."""
+    """The page's command lines, in order, and its file: the one ``python`` block, named
+    as the page's ``python NAME.py`` line runs it."""
     lines: list[Line] = []
-    files: dict[str, str] = {}
-    for language, info, body in FENCE.findall(page.read_text()):
-        if (title := re.search(r'title="([^"]+)"', info)) is not None:
-            files[title.group(1)] = body
+    code: list[str] = []
+    for language, body in FENCE.findall(page.read_text()):
+        if language == "python":
+            code.append(body)
         elif language == "bash":
             lines += [Line(line.strip(), BACKGROUND in line)
                       for line in body.splitlines() if line.strip()]
-    return lines, files
+    (script,) = [m.group(1) for line in lines
+                 if (m := re.match(r"python (\w+\.py)\b", line.text)) is not None]
+    (body,) = code
+    return lines, {script: body}
 
 
 class Session:
