@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 import ssl
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from ..shared.identifiers import identifier, redact_dsn
+from ..shared.dsn import dsn_secrets
+from ..shared.identifiers import identifier
 
 PREFIX = "CONSUMERKIT_"
 
@@ -84,18 +84,9 @@ class CommonSettings(BaseSettings):
         show, whatever the source (flag, variable, ``.env``)."""
         values = [s.get_secret_value() for s in (self.sasl_plain_password, self.ssl_password)
                   if s is not None]
-        dsn = self.dsn()
         # a DSN without a password is no secret: the errors show it as they show any other
         # (user, host, port, database)
-        if dsn and redact_dsn(dsn) != dsn:
-            values.append(dsn)
-        if dsn:
-            try:
-                password = urlsplit(dsn.strip()).password
-            except ValueError:
-                password = None
-            values += [password] if password else []
-        return values
+        return values + dsn_secrets(self.dsn() or "")
 
     def dsn(self) -> str | None:
         """The DSN in clear, for the database driver only."""
