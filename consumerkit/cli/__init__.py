@@ -23,7 +23,7 @@ from ..settings import SETTINGS, ConsumerSettings
 from ..shared import aio
 from ..shared.dsn import dsn_secrets
 from . import admin, asyncapi, check, config, migrate, offsets, parked, relay, run, topics
-from .common import HelpFormatter, duration, sub
+from .common import HelpFormatter, Parser, duration, sub
 from .errors import database_error, one_line, scrub
 from .options import load_settings
 
@@ -47,7 +47,7 @@ _PASSWORD = re.compile(r"password\s*=\s*'?([^'\s]+)", re.IGNORECASE)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="consumerkit", description=DESCRIPTION, epilog=EPILOG,
+    parser = Parser(prog="consumerkit", description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=HelpFormatter)
     parser.add_argument("--debug", action="store_true",
                         help="show the traceback of an error")

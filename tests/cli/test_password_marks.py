@@ -63,5 +63,6 @@ async def test_run_and_relay_in_their_own_process_show_no_password(app_dir: Path
                  ["relay", "--debug", "--kafka", "127.0.0.1:1", "--log-format", "json"]):
         done = await cli(*argv, cwd=app_dir, env=env)
         assert done.code == 1, done
-        assert "Zq9" not in done.output and "Hunter2" not in done.output, done
+        assert "Zq9" not in done.output, done
+        assert "Hunter2" not in done.output, done
         assert f"consumerkit: malformed PostgreSQL DSN {SHOWN}: percent-encode" in done.err
