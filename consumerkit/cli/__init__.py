@@ -47,8 +47,9 @@ _PASSWORD = re.compile(r"password\s*=\s*'?([^'\s]+)", re.IGNORECASE)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="consumerkit", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=HelpFormatter)
+    parser: argparse.ArgumentParser = Parser(
+        prog="consumerkit", description=DESCRIPTION, epilog=EPILOG,
+        formatter_class=HelpFormatter)
     parser.add_argument("--debug", action="store_true",
                         help="show the traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
