@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from consumerkit.cli.errors import scrub
+from consumerkit.engine.lifecycle import connect, open_pool
 from consumerkit.shared.dsn import EXAMPLE, REASONS, DsnError, dsn_secrets, parse_dsn, redact_dsn
 
 TEMPLATE = "postgresql://billing:{}@127.0.0.1:5432/billing"
@@ -128,3 +129,12 @@ def test_the_scrubbed_line_holds_no_password(password: str) -> None:
                 f"postgresql://h/db?sslmode=disable&password={quote(password, safe='')}"):
         line = scrub(f"refused {dsn}: bad password {password!s}", dsn_secrets(dsn))
         assert password not in line
+
+
+async def test_a_consumer_refuses_the_dsn_before_asyncpg_can_quote_it() -> None:
+    dsn = TEMPLATE.format("Hunter2?Zq9pw").replace("5432", "1")
+    for opening in (lambda: open_pool(dsn, "c", 1), lambda: connect(dsn).__aenter__()):
+        with pytest.raises(DsnError) as caught:
+            await opening()
+        assert "Hunter2" not in str(caught.value)
+        assert "Zq9" not in str(caught.value)
