@@ -66,3 +66,26 @@ def test_an_env_file_given_is_read_and_the_default_may_be_missing(
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("batch_size"))
     assert line.split()[1:2] == ["deploy.env"]
     assert line.split()[-1] == "7"
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["config", "run", "--handler-timeout", "inf"],
+     "invalid setting --handler-timeout / $CONSUMERKIT_HANDLER_TIMEOUT: Input should be a "
+     "finite number"),
+    (["config", "run", "--shutdown-timeout", "1e300"],
+     "invalid setting --shutdown-timeout / $CONSUMERKIT_SHUTDOWN_TIMEOUT: Input should be less "
+     "than or equal to 86400"),
+    (["config", "run", "--max-in-flight", "99999999999999999999"],
+     "invalid setting --max-in-flight / $CONSUMERKIT_MAX_IN_FLIGHT: Input should be less than "
+     "or equal to 10000000"),
+    (["config", "relay", "--poll-interval", "nan"],
+     "invalid setting --poll-interval / $CONSUMERKIT_POLL_INTERVAL: Input should be a finite "
+     "number"),
+])
+def test_a_setting_out_of_bounds_is_one_line_naming_flag_and_variable(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    argv: list[str], expected: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 1  # a setting may come from a variable: not a usage error
+    assert capsys.readouterr().err == f"consumerkit: {expected}\n"
