@@ -17,11 +17,11 @@ import sys
 import traceback
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from ..logs import configure_logging
 from ..settings import SETTINGS, ConsumerSettings
 from ..shared import aio
+from ..shared.dsn import dsn_secrets
 from . import (
     admin,
     asyncapi,
@@ -37,7 +37,7 @@ from . import (
     send,
     topics,
 )
-from .common import HelpFormatter, duration, sub
+from .common import HelpFormatter, Parser, duration, sub
 from .environment import load_dotenv_defaults
 from .errors import database_error, one_line, scrub
 from .options import load_settings
@@ -62,8 +62,9 @@ _PASSWORD = re.compile(r"password\s*=\s*'?([^'\s]+)", re.IGNORECASE)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="consumerkit", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=HelpFormatter)
+    parser: argparse.ArgumentParser = Parser(
+        prog="consumerkit", description=DESCRIPTION, epilog=EPILOG,
+        formatter_class=HelpFormatter)
     parser.add_argument("--debug", action="store_true",
                         help="show the traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -119,12 +120,7 @@ def _secrets(args: argparse.Namespace) -> Iterator[str]:
     values = [str(v) for v in vars(args).values() if isinstance(v, str)]
     values += [v for k, v in os.environ.items() if k.startswith("CONSUMERKIT_")]
     for value in values:
-        try:
-            password = urlsplit(value.strip()).password
-        except ValueError:
-            password = None
-        if password:
-            yield password
+        yield from dsn_secrets(value)
         yield from _PASSWORD.findall(value)
     for name, value in os.environ.items():
         if name.startswith("CONSUMERKIT_") and name.endswith(("PASSWORD", "SECRETS")):
@@ -187,10 +183,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             message = None if error is None else str(error)
         if message is None and not args.debug:
             message = f"unexpected {type(exc).__name__}: {exc} (--debug shows the traceback)"
-        if args.debug:
-            traceback.print_exc()
+        secrets = list(_secrets(args))
+        if args.debug:  # a library's words in the traceback may quote a secret too
+            print(scrub(traceback.format_exc(), secrets), file=sys.stderr, end="")
         if message is not None:
-            print(f"consumerkit: {scrub(message, _secrets(args))}", file=sys.stderr)
+            print(f"consumerkit: {scrub(message, secrets)}", file=sys.stderr)
         return 1
     finally:
         logging.shutdown()

@@ -12,8 +12,11 @@ from ..outbox import cli as outbox_cli
 from ..shared.display import displayable
 from ..shared.identifiers import identifier
 from .check import reach_broker
-from .common import count, database_args, duration, policy_args, positive, sub
+from .common import count, database_args, duration, policy_args, positive, sub, whole
 from .errors import database
+
+PREMAKE_MAX = 1000
+"""The most outbox partitions made ahead."""
 
 
 def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -32,8 +35,10 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     for action in outbox._actions:  # row counts: a negative one is a usage error
         if action.dest == "limit":
             action.type = count
-        elif action.dest in ("batch", "premake"):
+        elif action.dest == "batch":
             action.type = positive
+        elif action.dest == "premake":  # each one a partition created, ahead of time
+            action.type = whole(1, PREMAKE_MAX)
 
 
 def dsn(args: argparse.Namespace) -> str | None:

@@ -44,7 +44,7 @@ from .check_kafka import (
     idempotence_finding,
     topic_durability,
 )
-from .common import policy_args, positive, sub
+from .common import REPLICATION_MAX, policy_args, sub, whole
 from .errors import MIGRATE_HINT, database, one_line
 from .options import add_settings_arguments, load_settings, sources
 from .run import apply_settings
@@ -77,7 +77,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                         help="the relay's idempotent producer (default: on; "
                         "$CONSUMERKIT_ENABLE_IDEMPOTENCE)")
-    parser.add_argument("--min-replication", type=positive, default=WANTED_REPLICATION,
+    parser.add_argument("--min-replication", type=whole(1, REPLICATION_MAX),
+                        default=WANTED_REPLICATION,
                         help="the replication factor every topic must have at least "
                         "(1 for a one-broker development cluster)")
     add_handlers_arguments(parser)

@@ -19,7 +19,7 @@ from ..settings import ConsumerSettings
 from ..shared.display import displayable
 from ..shared.identifiers import identifier
 from .admin import dsn
-from .common import count, database_args, sub
+from .common import count, database_args, partition, sub
 from .errors import MIGRATE_HINT, CommandError, database
 from .options import add_settings_arguments, load_settings, sources
 from .run import apply_settings
@@ -52,7 +52,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _key_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("key", metavar="KEY", help="the record key, as UTF-8 text")
     parser.add_argument("--topic", help="the key's topic, when it is parked on several")
-    parser.add_argument("--partition", type=count, help="the key's partition, likewise")
+    parser.add_argument("--partition", type=partition, help="the key's partition, likewise")
 
 
 async def list_command(args: argparse.Namespace) -> int:

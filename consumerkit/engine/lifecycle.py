@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import asyncpg
 
 from ..errors import StartupError
-from ..shared.identifiers import redact_dsn
+from ..shared.dsn import parse_dsn, redact_dsn
 
 log = logging.getLogger("consumerkit.consumer")
 
@@ -30,6 +30,7 @@ async def open_pool(dsn: str, name: str, size: int, *, warm: int = 0,
             told()
             conn.add_termination_listener(lambda _conn: told())
 
+    parse_dsn(dsn)  # asyncpg's own words about a malformed DSN may quote its password
     pool: asyncpg.Pool | None = None
     try:
         pool = await asyncpg.create_pool(
@@ -56,6 +57,7 @@ async def open_pool(dsn: str, name: str, size: int, *, warm: int = 0,
 
 @contextlib.asynccontextmanager
 async def connect(dsn: str) -> AsyncIterator[asyncpg.Connection[asyncpg.Record]]:
+    parse_dsn(dsn)  # likewise
     try:
         conn = await asyncpg.connect(dsn, timeout=15)
     except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:

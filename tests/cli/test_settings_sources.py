@@ -73,12 +73,12 @@ def given(name: str, field: FieldInfo) -> tuple[str, str]:
 
 
 def shown(command: str, name: str, field: FieldInfo, text: str) -> str:
-    """How ``config`` shows the value ``text`` gives the field (a consumer's DSN redacted,
-    the setting's as a secret)."""
+    """How ``config`` shows the value ``text`` gives the field (the DSN redacted, other
+    secrets as ``**********``)."""
     kind = _kind(field)
     if kind is bool:
         return str(text == "true")
-    if name == "postgres_dsn" and command == "run":
+    if name == "postgres_dsn":
         return redact_dsn(text)
     if kind is SecretStr:
         return "**********"
