@@ -11,8 +11,8 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
-from .engine.deferred import Deferred, FlushingConnection, Immediate
 from .errors import ConfigurationError
+from .shared.deferred import Deferred, FlushingConnection, Immediate
 
 if TYPE_CHECKING:
     from .envelope import Envelope

@@ -112,6 +112,11 @@ class DecodeError(ConsumerKitError):
         self.detail = detail
 
 
+class PermanentSendError(ConsumerKitError):
+    """An outbox sink's destination refused the event for good (a 4xx from a webhook, a record
+    the broker will never take): retrying cannot help, the event goes straight to FAILED."""
+
+
 class HandlerSignal(ConsumerKitError):
     """Base of the control-flow exceptions a handler may raise."""
 

@@ -13,8 +13,8 @@ import sys
 
 import asyncpg
 
+from ..engine.replay import ParkingError, discard_key, replay_key
 from ..parking import store
-from ..parking.replay import ParkingError, discard_key, replay_key
 from ..settings import ConsumerSettings
 from ..shared.identifiers import identifier
 from .admin import dsn

@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from consumerkit import Consumer, HandlerContext, RetryPolicy
-from consumerkit.parking.replay import ParkingError, discard_key, replay_key
+from consumerkit.engine.replay import ParkingError, discard_key, replay_key
 
 from ..integration.ledger import (
     Running,
