@@ -13,7 +13,8 @@ import sys
 
 import asyncpg
 
-from ..engine.replay import ParkingError, discard_key, replay_key
+from ..engine.replay import discard_key, replay_key
+from ..errors import ParkingError
 from ..parking import store
 from ..settings import ConsumerSettings
 from ..shared.identifiers import identifier

@@ -22,7 +22,7 @@ import asyncpg
 
 from ..deadletter.writer import DeadLetterWriter
 from ..dedup.stores import store_for
-from ..errors import ConsumerKitError, DeadLetter, DecodeError, is_retriable
+from ..errors import DeadLetter, DecodeError, ParkingError, is_retriable
 from ..parking import store
 from ..parking.entry import ParkedKey, ParkedRecord
 from ..shared.failures import describe, judge
@@ -35,10 +35,6 @@ from .pipeline import Outcome, Pipeline
 
 if TYPE_CHECKING:
     from ..consumer import Consumer
-
-
-class ParkingError(ConsumerKitError):
-    """A parked key cannot be found, is ambiguous, or its replay stopped (one line)."""
 
 
 class _Discarded(Exception):

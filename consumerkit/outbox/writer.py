@@ -18,7 +18,7 @@ from uuid import UUID
 import orjson
 from pydantic import BaseModel
 
-from ..errors import ConfigurationError, ConsumerKitError
+from ..errors import ConfigurationError, NotInTransactionError
 from ..observability.tracing import inject
 from ..types import DbConnection
 from ..versions import check_version, model_version
@@ -27,11 +27,6 @@ from .retention import OutboxRetention
 from .table import OutboxTable
 
 RESERVED_HEADERS = frozenset({"id", "event_type", "occurred_at", "aggregate_type"})
-
-
-class NotInTransactionError(ConsumerKitError):
-    """The outbox was written outside a transaction: the event would not commit or roll back
-    with the caller's business writes."""
 
 
 @dataclass(frozen=True, slots=True)
