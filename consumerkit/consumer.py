@@ -17,6 +17,7 @@ from .dedup.policy import DedupPolicy
 from .engine.configure import configure, records_given
 from .engine.decode import Decoder
 from .engine.lifecycle import connect
+from .engine.observing import Observed
 from .engine.runner import Engine
 from .engine.serve import serve
 from .engine.unhandled import TypePolicy, Unhandled
@@ -30,7 +31,6 @@ from .registry import HandlerSource, RouteTable
 from .retry import RetryPolicy
 from .schema import migrate
 from .shared.identifiers import check_name, redact_dsn
-from .shared.observing import Observed
 from .stats import ConsumerStats
 from .transport.kafka import consumer_options, producer_options
 from .transport.source import Partition, RebalanceHandler, Source

@@ -11,9 +11,9 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
-from .engine.deferred import Deferred, FlushingConnection, Immediate
 from .errors import ConfigurationError
 from .publishes import Publishes, check_published
+from .shared.deferred import Deferred, FlushingConnection, Immediate
 
 if TYPE_CHECKING:
     from .envelope import Envelope

@@ -1,4 +1,4 @@
-"""The consumerkit error tree.
+"""The consumerkit error tree, every class defined in this module unless noted.
 
 Every exception the library raises derives from :class:`ConsumerKitError`::
 
@@ -9,23 +9,30 @@ Every exception the library raises derives from :class:`ConsumerKitError`::
     │   └── UndeclaredEventError      a handler published an event type it does not declare
     ├── MissingExtraError         an optional dependency is not installed (also an ImportError)
     ├── StartupError              a service is unreachable, a topic is missing, a migration failed
-    │   └── IdempotenceRefusedError   the broker answered but refused the idempotent producer
+    │   ├── IdempotenceRefusedError   the broker answered but refused the idempotent producer
+    │   └── ServiceStartError         a local test service did not start (also a RuntimeError;
+    │                                 exported by consumerkit.testing.services)
     ├── AuthorizationError        the broker denied the client's principal a topic or group
     ├── TransportError            the broker failed an operation (commit, fetch); retriable
     │   └── RecordTooLargeError       the broker or producer refuses a record's size; permanent
     ├── DecodeError               a record cannot become an event (reason code; dead-lettered)
+    ├── NotInTransactionError     the outbox was written outside a transaction
+    │                             (exported by consumerkit.outbox)
+    ├── PermanentSendError        an outbox sink's destination refused an event for good
+    │                             (exported by consumerkit.outbox; the event is given up on)
+    ├── ParkingError              a parked key cannot be found, or its replay stopped
+    │                             (one line in the CLI)
     ├── HandlerSignal             control flow raised BY handlers, not a failure
     │   ├── Retry                     retry this message after ``delay`` seconds
     │   └── DeadLetter                send this message to the dead-letter destination now
-    ├── NotInTransactionError     the outbox was written outside a transaction
-    │                             (consumerkit.outbox)
-    ├── PermanentSendError        an outbox sink's destination refused an event for good
-    │                             (consumerkit.outbox; the event is given up on)
-    ├── ParkingError              a parked key cannot be found, or its replay stopped
-    │                             (consumerkit.parking.replay; one line in the CLI)
     ├── CommandError              a command failed in a way its user can fix
-    │                             (consumerkit.cli.errors; one line, exit status 1)
-    └── DemoFailed                the demo could not finish (consumerkit.demo.scenario)
+    │                             (defined in consumerkit.cli.errors; one line, exit status 1)
+    └── DemoFailed                the demo could not finish (defined in consumerkit.demo.scenario)
+
+Not under it yet: ``consumerkit.WebhookError`` (defined in consumerkit.webhook.status, a
+delivery the relay retries), and the internal ``HandlerFailure`` family of
+``consumerkit.shared.failures`` (``ClaimBlocked``, ``ConnectionLost``), which never reaches a
+user's code.
 
 Exceptions a handler raises that are not signals are failures: the transaction rolls back and the
 message is retried with back-off, unless the exception carries ``retriable = False`` (class or
@@ -70,6 +77,11 @@ class MissingExtraError(ConsumerKitError, ImportError):
 
 class StartupError(ConsumerKitError):
     """The consumer cannot start: unreachable service, missing topic, failed migration."""
+
+
+class ServiceStartError(StartupError, RuntimeError):
+    """A local service (an embedded PostgreSQL, Tansu or Redis of :mod:`consumerkit.testing`)
+    could not be started or did not become ready in time."""
 
 
 class IdempotenceRefusedError(StartupError):
@@ -118,6 +130,20 @@ class DecodeError(ConsumerKitError):
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
+
+
+class NotInTransactionError(ConsumerKitError):
+    """The outbox was written outside a transaction: the event would not commit or roll back
+    with the caller's business writes."""
+
+
+class PermanentSendError(ConsumerKitError):
+    """An outbox sink's destination refused the event for good (a 4xx from a webhook, a record
+    the broker will never take): retrying cannot help, the event goes straight to FAILED."""
+
+
+class ParkingError(ConsumerKitError):
+    """A parked key cannot be found, is ambiguous, or its replay stopped (one line)."""
 
 
 class HandlerSignal(ConsumerKitError):

@@ -6,7 +6,7 @@ present, so a log pipeline can filter on them without parsing messages.
 
 Much of what is logged comes from the records themselves (event ids and types, keys, error
 messages quoting them), so a text line shows it through
-:func:`~consumerkit.shared.display.displayable`: a newline or an escape sequence in a value
+:func:`~consumerkit.display.displayable`: a newline or an escape sequence in a value
 cannot forge a line or reach the terminal, and a long value is cut with its length noted. A
 traceback keeps its lines, each indented, so none of them can pass for an entry of its own.
 JSON escapes by itself; long values are cut there too. Neither shows PostgreSQL's ``DETAIL``
@@ -22,7 +22,7 @@ from typing import Literal, TextIO
 
 import orjson
 
-from .shared.display import cut, displayable, escaped
+from .display import cut, displayable, escaped
 from .shared.failures import without_detail
 
 LogFormat = Literal["text", "json"]

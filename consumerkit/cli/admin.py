@@ -8,8 +8,8 @@ import os
 from ..deadletter.table import list_dead_letters
 from ..dedup import cli as dedup_cli
 from ..dedup.policy import DedupPolicy
+from ..display import displayable
 from ..outbox import cli as outbox_cli
-from ..shared.display import displayable
 from ..shared.identifiers import identifier
 from .check import reach_broker
 from .common import count, database_args, duration, policy_args, positive, sub, whole

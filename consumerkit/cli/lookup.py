@@ -17,8 +17,8 @@ import asyncpg
 from ..deadletter.table import TABLE as DEAD_LETTERS
 from ..dedup.ids import is_canonical_uuid
 from ..dedup.names import TABLE as NAMES
+from ..display import displayable
 from ..parking.tables import RECORDS as PARKED
-from ..shared.display import displayable
 from ..shared.identifiers import identifier, qualified
 from .admin import dsn
 from .common import database_args, sub

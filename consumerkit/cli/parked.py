@@ -13,10 +13,11 @@ import sys
 
 import asyncpg
 
+from ..display import displayable
+from ..engine.replay import discard_key, replay_key
+from ..errors import ParkingError
 from ..parking import store
-from ..parking.replay import ParkingError, discard_key, replay_key
 from ..settings import ConsumerSettings
-from ..shared.display import displayable
 from ..shared.identifiers import identifier
 from .admin import dsn
 from .common import count, database_args, partition, sub

@@ -28,10 +28,10 @@ from pydantic import BaseModel
 from ..consumer import Consumer
 from ..context import BatchContext, HandlerContext
 from ..engine.decode import Decoded
-from ..engine.deferred import Deferred
 from ..engine.stall import systemic_cause
 from ..envelope import Envelope
 from ..registry import Route
+from ..shared.deferred import Deferred
 from ..types import DbConnection
 from .dry_connection import DryConnection
 from .sample_event import Unbuildable, sample

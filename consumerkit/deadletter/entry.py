@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from ..shared.display import displayable
+from ..display import displayable
 
 DETAIL_LIMIT = 2000
 """Characters kept of a detail: it often quotes the record (an event type, an error about its

@@ -21,9 +21,9 @@ from collections.abc import Sequence
 
 import asyncpg
 
+from ..display import displayable
 from ..errors import RecordTooLargeError
 from ..shared import failures
-from ..shared.display import displayable
 from ..types import DeadLetterSink
 from .entry import DETAIL_LIMIT, DeadLetterEntry
 

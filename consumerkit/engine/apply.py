@@ -45,6 +45,7 @@ from ..context import BatchContext, HandlerContext
 from ..observability.observer import Observer
 from ..registry import Route
 from ..shared import faults
+from ..shared.deferred import Deferred
 from ..shared.failures import (
     ClaimBlocked,
     HandlerEndedTransaction,
@@ -54,7 +55,6 @@ from ..shared.failures import (
 )
 from ..types import Claim, ClaimRequest, ClaimStatus, DbConnection, DedupCache, DedupStore
 from .decode import Decoded
-from .deferred import Deferred
 from .frozen import maker
 from .plan import Call, culprit, plan
 from .xact import Mark, check, mark, verify

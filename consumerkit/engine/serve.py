@@ -18,11 +18,11 @@ from ..offsets.postgres import require_table
 from ..offsets.recheck import Recheck
 from ..parking.lot import ParkingLot, open_parking, parks
 from ..shared import signals
-from ..shared.observing import Observed, observe_consumer
 from ..transport.kafka import KafkaSource
 from ..transport.source import Source
 from ..types import SinkResources
 from .lifecycle import bounded, cancel, open_pool
+from .observing import Observed, observe_consumer
 from .pipeline import Pipeline
 from .runner import Engine
 from .stall import Breaker, StallPolicy

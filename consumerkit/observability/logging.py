@@ -8,7 +8,7 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from ..shared.failures import describe
+from ..display import describe
 from .observer import BaseObserver
 
 if TYPE_CHECKING:

@@ -25,8 +25,8 @@ from uuid import UUID
 
 import httpx
 
+from ..display import displayable
 from ..errors import ConfigurationError
-from ..shared.display import displayable
 from ..shared.dsn import redact_dsn
 from ..webhook import headers as wh
 from ..webhook import signature

@@ -18,7 +18,7 @@ from uuid import UUID
 import orjson
 from pydantic import BaseModel
 
-from ..errors import ConfigurationError, ConsumerKitError
+from ..errors import ConfigurationError, NotInTransactionError
 from ..observability.tracing import inject
 from ..types import DbConnection
 from ..versions import check_version, model_version
@@ -28,11 +28,6 @@ from .table import OutboxTable
 
 DEFAULT_SCHEMA = "consumerkit"  # an outbox on its own, in no consumer's schema
 RESERVED_HEADERS = frozenset({"id", "event_type", "occurred_at", "aggregate_type"})
-
-
-class NotInTransactionError(ConsumerKitError):
-    """The outbox was written outside a transaction: the event would not commit or roll back
-    with the caller's business writes."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,8 @@ from typing import Any
 import asyncpg
 
 from ..dedup.policy import ExpiredPolicy
+from ..display import displayable
 from ..errors import DeadLetter, Retry, is_retriable
-from ..shared.display import displayable
 from ..shared.failures import ClaimBlocked, HandlerFailure, describe, judge
 from ..types import Claim, ClaimStatus
 from ._asgi import Send, respond

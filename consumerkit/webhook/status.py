@@ -15,8 +15,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
-from ..outbox.sink import PermanentSendError
-from ..shared.display import displayable
+from ..display import displayable
+from ..errors import PermanentSendError
 
 RETRIABLE_4XX = frozenset({408, 429})
 

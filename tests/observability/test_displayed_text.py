@@ -16,12 +16,12 @@ import pytest
 from consumerkit import DeadLetterEntry, DeadLetterTable
 from consumerkit.cli import main
 from consumerkit.deadletter.table import list_dead_letters
+from consumerkit.display import displayable
 from consumerkit.envelope import Envelope, Record
 from consumerkit.logs import JsonFormatter, configure_logging
 from consumerkit.observability.logging import LogObserver
 from consumerkit.parking.entry import ParkedRecord
 from consumerkit.parking.store import park
-from consumerkit.shared.display import displayable
 from consumerkit.shared.failures import describe
 from consumerkit.types import SinkResources
 

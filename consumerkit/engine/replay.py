@@ -22,23 +22,19 @@ import asyncpg
 
 from ..deadletter.writer import DeadLetterWriter
 from ..dedup.stores import store_for
-from ..engine.decode import Decoded
-from ..engine.lifecycle import open_pool
-from ..engine.pipeline import Outcome, Pipeline
-from ..errors import ConsumerKitError, DeadLetter, DecodeError, is_retriable
+from ..errors import DeadLetter, DecodeError, ParkingError, is_retriable
+from ..parking import store
+from ..parking.entry import ParkedKey, ParkedRecord
 from ..shared.failures import describe, judge
-from ..shared.observing import consumer_observer
 from ..stats import ConsumerStats
 from ..types import ClaimStatus, DbConnection, SinkResources
-from . import store
-from .entry import ParkedKey, ParkedRecord
+from .decode import Decoded
+from .lifecycle import open_pool
+from .observing import consumer_observer
+from .pipeline import Outcome, Pipeline
 
 if TYPE_CHECKING:
     from ..consumer import Consumer
-
-
-class ParkingError(ConsumerKitError):
-    """A parked key cannot be found, is ambiguous, or its replay stopped (one line)."""
 
 
 class _Discarded(Exception):
