@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from consumerkit import DeadLetter, Retry
-from consumerkit.engine.stall import SYSTEMIC, Breaker, StallPolicy, systemic
+from consumerkit.engine.stall import SYSTEMIC, Breaker, StallPolicy, Verdict, systemic
 from consumerkit.observability import BaseObserver, LogObserver
 from consumerkit.stats import ConsumerStats, StatsObserver
 
@@ -22,6 +22,9 @@ class Told(BaseObserver):
 
     def stalled(self, reason: str | None) -> None:
         self.reasons.append(reason)
+
+
+MISSING = Verdict("handler h cannot run: undefined_table", "h", certain=True)
 
 
 def breaker(after_keys: int = 3) -> tuple[Breaker, Told]:
@@ -64,8 +67,10 @@ def test_a_handler_error_raised_from_a_missing_table_is_systemic() -> None:
     wrapped = RuntimeError("could not save")
     wrapped.__cause__ = asyncpg.UndefinedTableError('relation "ledger" does not exist')
     assert systemic(wrapped) == "undefined_table"
-    reason = breaker()[0].failed("h", "k", wrapped)
-    assert reason == ('handler h cannot run: undefined_table: UndefinedTableError: relation '
+    verdict = breaker()[0].failed("h", "k", wrapped)
+    assert verdict is not None
+    assert verdict.certain
+    assert verdict.reason == ('handler h cannot run: undefined_table: UndefinedTableError: relation '
                       '"ledger" does not exist')  # the cause, not the wrapper, says what
     wrapped.__cause__ = None
     assert systemic(wrapped) is None
@@ -76,8 +81,10 @@ def test_the_same_error_for_many_keys_in_a_row_stalls() -> None:
     assert b.failed("h", "k1", ConnectionError("refused")) is None
     assert b.failed("h", "k1", ConnectionError("refused")) is None  # one key, retried: poison
     assert b.failed("h", "k2", ConnectionError("refused")) is None
-    reason = b.failed("h", "k3", ConnectionError("refused"))
-    assert reason == "handler h failed for 3 keys in a row: ConnectionError: refused"
+    verdict = b.failed("h", "k3", ConnectionError("refused"))
+    assert verdict is not None
+    assert not verdict.certain
+    assert verdict.reason == "handler h failed for 3 keys in a row: ConnectionError: refused"
 
 
 @pytest.mark.parametrize("between", ["success", "other type", "other handler"])
@@ -121,16 +128,16 @@ async def test_one_record_probes_the_others_wait_and_a_success_ends_the_stall() 
     changes: list[bool] = []
     b.on_change = lambda: changes.append(b.holding())
     first, second = object(), object()
-    delay = b.stall(first, "handler h cannot run: undefined_table")
+    delay = b.stall(first, MISSING)
     assert delay is not None
     assert 0.05 <= delay <= 0.1
-    assert b.stall(second, "handler h cannot run: undefined_table") is None  # it waits
+    assert b.stall(second, MISSING) is None  # it waits
     assert b.holding()
     assert told.reasons == ["handler h cannot run: undefined_table"]
     waiter = asyncio.create_task(b.turn(second, asyncio.Event()))
     await asyncio.sleep(0)
     assert not waiter.done()
-    later = b.stall(first, "handler h cannot run: undefined_table")
+    later = b.stall(first, MISSING)
     assert later is not None
     assert 0.1 <= later <= 0.2  # backs off
     b.resolved(second)  # not the probe: changes nothing
@@ -146,7 +153,7 @@ async def test_one_record_probes_the_others_wait_and_a_success_ends_the_stall() 
 async def test_a_probe_that_leaves_hands_over_and_abandon_ends_a_wait() -> None:
     b, _ = breaker()
     probe, other, gone = object(), object(), object()
-    b.stall(probe, "r")
+    b.stall(probe, MISSING)
     abandon = asyncio.Event()
     quitting = asyncio.create_task(b.turn(gone, abandon))
     taking = asyncio.create_task(b.turn(other, asyncio.Event()))
@@ -156,7 +163,7 @@ async def test_a_probe_that_leaves_hands_over_and_abandon_ends_a_wait() -> None:
     b.leave(probe)
     assert await asyncio.wait_for(taking, 5) is True
     assert b.probe is other  # still stalled: the next one tries
-    assert b.reason == "r"
+    assert b.reason == MISSING.reason
 
 
 def test_the_back_off_is_capped() -> None:
@@ -178,7 +185,7 @@ def test_a_stall_is_logged_as_an_error_and_its_end_with_its_length(
 ) -> None:
     observer = LogObserver("billing")
     with caplog.at_level(logging.INFO, logger="consumerkit.pipeline"):
-        observer.stalled("handler h cannot run: undefined_table")
+        observer.stalled(MISSING.reason)
         observer.stalled(None)
     began, ended = caplog.records
     assert began.levelno == logging.ERROR
@@ -213,12 +220,12 @@ async def test_the_probes_take_turns_so_a_poison_probe_cannot_hold_a_stall() -> 
 async def test_a_probe_failing_for_its_own_reason_hands_over_and_the_last_one_ends_it() -> None:
     b, told = breaker()
     poison, other = object(), object()
-    assert b.stall(poison, "handler h cannot run: undefined_table") is not None
+    assert b.stall(poison, MISSING) is not None
     waiting = asyncio.create_task(b.turn(other, asyncio.Event()))
     await asyncio.sleep(0)
     b.leave(poison)  # its own failure (a ValueError, say) tells nothing of the table
     assert await asyncio.wait_for(waiting, 5) is True
-    assert (b.probe, b.reason) == (other, "handler h cannot run: undefined_table")
+    assert (b.probe, b.reason) == (other, MISSING.reason)
     assert told.reasons == ["handler h cannot run: undefined_table"]  # one stall, no flap
     b.leave(other)  # the last one leaves, nothing waits: nothing is held back
     assert (b.probe, b.reason) == (None, None)
