@@ -70,8 +70,8 @@ def test_a_handler_error_raised_from_a_missing_table_is_systemic() -> None:
     verdict = breaker()[0].failed("h", "k", wrapped)
     assert verdict is not None
     assert verdict.certain
-    assert verdict.reason == ('handler h cannot run: undefined_table: UndefinedTableError: relation '
-                      '"ledger" does not exist')  # the cause, not the wrapper, says what
+    assert verdict.reason == ('handler h cannot run: undefined_table: UndefinedTableError: '
+                              'relation "ledger" does not exist')  # the cause, not the wrapper, says what
     wrapped.__cause__ = None
     assert systemic(wrapped) is None
 
