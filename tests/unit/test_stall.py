@@ -71,7 +71,7 @@ def test_a_handler_error_raised_from_a_missing_table_is_systemic() -> None:
     assert verdict is not None
     assert verdict.certain
     assert verdict.reason == ('handler h cannot run: undefined_table: UndefinedTableError: '
-                              'relation "ledger" does not exist')  # the cause, not the wrapper, says what
+                              'relation "ledger" does not exist')  # the cause says what
     wrapped.__cause__ = None
     assert systemic(wrapped) is None
 
