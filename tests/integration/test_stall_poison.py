@@ -172,7 +172,7 @@ async def test_a_service_down_for_every_key_stays_a_stall_for_new_records_too(
     assert await dead_letters(pg_pool, pg_schema) == []
 
 
-@pytest.mark.parametrize("sqlstate", ["53200", "53300"])
+@pytest.mark.parametrize("sqlstate", ["53200", "53300", "53400"])
 async def test_the_server_out_of_resources_is_waited_out_not_dead_lettered(
     postgres_dsn: str, kafka_bootstrap: str, make_topic: MakeTopic, pg_schema: str,
     pg_pool: asyncpg.Pool, sqlstate: str,
@@ -211,17 +211,22 @@ async def test_a_statement_cancelled_at_shutdown_is_no_handler_failure(
     async with pg_pool.acquire() as conn:
         await create_ledger(conn, pg_schema)
     backend = asyncio.get_running_loop().create_future()
+    raised: list[BaseException] = []
 
     async def slow(event: Step, ctx: HandlerContext) -> None:
         if not backend.done():
             backend.set_result(await ctx.tx.fetchval("SELECT pg_backend_pid()"))
-            await ctx.tx.execute("SELECT pg_sleep(60)")
+            try:
+                await ctx.tx.execute("SELECT pg_sleep(60)")
+            except BaseException as exc:
+                raised.append(exc)
+                raise
 
     events = make_events(keys=1, per_key=1)
     await publish(kafka_bootstrap, topic, events)
     consumer = build("cancel", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=slow,
                      retry=RetryPolicy(max_attempts=1, initial_delay=0.01, max_delay=0.05),
-                     shutdown_timeout=30.0)
+                     max_batch=1, shutdown_timeout=30.0)  # a batch's failure abandons it
     async with Running(consumer):
         pid = await asyncio.wait_for(backend, 60)
         stopping = asyncio.create_task(consumer.stop())
@@ -232,6 +237,7 @@ async def test_a_statement_cancelled_at_shutdown_is_no_handler_failure(
         async with pg_pool.acquire() as conn:  # the statement is cancelled (57014)
             assert await conn.fetchval("SELECT pg_cancel_backend($1)", pid)
         await asyncio.wait_for(stopping, 30)
+    assert [type(e) for e in raised] == [asyncpg.QueryCanceledError]
     assert await dead_letters(pg_pool, pg_schema) == []
     assert consumer.stats.dead_lettered == consumer.stats.applied == 0
     again = build("cancel", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=slow)

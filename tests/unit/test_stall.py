@@ -13,6 +13,7 @@ import pytest
 from consumerkit import DeadLetter, Retry
 from consumerkit.engine.stall import SYSTEMIC, Breaker, StallPolicy, Verdict, systemic
 from consumerkit.observability import BaseObserver, LogObserver
+from consumerkit.shared.failures import HandlerFailure, judge
 from consumerkit.stats import ConsumerStats, StatsObserver
 
 
@@ -231,3 +232,177 @@ async def test_a_probe_failing_for_its_own_reason_hands_over_and_the_last_one_en
     assert (b.probe, b.reason) == (None, None)
     assert told.reasons[-1] is None
     assert not b.holding()
+
+
+@pytest.mark.parametrize("error", [
+    asyncpg.CheckViolationError("new row violates check constraint"),
+    asyncpg.UniqueViolationError("duplicate key value violates unique constraint"),
+    asyncpg.NotNullViolationError("null value in column"),
+    asyncpg.ForeignKeyViolationError("violates foreign key constraint"),
+    asyncpg.NumericValueOutOfRangeError("integer out of range"),
+    asyncpg.CharacterNotInRepertoireError("invalid byte sequence for encoding UTF8: 0x00"),
+    asyncpg.DataError("invalid input syntax for type integer"),
+])
+def test_data_and_integrity_errors_never_stall_however_many_keys(error: Exception) -> None:
+    b, _ = breaker(after_keys=3)
+    wrapped = RuntimeError("could not book")  # the handler's own error, raised from it
+    wrapped.__cause__ = error
+    for i in range(20):
+        assert b.failed("h", f"k{i}", error, object()) is None
+        assert b.failed("h", f"w{i}", wrapped, object()) is None
+    assert b.failed("h", "k", ConnectionError(), object()) is None  # no streak was left
+
+
+class Unavailable(Exception):
+    systemic = True
+
+
+class Invalid(Exception):
+    systemic = False
+
+
+def test_an_exception_type_marks_itself_systemic_or_the_record_s_own() -> None:
+    b, _ = breaker(after_keys=3)
+    verdict = b.failed("h", "k1", Unavailable("payments down"), object())
+    assert verdict is not None
+    assert verdict.certain  # at once, on the first key
+    assert verdict.reason == "handler h cannot run: Unavailable: payments down"
+    assert all(b.failed("h", f"k{i}", Invalid("bad"), object()) is None for i in range(20))
+    marked = ConnectionError("refused")
+    marked.systemic = False  # type: ignore[attr-defined]  # an instance attribute will do
+    assert all(b.failed("h", f"k{i}", marked, object()) is None for i in range(20))
+    # the outermost mark wins: the handler says this table error is the record's
+    refused = Invalid("no ledger for this tenant")
+    refused.__cause__ = asyncpg.UndefinedTableError('relation "ledger_42" does not exist')
+    assert b.failed("h", "k", refused, object()) is None
+    missing = RuntimeError("could not save")
+    missing.__cause__ = Unavailable("the ledger service")
+    assert b.failed("h", "k", missing, object()) is not None
+
+
+def streak_stall(b: Breaker, *records: object) -> Verdict:
+    """``records`` fail alike on keys of their own: the last one stalls and probes."""
+    *first, last = records
+    for i, record in enumerate(first):
+        assert b.failed("h", f"k{i}", ValueError("refused"), record) is None
+    verdict = b.failed("h", "last", ValueError("refused"), last)
+    assert verdict is not None
+    assert not verdict.certain
+    assert b.stall(last, verdict) is not None
+    return verdict
+
+
+async def test_a_streak_every_waiting_record_failed_lets_a_new_one_probe_and_end_it() -> None:
+    b, told = breaker(after_keys=3)
+    bad = [object() for _ in range(3)]
+    verdict = streak_stall(b, *bad)
+    waiting = [asyncio.create_task(b.turn(r, asyncio.Event())) for r in bad[:2]]
+    await asyncio.sleep(0)
+    assert not b.holding()  # all three have tried and failed: new records may come
+    fresh = object()
+    new = asyncio.create_task(b.turn(fresh, asyncio.Event()))
+    await asyncio.sleep(0)
+    assert b.holding()  # a record not yet tried waits: it probes next
+    back = asyncio.create_task(b.turn(bad[2], asyncio.Event()))  # the probe comes back
+    assert await asyncio.wait_for(new, 5) is True
+    assert b.probe is fresh  # not the longest waiting: the one not yet tried
+    b.resolved(fresh)  # it got through: the others failed each for a reason of its own
+    b.succeeded("h", fresh)  # and was applied (the pipeline tells both)
+    assert await asyncio.wait_for(asyncio.gather(back, *waiting), 5) == [True] * 3
+    assert told.reasons == [verdict.reason, None]
+    for i, record in enumerate(bad * 3):  # judged one by one now: no stall again
+        assert b.failed("h", f"k{i}", ValueError("refused"), record) is None
+    assert b.failed("h", "x", asyncpg.UndefinedTableError("x"), bad[0]) is not None
+    other = [object() for _ in range(3)]  # records not acquitted still make a streak
+    assert [b.failed("h", f"o{i}", ValueError("refused"), r) is None
+            for i, r in enumerate(other)] == [True, True, False]
+
+
+async def test_a_new_record_failing_alike_keeps_the_stall_and_nothing_is_acquitted() -> None:
+    b, told = breaker(after_keys=2)
+    first, probe, fresh = object(), object(), object()
+    verdict = streak_stall(b, first, probe)
+    assert not b.holding()  # both have tried: new records may come
+    new = asyncio.create_task(b.turn(fresh, asyncio.Event()))
+    await asyncio.sleep(0)
+    back = asyncio.create_task(b.turn(probe, asyncio.Event()))  # hands over to the new one
+    assert await asyncio.wait_for(new, 5) is True
+    again = b.failed("h", "fresh", ValueError("refused"), fresh)
+    assert again is not None
+    assert b.stall(fresh, again) is not None  # a service down for every key: still stalled
+    assert b.reason == verdict.reason
+    assert not b.holding()
+    returned = asyncio.create_task(b.turn(fresh, asyncio.Event()))
+    assert await asyncio.wait_for(back, 5) is True  # the one that waited longest tries
+    assert b.probe is probe
+    b.resolved(probe)  # a record that failed before gets through: the service is back
+    assert await asyncio.wait_for(returned, 5) is True
+    assert told.reasons == [verdict.reason, None]
+    for record in (first, probe, fresh):  # not acquitted: their failures still count
+        assert b.failed("h", "k9", ValueError("refused"), record) is not None
+
+
+async def test_a_stall_a_cause_vouches_for_holds_new_records_and_every_handler() -> None:
+    b, _ = breaker()
+    first, second = object(), object()
+    b.stall(first, MISSING)
+    b.stall(second, MISSING)
+    waiting = asyncio.create_task(b.turn(second, asyncio.Event()))
+    await asyncio.sleep(0)
+    assert b.holding()  # every record has tried, but a missing table stays missing
+    assert b.blocks("h")
+    assert b.blocks("g")
+    b.succeeded("h", object())  # a record applied in a batch begun before: no proof
+    assert b.reason == MISSING.reason
+    b.resolved(first)
+    assert await asyncio.wait_for(waiting, 5) is True
+
+
+async def test_a_streak_s_stall_holds_only_its_handler_and_a_batch_success_ends_it() -> None:
+    b, told = breaker(after_keys=2)
+    streak_stall(b, object(), object())
+    assert b.blocks("h")
+    assert not b.blocks("g")  # another handler's records go on
+    b.succeeded("g", object())
+    assert b.blocks("h")
+    b.succeeded("h", object())  # a record of h applied without failing: not every record
+    assert (b.reason, b.probe) == (None, None)
+    assert told.reasons[-1] is None
+
+
+def test_done_forgets_a_record() -> None:
+    b, _ = breaker(after_keys=2)
+    record = object()
+    streak_stall(b, object(), record)
+    b.done(record)
+    assert b.probe is None
+    assert b.reason is None  # nothing waited: nothing held back
+    assert not b._tried
+    assert all(record not in s.records.values() for s in b._streaks.values())
+
+
+@pytest.mark.parametrize("error", [
+    asyncpg.OutOfMemoryError("out of shared memory"),
+    asyncpg.TooManyConnectionsError("sorry, too many clients already"),
+    asyncpg.DiskFullError("could not extend file: No space left on device"),
+    asyncpg.ConfigurationLimitExceededError("too many range table entries"),
+    asyncpg.InsufficientResourcesError("insufficient resources"),
+])
+def test_the_server_out_of_resources_is_an_outage_not_a_handler_failure(
+    error: Exception,
+) -> None:
+    assert judge(error) == (error, True)  # in the claim
+    assert judge(HandlerFailure(error)) == (error, True)  # in the handler's statement
+    wrapped = RuntimeError("could not save")
+    wrapped.__cause__ = error
+    assert judge(HandlerFailure(wrapped)) == (wrapped, True)
+    decided = DeadLetter("given up")  # the handler's own decision stands
+    decided.__cause__ = error
+    assert judge(HandlerFailure(decided)) == (decided, False)
+
+
+def test_a_cancelled_statement_is_nobody_s_failure_only_while_stopping() -> None:
+    cancelled = asyncpg.QueryCanceledError("canceling statement due to user request")
+    assert judge(HandlerFailure(cancelled)) == (cancelled, False)  # a statement_timeout, say
+    assert judge(HandlerFailure(cancelled), stopping=True) == (cancelled, True)
+    assert judge(cancelled, stopping=True) == (cancelled, True)
