@@ -368,15 +368,21 @@ async def test_a_streak_s_stall_holds_only_its_handler_and_a_batch_success_ends_
     assert told.reasons[-1] is None
 
 
-def test_done_forgets_a_record() -> None:
+async def test_a_record_done_is_forgotten_and_the_stall_goes_on_without_it() -> None:
     b, _ = breaker(after_keys=2)
-    record = object()
-    streak_stall(b, object(), record)
-    b.done(record)
-    assert b.probe is None
-    assert b.reason is None  # nothing waited: nothing held back
-    assert not b._tried
-    assert all(record not in s.records.values() for s in b._streaks.values())
+    first, probe, other = object(), object(), object()
+    streak_stall(b, first, probe)
+    waiting = asyncio.create_task(b.turn(other, asyncio.Event()))
+    await asyncio.sleep(0)
+    b.done(first)  # settled, revoked or stopping while the stall goes on
+    b.done(probe)
+    assert await asyncio.wait_for(waiting, 5) is True
+    assert b.probe is other
+    assert b.reason is not None
+    remembered = [*b._tried.values(), *b._alone.values(),
+                  *(r for streak in b._streaks.values() for r in streak.records.values())]
+    assert first not in remembered
+    assert probe not in remembered  # nothing kept of a record once it is done
 
 
 @pytest.mark.parametrize("error", [
