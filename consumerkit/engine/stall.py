@@ -1,30 +1,25 @@
 """Failures that are not the message's: told from a poison message, and waited out by the
 whole consumer.
 
-Whose fault a failed attempt is, by the first link of its ``__cause__`` chain that says
-(:func:`fault`):
+Whose fault a failed attempt is, by the outermost link of its ``__cause__`` chain that says
+(:func:`fault`): every record's (*systemic*) for a SQLSTATE of the database's shape or rights
+(:data:`SYSTEMIC`: a missing table, column or schema, a privilege the role lacks, a read-only
+transaction) or an exception marked ``systemic = True`` (:mod:`consumerkit.errors`); the
+record's own for PostgreSQL's data and integrity errors (:data:`RECORD_FAULTS`, classes 22
+and 23) or ``systemic = False``. When none says, it is the record's own unless one handler
+fails with the same retriable error type for ``after_keys`` distinct keys in a row with no
+success in between (a *streak*: a service it needs is down).
 
-- every record would hit it (*systemic*): PostgreSQL refuses what the statements need, a
-  table, column or schema that does not exist, a privilege the role lacks, a read-only
-  transaction (:data:`SYSTEMIC`), wherever it is raised (the handler, the claim); or an
-  exception marked ``systemic = True`` (see :mod:`consumerkit.errors`);
-- the record's own: PostgreSQL's data and integrity errors (SQLSTATE classes 22 and 23,
-  :data:`RECORD_FAULTS`: a check, unique, not-null or foreign key violation, a number out of
-  range, a character the encoding lacks), or an exception marked ``systemic = False``;
-- nothing says: the failure is the record's own, unless one handler fails with the same
-  retriable error type for ``after_keys`` distinct keys in a row with no success in between
-  (a service it needs is down, inferred from a *streak*).
-
-A failure every record would hit stalls the consumer (:class:`Breaker`): the records of the
-stalled handlers (of every handler, when a cause says so) wait before their next attempt
-instead of spending attempts, and one of them (the probe, in turns, those not yet tried
-first) tries again with capped exponential back-off. The stall ends when a probe gets
-through, or when no record is left waiting. A stall a cause vouches for takes no new records
-until then. A streak's stall is a guess its probes may fail to clear (each record a poison
-of its own): once every waiting record has tried and failed, new records come, and when one
-that never failed gets through, the records that failed during the stall are judged one by
-one (their attempts, then the dead letters or parking). New records failing the same way keep
-it a stall. Nothing is dead-lettered for a stall, and no offset passes a waiting record.
+A systemic failure or a streak stalls the consumer (:class:`Breaker`): the records of the
+stalled handlers (of all, when a cause says so) wait instead of spending attempts, and one
+of them (the probe, in turns, those not yet tried first) tries again with capped exponential
+back-off. The stall ends when a probe gets through, or when no record is left waiting. A
+stall a cause vouches for takes no new records meanwhile. A streak may be poison records
+each failing alone, which their probes never clear: once every waiting record has failed,
+new records come, and when one that never failed gets through, the records that failed
+during the stall are judged one by one (their attempts, then the dead letters or parking);
+new records failing alike keep the stall. Nothing is dead-lettered for a stall, and no
+offset passes a waiting record.
 """
 
 from __future__ import annotations
