@@ -7,6 +7,7 @@ out, never dead-lettered."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections import Counter
 
 import asyncpg
@@ -167,6 +168,51 @@ async def test_a_service_down_for_every_key_stays_a_stall_for_new_records_too(
         await wait_for(lambda: settled(consumer, len(first) + len(later)), 60,
                        "every event settled")
         assert not await stalled(consumer)
+    async with pg_pool.acquire() as conn:
+        verify(await ledger_rows(conn, pg_schema), first + later)
+    assert await dead_letters(pg_pool, pg_schema) == []
+
+
+async def test_a_revoked_grant_holds_new_records_back_until_it_is_given_again(
+    postgres_dsn: str, kafka_bootstrap: str, make_topic: MakeTopic, pg_schema: str,
+    pg_pool: asyncpg.Pool,
+) -> None:
+    topic = await make_topic(partitions=2)
+    await prepare(pg_pool, pg_schema)
+    s = identifier(pg_schema)
+    role = identifier(f"ck_app_{uuid.uuid4().hex[:8]}")
+    await pg_pool.execute(f"CREATE ROLE {role}")
+    await pg_pool.execute(f"GRANT USAGE ON SCHEMA {s} TO {role}")  # no INSERT on items
+    calls: Counter[str] = Counter()
+
+    async def as_app(event: Step, ctx: HandlerContext) -> None:
+        calls[event.key] += 1
+        await ctx.tx.execute(f"SET LOCAL ROLE {role}")  # the handler's statements, as the app
+        await ctx.tx.execute(f"INSERT INTO {s}.items VALUES ($1, $2)", ctx.envelope.event_id,
+                             event.seq)
+        await ctx.tx.execute("RESET ROLE")
+
+    first = make_events(keys=4, per_key=2)
+    await publish(kafka_bootstrap, topic, first)
+    consumer = build("grant", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=as_app,
+                     retry=FAST, stall_max_delay=0.2)
+    later = [Event(f"new-{k}", f"new-{k}", 1) for k in range(3)]
+    try:
+        async with Running(consumer):
+            await wait_for(lambda: stalled(consumer), 60, "the stall")
+            assert "insufficient_privilege" in (await consumer.readiness() or "")
+            await publish(kafka_bootstrap, topic, later)
+            tried = sum(calls.values())  # every waiting record probes, many times over
+            await wait_for(lambda: true(sum(calls.values()) >= tried + 12), 60, "probes")
+            assert not any(calls[e.key] for e in later)  # new records stayed on the broker
+            assert consumer.stats.dead_lettered == 0
+            await pg_pool.execute(f"GRANT INSERT ON {s}.items TO {role}")
+            await wait_for(lambda: settled(consumer, len(first) + len(later)), 60,
+                           "every event settled")
+            assert not await stalled(consumer)
+    finally:
+        await pg_pool.execute(f"DROP OWNED BY {role}")
+        await pg_pool.execute(f"DROP ROLE {role}")
     async with pg_pool.acquire() as conn:
         verify(await ledger_rows(conn, pg_schema), first + later)
     assert await dead_letters(pg_pool, pg_schema) == []
