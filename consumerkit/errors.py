@@ -4,8 +4,9 @@ Every exception the library raises derives from :class:`ConsumerKitError`::
 
     ConsumerKitError
     ├── ConfigurationError        a setting, identifier or handler definition is invalid
-    │   └── HandlerDefinitionError    a handler cannot be registered or resolved
-    │       └── UpcasterChainError        the upcasters of an event type leave a gap
+    │   ├── HandlerDefinitionError    a handler cannot be registered or resolved
+    │   │   └── UpcasterChainError        the upcasters of an event type leave a gap
+    │   └── UndeclaredEventError      a handler published an event type it does not declare
     ├── MissingExtraError         an optional dependency is not installed (also an ImportError)
     ├── StartupError              a service is unreachable, a topic is missing, a migration failed
     │   └── IdempotenceRefusedError   the broker answered but refused the idempotent producer
@@ -64,6 +65,13 @@ class HandlerDefinitionError(ConfigurationError):
 class UpcasterChainError(HandlerDefinitionError):
     """The upcasters of an event type do not carry every version from 1 to its handler's
     (a step is missing, doubled, or starts at or beyond the handler's version)."""
+
+
+class UndeclaredEventError(ConfigurationError):
+    """A handler published, through ``ctx.publish``, an event type that its
+    ``@handler(..., publishes=[...])`` does not declare: a defect of the code, never retried."""
+
+    retriable = False
 
 
 class MissingExtraError(ConsumerKitError, ImportError):

@@ -22,8 +22,23 @@ from urllib.parse import urlsplit
 from ..logs import configure_logging
 from ..settings import SETTINGS, ConsumerSettings
 from ..shared import aio
-from . import admin, asyncapi, check, config, migrate, offsets, parked, relay, run, topics
+from . import (
+    admin,
+    asyncapi,
+    check,
+    config,
+    dev,
+    lookup,
+    migrate,
+    offsets,
+    parked,
+    relay,
+    run,
+    send,
+    topics,
+)
 from .common import HelpFormatter, duration, sub
+from .environment import load_dotenv_defaults
 from .errors import database_error, one_line, scrub
 from .options import load_settings
 
@@ -62,6 +77,9 @@ def _parser() -> argparse.ArgumentParser:
     offsets.add_parser(commands)
     topics.add_parser(commands)
     asyncapi.add_parser(commands)
+    dev.add_parser(commands)
+    send.add_parser(commands)
+    lookup.add_parser(commands)
     demo = sub(commands, "demo", "run the pizza shop on embedded services: outbox, relays, "
                "three consumers, duplicates and two kills")
     demo.add_argument("--orders", default="500",
@@ -147,6 +165,9 @@ def _uvloop_wanted(args: argparse.Namespace) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; its exit status."""
     args = _parser().parse_args(argv)
+    # those with --env-file read it as settings; the others' defaults come from variables
+    if not hasattr(args, "env_file") and load_dotenv_defaults():
+        args = _parser().parse_args(argv)
     if args.command not in ("run", "relay"):  # those two configure logging from settings
         configure_logging("text", "WARNING")
         # the command reports a broker it cannot reach in one line of its own

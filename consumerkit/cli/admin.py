@@ -9,6 +9,7 @@ from ..deadletter.table import list_dead_letters
 from ..dedup import cli as dedup_cli
 from ..dedup.policy import DedupPolicy
 from ..outbox import cli as outbox_cli
+from ..shared.display import displayable
 from ..shared.identifiers import identifier
 from .check import reach_broker
 from .common import count, database_args, duration, policy_args, positive, sub
@@ -44,9 +45,11 @@ async def dead_letters(args: argparse.Namespace) -> int:
     identifier(args.schema, "schema name")
     async with database(dsn(args)) as conn:
         entries = await list_dead_letters(conn, args.schema, args.consumer, args.limit)
-    for e in entries:
-        print(f"{e.failed_at:%Y-%m-%d %H:%M:%S} {e.consumer} {e.topic}/{e.partition}/"
-              f"{e.offset} id={e.event_id} type={e.event_type} {e.reason}: {e.detail}")
+    for e in entries:  # ids, types and details come from the records: shown escaped
+        print(f"{e.failed_at:%Y-%m-%d %H:%M:%S} {displayable(e.consumer)} "
+              f"{displayable(e.topic)}/{e.partition}/{e.offset} "
+              f"id={displayable(e.event_id, 200)} type={displayable(e.event_type, 200)} "
+              f"{displayable(e.reason)}: {displayable(e.detail, 2000)}")
     print(f"{len(entries)} dead letters")
     return 0
 

@@ -96,7 +96,7 @@ async def check_handlers(args: argparse.Namespace, dsn: str | None,
                          report: Findings) -> None:
     """Decode what waits in the database with the handlers of ``args.handlers``."""
     consumer = await load_consumer(args.handlers)
-    decoder = Decoder(consumer.routes, consumer.wire, consumer.max_message_bytes)
+    decoder = consumer.decoder()
     outboxes = [consumer.outbox.table] if consumer.outbox is not None else []
     outboxes += [OutboxTable(consumer.schema, t) for t in args.outbox_tables or []
                  if not any(o.table == t for o in outboxes)]

@@ -39,6 +39,9 @@ def add_settings_arguments(parser: argparse.ArgumentParser, model: type[CommonSe
         elif name == "webhook_secrets":
             group.add_argument(flag(name), dest=name, action="append", default=argparse.SUPPRESS,
                                metavar="whsec_...", help=help_ + " (repeat for several)")
+        elif name == "ignore":
+            group.add_argument(flag(name), dest=name, action="append", default=argparse.SUPPRESS,
+                               metavar="PATTERN", help=help_ + " (repeat for several)")
         elif field.annotation is bool:
             group.add_argument(flag(name), dest=name, action=argparse.BooleanOptionalAction,
                                default=argparse.SUPPRESS, help=help_)

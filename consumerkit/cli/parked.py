@@ -16,6 +16,7 @@ import asyncpg
 from ..parking import store
 from ..parking.replay import ParkingError, discard_key, replay_key
 from ..settings import ConsumerSettings
+from ..shared.display import displayable
 from ..shared.identifiers import identifier
 from .admin import dsn
 from .common import count, database_args, sub
@@ -58,10 +59,11 @@ async def list_command(args: argparse.Namespace) -> int:
     identifier(args.schema, "schema name")
     async with database(dsn(args)) as conn:
         keys = await store.list_keys(conn, args.schema, args.consumer, limit=args.limit)
-    for k in keys:
-        print(f"{k.parked_at:%Y-%m-%d %H:%M:%S} {k.consumer} {k.topic}/{k.partition} "
-              f"key={k.key_text!r} records={k.records} from offset {k.first_offset}: "
-              f"{k.reason}: {k.detail}")
+    for k in keys:  # keys and details come from the records: shown escaped
+        print(f"{k.parked_at:%Y-%m-%d %H:%M:%S} {displayable(k.consumer)} "
+              f"{displayable(k.topic)}/{k.partition} key={displayable(repr(k.key_text), 200)} "
+              f"records={k.records} from offset {k.first_offset}: "
+              f"{displayable(k.reason)}: {displayable(k.detail, 2000)}")
     print(f"{len(keys)} parked keys, {sum(k.records for k in keys)} records")
     return 0
 

@@ -103,11 +103,12 @@ async def _run(consumer: Consumer, route: Route, dry: DryConnection,
     ctx: HandlerContext | BatchContext
     if route.batch:
         ctx = BatchContext(tx, [chosen.envelope], 1, handler=route.name,
-                           outbox=consumer.outbox, deferred=deferred)
+                           outbox=consumer.outbox, deferred=deferred, publishes=route.publishes)
         call = route.func([chosen.event], ctx)
     else:
         ctx = HandlerContext(tx, chosen.envelope, 1, handler=route.name,
-                             outbox=consumer.outbox, deferred=deferred)
+                             outbox=consumer.outbox, deferred=deferred,
+                             publishes=route.publishes)
         call = route.func(chosen.event, ctx)
     limit = min(TIMEOUT, consumer.handler_timeout or TIMEOUT)
     try:

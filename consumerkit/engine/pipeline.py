@@ -99,7 +99,7 @@ class Pipeline(Unapplied):
         try:
             decoded = self.decoder.decode(record)
         except DecodeError as exc:
-            return await self.dead_letter(record, exc.reason, exc.detail, 0, None, abandon)
+            return await self.undecodable(record, exc, abandon)
         return await self.process_decoded(record, decoded, abandon)
 
     async def process_decoded(

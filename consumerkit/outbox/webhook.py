@@ -26,6 +26,7 @@ from uuid import UUID
 import httpx
 
 from ..errors import ConfigurationError
+from ..shared.display import displayable
 from ..webhook import headers as wh
 from ..webhook import signature
 from ..webhook.signature import WebhookSecret, secrets_of
@@ -148,7 +149,7 @@ class WebhookSink:
             return WebhookError(f"POST {shown} timed out after {self.timeout}s "
                                 f"({type(exc).__name__})")
         except httpx.HTTPError as exc:  # connection, protocol or body decoding failures
-            detail = str(exc).replace(url, shown)[:300]
+            detail = displayable(str(exc).replace(url, shown), 300)
             return WebhookError(f"POST {shown} failed: {type(exc).__name__}: {detail}")
         return judge(response.status_code, response.headers.get("retry-after"), excerpt, shown)
 

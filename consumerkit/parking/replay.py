@@ -22,7 +22,7 @@ import asyncpg
 
 from ..deadletter.writer import DeadLetterWriter
 from ..dedup.stores import store_for
-from ..engine.decode import Decoded, Decoder
+from ..engine.decode import Decoded
 from ..engine.lifecycle import open_pool
 from ..engine.pipeline import Outcome, Pipeline
 from ..errors import ConsumerKitError, DeadLetter, DecodeError, is_retriable
@@ -147,7 +147,8 @@ async def _replay(pipeline: Pipeline, conn: DbConnection, schema: str,
     return ReplayReport(parked, applied=counts[Outcome.APPLIED],
                         duplicates=counts[Outcome.DUPLICATE],
                         dead_lettered=counts[Outcome.DEAD_LETTERED],
-                        skipped=counts[Outcome.EXPIRED_SKIPPED])
+                        skipped=counts[Outcome.EXPIRED_SKIPPED]
+                        + counts[Outcome.UNHANDLED_SKIPPED])
 
 
 async def _replay_one(pipeline: Pipeline, conn: DbConnection, parked: ParkedRecord,
@@ -157,7 +158,7 @@ async def _replay_one(pipeline: Pipeline, conn: DbConnection, parked: ParkedReco
     try:
         decoded = pipeline.decoder.decode(record)
     except DecodeError as exc:  # as the consumer would have done, had the key not been parked
-        outcome = await pipeline.dead_letter(record, exc.reason, exc.detail, 0, None, never)
+        outcome = await pipeline.undecodable(record, exc, never)
         await conn.execute(mark, parked.id)
         return outcome
     marked = _marking(decoded, mark, parked.id)
@@ -240,7 +241,7 @@ async def _pipeline(consumer: Consumer, pool: asyncpg.Pool) -> AsyncIterator[Pip
         yield Pipeline(
             consumer=consumer.name, namespace=consumer.name, pool=pool,
             dedup=store_for(consumer.schema, consumer.dedup),
-            decoder=Decoder(consumer.routes, consumer.wire, consumer.max_message_bytes),
+            decoder=consumer.decoder(),
             retry=consumer.retry, dead_letters=DeadLetterWriter(consumer.dead_letter),
             expired=consumer.dedup.expired, stats=stats, concurrency=1,
             handler_timeout=consumer.handler_timeout, outbox=consumer.outbox,

@@ -151,6 +151,26 @@ class ConsumerSettings(CommonSettings):
         "postgres", description="where each partition's next offset is kept: `postgres` "
         "also stores it in the effects' transactions and trusts it on assignment; `kafka` "
         "only on the broker")
+    unhandled: Literal["dead_letter", "skip"] = Field(
+        "dead_letter", description="what becomes of a record whose event type no handler "
+        "takes: `dead_letter` (nothing is lost without a word: a misspelt handler's events "
+        "wait in the dead letters) or `skip` (counted per event type, logged once per type, "
+        "the offset moves on; for a topic shared by many event types)")
+    ignore: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="event types skipped even with "
+        "`unhandled=dead_letter`, as fnmatch patterns (`order.internal.*`); several "
+        "separated by commas or spaces, or a JSON list in the variable")
+
+    @field_validator("ignore", mode="before")
+    @classmethod
+    def _patterns(cls, value: object) -> object:
+        # an event type holds no comma or space, so either separates patterns
+        if isinstance(value, str):
+            text = value.strip()
+            value = json.loads(text) if text.startswith("[") else [text]
+        if isinstance(value, list):
+            return [p for item in value for p in str(item).replace(",", " ").split()]
+        return value
 
     def consumer_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :class:`~consumerkit.Consumer`."""
@@ -162,6 +182,7 @@ class ConsumerSettings(CommonSettings):
             "stall_after_keys": self.stall_after_keys, "stall_max_delay": self.stall_max_delay,
             "kafka_options": self.kafka_options(), "metrics_port": self.metrics_port,
             "metrics_host": self.metrics_host, "offset_store": self.offset_store,
+            "unhandled": self.unhandled, "ignore": list(self.ignore),
         }
 
 

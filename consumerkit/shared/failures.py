@@ -8,11 +8,13 @@ too many connections) or a statement cancelled (57014) while the consumer stops.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import asyncpg
 
 from ..errors import HandlerSignal
+from .display import displayable
 
 
 class HandlerFailure(Exception):
@@ -114,8 +116,40 @@ def judge(raised: Exception, *, stopping: bool = False) -> tuple[BaseException, 
                     or nobodys(raised, stopping=stopping))
 
 
+DESCRIPTION_LIMIT = 2000
+
+# asyncpg appends the server's DETAIL (and HINT) to an error's text on lines of their own; a
+# handler that wraps such an error in its own carries them along, and a traceback shows them
+# before the next exception of a chain
+_DETAIL = re.compile(
+    r"(?:\A|\n)DETAIL: .*?(?=\nHINT: |\n\n(?:The above exception|During handling)|\Z)",
+    re.DOTALL)
+
+
+def without_detail(text: str) -> str:
+    """``text`` (an error's message, a traceback) without PostgreSQL's ``DETAIL`` lines, which
+    quote the row's values: see :func:`describe`."""
+    return _DETAIL.sub("", text) if "DETAIL: " in text else text
+
+
 def describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:2000]
+    """``Type: message`` for logs, dead-letter details and webhook answers: escaped, at most
+    :data:`DESCRIPTION_LIMIT` characters, and without a database error's ``DETAIL``.
+
+    PostgreSQL's DETAIL quotes the row's values (``Key (email)=(ann@example.com) already
+    exists``, ``Failing row contains (...)``): the payload's data, possibly personal, and
+    text a producer chose. It is left out, as a line ``DETAIL:`` in any exception's text is;
+    the message (which names the constraint) stays. To see the values, a handler can log
+    ``exc.detail`` itself; a dead letter keeps the record's exact value, which holds them.
+    """
+    if isinstance(exc, asyncpg.PostgresError):
+        text = str(exc.args[0]) if exc.args else ""
+        hint = getattr(exc, "hint", None)
+        if hint:
+            text += f" (hint: {hint})"
+    else:
+        text = str(exc)
+    return displayable(f"{type(exc).__name__}: {without_detail(text)}", DESCRIPTION_LIMIT)
 
 
 def connection_lost(conn: object) -> bool:

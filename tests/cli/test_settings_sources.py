@@ -63,6 +63,8 @@ def given(name: str, field: FieldInfo) -> tuple[str, str]:
         text = DSN if name == "postgres_dsn" else SECRET
     elif get_origin(kind) is dict:
         return f"X-Token: {SECRET}", json.dumps({"X-Token": SECRET})
+    elif get_origin(kind) is list and name == "ignore":  # event type patterns
+        return "order.internal.*", "order.internal.*"
     elif get_origin(kind) is list:
         return f"whsec_{SECRET}", f"whsec_{SECRET}"
     else:
@@ -82,6 +84,8 @@ def shown(command: str, name: str, field: FieldInfo, text: str) -> str:
         return "**********"
     if get_origin(kind) is dict:
         return "{X-Token: **********}"
+    if get_origin(kind) is list and name == "ignore":
+        return f"[{text}]" if command == "relay" else f"('{text}',)"
     if get_origin(kind) is list:
         return "[**********]"
     return text

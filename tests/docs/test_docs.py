@@ -583,7 +583,7 @@ def test_cli_commands_are_documented() -> None:
     commands = list(subparsers.choices)
     assert set(commands) == {"run", "relay", "config", "check", "demo", "migrate", "dedup",
                              "dead-letters", "outbox", "parked", "offsets", "topics",
-                             "asyncapi"}
+                             "asyncapi", "dev", "send", "lookup"}
     usage = section(page("operations/index.md"), "Command line")
     for command in commands:
         assert f"consumerkit {command}" in usage
