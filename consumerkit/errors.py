@@ -37,6 +37,21 @@ user's code.
 Exceptions a handler raises that are not signals are failures: the transaction rolls back and the
 message is retried with back-off, unless the exception carries ``retriable = False`` (class or
 instance attribute), in which case it is dead-lettered at once.
+
+Whose fault a failure is decides whether it spends the record's attempts or stalls the whole
+consumer (:mod:`consumerkit.engine.stall`). An exception type may say so with a ``systemic``
+class or instance attribute, read like ``retriable`` (:func:`marked_systemic`), on the error
+or anything down its ``__cause__`` chain (the outermost mark wins):
+
+- ``systemic = True``: every record would hit it (a service or a resource the handler needs
+  is missing); the consumer stalls at once, as for a missing table, and nothing is
+  dead-lettered for it;
+- ``systemic = False``: the record's own fault (its data is invalid); it spends the record's
+  attempts and never counts toward a stall, as PostgreSQL's data and integrity errors
+  (SQLSTATE classes 22 and 23) never do.
+
+Unmarked, a failure is the record's own unless the same error type fails the handler for many
+keys in a row.
 """
 
 from __future__ import annotations
@@ -172,3 +187,10 @@ class DeadLetter(HandlerSignal):
 def is_retriable(exc: BaseException) -> bool:
     """Whether a handler failure may be retried (``retriable = False`` opts out)."""
     return bool(getattr(exc, "retriable", True))
+
+
+def marked_systemic(exc: BaseException) -> bool | None:
+    """How ``exc`` marks itself: ``True`` every record would hit it, ``False`` it is the
+    record's own fault, ``None`` unmarked (its ``systemic`` attribute, class or instance)."""
+    marked = getattr(exc, "systemic", None)
+    return None if marked is None else bool(marked)
