@@ -108,14 +108,24 @@ async def test_a_handler_refusing_many_keys_stalls_until_a_new_record_passes(
     async with pg_pool.acquire() as conn:
         await create_ledger(conn, pg_schema)
 
+    poison = bad_events(4)
+    seen: set[str] = set()
+    all_seen = asyncio.Event()
+
     async def refuse(event: Step, ctx: HandlerContext) -> None:
         if event.key.startswith("bad-"):
+            # the first failures of the four keys happen together, as a service's would: a
+            # record fetched first must not spend its three attempts before the others are
+            # fetched (the streak needs three keys; a lone key's attempts are its own)
+            seen.add(event.key)
+            if len(seen) == len(poison):
+                all_seen.set()
+            await asyncio.wait_for(all_seen.wait(), 30)
             raise ValueError("this amount can never be booked")
 
-    poison = bad_events(4)
     await publish(kafka_bootstrap, topic, poison)
     consumer = build("refuse", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=refuse,
-                     retry=FAST, stall_after_keys=3, stall_max_delay=0.3)
+                     retry=FAST, stall_after_keys=3, stall_max_delay=0.3, max_batch=1)
     good = make_events(keys=3, per_key=2, prefix="good")
     async with Running(consumer):
         # 4 keys failing alike look like a service down: a stall, nothing dead-lettered
