@@ -33,6 +33,7 @@ from ..shared import faults, signals
 from ..shared.failures import BROKEN_CONNECTION
 from ..shared.identifiers import redact_dsn
 from ..shared.observing import Probe, serve_metrics
+from ..shared.pooler import Pooler, check_pooler, connect
 from .event import OutboxEvent
 from .settle import settle
 from .sink import OutboxSink
@@ -56,6 +57,9 @@ class Relay:
     batch of which no event was acknowledged (the broker is down) only pauses the relay with
     the same back-off, without counting attempts. ``notify=False`` relies on polling alone
     (for poolers without LISTEN); the lock connection must still be a real session.
+    ``postgres_pooler`` says what stands in front of PostgreSQL (``none``, ``session``);
+    ``transaction`` is refused: the slots are session advisory locks, which a backend lent
+    for one transaction at a time would keep after the relay is gone.
     """
 
     def __init__(
@@ -67,7 +71,16 @@ class Relay:
         metrics_port: int | None = None,
         metrics_host: str = "0.0.0.0",  # noqa: S104 - a scrape target listens on all
         registry: CollectorRegistry | None = None,
+        postgres_pooler: Pooler = "none",
     ) -> None:
+        if postgres_pooler == "transaction":
+            raise ConfigurationError(
+                "the relay cannot run behind a transaction pooler yet: it owns its slots with "
+                "session advisory locks; give it a direct DSN or a session-mode pooler's")
+        try:
+            self.pooler = check_pooler(postgres_pooler)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
         if batch_size < 1 or poll_interval <= 0 or rebalance_interval <= 0:
             raise ConfigurationError("need batch_size >= 1, poll_interval > 0 and "
                                      "rebalance_interval > 0")
@@ -90,7 +103,7 @@ class Relay:
         self._observer: Observer = fanout([LogObserver(self.name, log), *self.observers])
         self._ready_reason: str | None = "never checked"
         self._backlog_at = -math.inf  # when the backlog was last counted
-        self._probe = Probe(postgres_dsn, self.name)
+        self._probe = Probe(postgres_dsn, self.name, self.pooler)
         self._outbox = f"{schema}.{table}"
         self.pauses = 0  # outages: batches of which nothing was acknowledged, lost databases
         self.started = asyncio.Event()
@@ -99,7 +112,8 @@ class Relay:
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._owner = SlotOwner(postgres_dsn, self.table, name=self.name,
-                                on_notify=self._wake.set if notify else None)
+                                on_notify=self._wake.set if notify else None,
+                                pooler=self.pooler)
         self._conn: asyncpg.Connection[asyncpg.Record] | None = None
         self._outages = 0
         self._rebalance_at = 0.0
@@ -255,8 +269,8 @@ class Relay:
 
     async def _connection(self) -> asyncpg.Connection[asyncpg.Record]:
         if self._conn is None or self._conn.is_closed():
-            self._conn = await asyncpg.connect(self._dsn, timeout=15, server_settings={
-                "application_name": f"consumerkit-relay {self.name}"[:63]})
+            self._conn = await connect(self._dsn, pooler=self.pooler,
+                                       application_name=f"consumerkit-relay {self.name}")
             if await existing_layout(self._conn, self.table.schema,
                                      self.table.table) == "partitioned":
                 # slots and deletes by key need the plain layout; the retained one is CDC's

@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import asyncpg
 
+from ..shared.pooler import Pooler, connect
 from .admin import live_relays
 from .table import SLOTS, OutboxTable
 
@@ -29,8 +30,9 @@ class SlotOwner:
     """The relay's lock connection and the slots it holds."""
 
     def __init__(self, dsn: str, table: OutboxTable, *, name: str,
-                 on_notify: Callable[[], None] | None) -> None:
+                 on_notify: Callable[[], None] | None, pooler: Pooler = "none") -> None:
         self._dsn = dsn
+        self._pooler: Pooler = pooler
         self._table = table
         self._name = name
         self._on_notify = on_notify
@@ -45,8 +47,8 @@ class SlotOwner:
 
     async def connect(self) -> None:
         await self.close()
-        conn = await asyncpg.connect(self._dsn, timeout=15, server_settings={
-            "application_name": f"consumerkit-relay {self._name}"[:63]})
+        conn = await connect(self._dsn, pooler=self._pooler,
+                             application_name=f"consumerkit-relay {self._name}")
         try:
             await conn.execute("SELECT pg_advisory_lock_shared($1, $2)",
                                *self._table.members_lock)

@@ -118,7 +118,7 @@ async def replay_key(consumer: Consumer, key: bytes, topic: str | None = None,
     if dsn is None:
         raise ParkingError("no PostgreSQL DSN: pass --postgres or set CONSUMERKIT_POSTGRES_DSN")
     schema, name = consumer.schema, consumer.name
-    pool = await open_pool(dsn, f"{name} replay", 3)
+    pool = await open_pool(dsn, f"{name} replay", 3, pooler=consumer.postgres_pooler)
     try:
         async with pool.acquire() as conn:
             parked = await find_key(conn, schema, name, key, topic, partition)

@@ -21,6 +21,7 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from ..shared.identifiers import identifier, redact_dsn
+from ..shared.pooler import Pooler
 
 PREFIX = "CONSUMERKIT_"
 
@@ -35,6 +36,11 @@ class CommonSettings(BaseSettings):
     postgres_dsn: SecretStr | None = Field(
         None, description="PostgreSQL DSN (`postgresql://user:password@host:5432/db`); "
         "never printed with its password")
+    postgres_pooler: Pooler = Field(
+        "none", description="what stands in front of PostgreSQL: `none` (a direct "
+        "connection), `session` or `transaction` (PgBouncer's `pool_mode`); `transaction` "
+        "turns the statement cache off and keeps no session state; the relay, whose slots "
+        "are session locks, needs `none` or `session`")
     kafka_bootstrap: str | None = Field(
         None, description="Kafka bootstrap servers, `HOST:PORT[,HOST:PORT...]`")
     db_schema: str = Field(
@@ -162,6 +168,7 @@ class ConsumerSettings(CommonSettings):
             "stall_after_keys": self.stall_after_keys, "stall_max_delay": self.stall_max_delay,
             "kafka_options": self.kafka_options(), "metrics_port": self.metrics_port,
             "metrics_host": self.metrics_host, "offset_store": self.offset_store,
+            "postgres_pooler": self.postgres_pooler,
         }
 
 

@@ -24,6 +24,7 @@ from ..observability.tracing import Tracing, default_tracing
 from ..stats import ConsumerStats, StatsObserver
 from ..types import DbConnection
 from .failures import describe
+from .pooler import Pooler, connect
 
 if TYPE_CHECKING:
     from ..engine.runner import Engine
@@ -81,10 +82,11 @@ async def observe_consumer(
     stack: contextlib.AsyncExitStack, *, name: str, dsn: str, stats: ConsumerStats,
     observers: Sequence[Observer], registry: CollectorRegistry | None,
     readiness: Readiness, metrics_port: int | None, metrics_host: str,
+    pooler: Pooler = "none",
 ) -> Observed:
     """A consumer's observation for one run, and its metrics endpoint when ``metrics_port``
     is given (``registry`` must be given then); all closed when ``stack`` unwinds."""
-    probe = Probe(dsn, name)
+    probe = Probe(dsn, name, pooler)
     stack.push_async_callback(probe.close)
     observer, tracing = consumer_observer(name, stats, observers, registry)
     if metrics_port is not None:
@@ -116,8 +118,9 @@ class Probe:
     """A connection of its own for readiness checks, so that a check never waits on (or
     interferes with) the work's connection; opened on first use, reopened after a failure."""
 
-    def __init__(self, dsn: str, name: str) -> None:
+    def __init__(self, dsn: str, name: str, pooler: Pooler = "none") -> None:
         self._dsn = dsn
+        self._pooler: Pooler = pooler
         self._name = name
         self._conn: asyncpg.Connection[asyncpg.Record] | None = None
         self._lock = asyncio.Lock()
@@ -127,8 +130,9 @@ class Probe:
             try:
                 async with asyncio.timeout(PING_TIMEOUT):
                     if self._conn is None or self._conn.is_closed():
-                        self._conn = await asyncpg.connect(self._dsn, server_settings={
-                            "application_name": f"consumerkit-probe {self._name}"[:63]})
+                        self._conn = await connect(
+                            self._dsn, pooler=self._pooler,
+                            application_name=f"consumerkit-probe {self._name}")
                     await self._conn.fetchval("SELECT 1")
             except Exception as exc:
                 await self.close()
