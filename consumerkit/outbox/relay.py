@@ -35,6 +35,7 @@ from ..shared.identifiers import redact_dsn
 from ..shared.observing import Probe, serve_metrics
 from ..shared.pooler import Pooler, check_pooler, connect
 from .event import OutboxEvent
+from .leases import LeaseOwner
 from .settle import settle
 from .sink import OutboxSink
 from .slots import SlotOwner
@@ -57,9 +58,10 @@ class Relay:
     batch of which no event was acknowledged (the broker is down) only pauses the relay with
     the same back-off, without counting attempts. ``notify=False`` relies on polling alone
     (for poolers without LISTEN); the lock connection must still be a real session.
-    ``postgres_pooler`` says what stands in front of PostgreSQL (``none``, ``session``);
-    ``transaction`` is refused: the slots are session advisory locks, which a backend lent
-    for one transaction at a time would keep after the relay is gone.
+    ``postgres_pooler`` says what stands in front of PostgreSQL. With ``none`` or
+    ``session`` the slots are session advisory locks; with ``transaction`` (a backend lent
+    for one transaction at a time) they are leases in a table, renewed every round and
+    checked by the claim itself (:mod:`.leases`), and the relay only polls (no LISTEN).
     """
 
     def __init__(
@@ -73,10 +75,6 @@ class Relay:
         registry: CollectorRegistry | None = None,
         postgres_pooler: Pooler = "none",
     ) -> None:
-        if postgres_pooler == "transaction":
-            raise ConfigurationError(
-                "the relay cannot run behind a transaction pooler yet: it owns its slots with "
-                "session advisory locks; give it a direct DSN or a session-mode pooler's")
         try:
             self.pooler = check_pooler(postgres_pooler)
         except ValueError as exc:
@@ -108,12 +106,20 @@ class Relay:
         self.pauses = 0  # outages: batches of which nothing was acknowledged, lost databases
         self.started = asyncio.Event()
         self._dsn = postgres_dsn
-        self._store = RelayStore(self.table)
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
-        self._owner = SlotOwner(postgres_dsn, self.table, name=self.name,
-                                on_notify=self._wake.set if notify else None,
-                                pooler=self.pooler)
+        self._owner: SlotOwner | LeaseOwner
+        self._leases: LeaseOwner | None = None
+        if self.pooler == "transaction":  # no session: leases, and polling alone
+            self.notify = False
+            self._owner = self._leases = LeaseOwner(postgres_dsn, self.table, name=self.name,
+                                                    pooler=self.pooler)
+            self._store = RelayStore(self.table, self._leases)
+        else:
+            self._owner = SlotOwner(postgres_dsn, self.table, name=self.name,
+                                    on_notify=self._wake.set if notify else None,
+                                    pooler=self.pooler)
+            self._store = RelayStore(self.table)
         self._conn: asyncpg.Connection[asyncpg.Record] | None = None
         self._outages = 0
         self._rebalance_at = 0.0
@@ -278,6 +284,12 @@ class Relay:
                     f"outbox {self._outbox} keeps its events in time partitions for change "
                     "data capture (OutboxRetention): the relay cannot publish it; read it "
                     "with Debezium, or relay another outbox table")
+            if self._leases is not None and await self._conn.fetchval(
+                    "SELECT to_regclass($1)", self.table.leases) is None:
+                raise StartupError(
+                    f"outbox {self._outbox} has no slot lease table, which a relay behind a "
+                    "transaction pooler needs: run `consumerkit migrate` (with the same "
+                    "--schema and --outbox-table) to upgrade it")
         return self._conn
 
     async def _drop_connections(self) -> None:

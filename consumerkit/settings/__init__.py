@@ -39,8 +39,8 @@ class CommonSettings(BaseSettings):
     postgres_pooler: Pooler = Field(
         "none", description="what stands in front of PostgreSQL: `none` (a direct "
         "connection), `session` or `transaction` (PgBouncer's `pool_mode`); `transaction` "
-        "turns the statement cache off and keeps no session state; the relay, whose slots "
-        "are session locks, needs `none` or `session`")
+        "turns the statement cache off and keeps no session state: the relay leases its "
+        "slots in a table and polls")
     kafka_bootstrap: str | None = Field(
         None, description="Kafka bootstrap servers, `HOST:PORT[,HOST:PORT...]`")
     db_schema: str = Field(

@@ -1,7 +1,7 @@
 """``postgres_pooler``: what each mode asks of asyncpg, checked on a real PostgreSQL. Behind a
 transaction pooler no named prepared statement is left on a backend, and the pool's reset
 leaves the backend's session state (another client's advisory locks) alone; the consumer and
-the relay take the setting, and refuse what they cannot honour."""
+the relay take the setting, and refuse a mode they do not know."""
 
 from __future__ import annotations
 
@@ -95,10 +95,13 @@ class _NoSink:
         return [None for _ in events]
 
 
-def test_the_relay_refuses_a_transaction_pooler_saying_why() -> None:
-    with pytest.raises(ConfigurationError, match="session advisory locks"):
-        Relay("postgresql://db/x", _NoSink(), postgres_pooler="transaction")
-    assert Relay("postgresql://db/x", _NoSink(), postgres_pooler="session").pooler == "session"
+def test_the_relay_behind_a_transaction_pooler_leases_its_slots_and_polls() -> None:
+    relay = Relay("postgresql://db/x", _NoSink(), postgres_pooler="transaction")
+    assert relay.notify is False
+    assert relay._leases is not None
+    assert Relay("postgresql://db/x", _NoSink(), postgres_pooler="session")._leases is None
+    with pytest.raises(ConfigurationError, match="postgres_pooler must be one of"):
+        Relay("postgresql://db/x", _NoSink(), postgres_pooler="statement")  # type: ignore[arg-type]
 
 
 def test_an_error_after_connecting_is_not_called_a_refusal() -> None:
