@@ -153,3 +153,4 @@ def pgbouncer(postgres_dsn: str) -> Iterator[Callable[..., PgBouncer]]:
 # the fixtures of the suites whose scenarios run here through PgBouncer
 from ..integration.conftest import ledger_topic  # noqa: E402, F401
 from ..outbox.conftest import outbox, outbox_table  # noqa: E402, F401
+from ..parking.conftest import park_topic  # noqa: E402, F401
