@@ -6,11 +6,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import orjson
+import pytest
 
+from consumerkit.errors import ConfigurationError
 from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay
+from consumerkit.outbox.admin import cleanup
 from consumerkit.outbox.table import SLOTS
 from consumerkit.testing.services import MakeTopic
 
@@ -106,3 +110,29 @@ async def test_a_relay_whose_leases_ran_short_claims_nothing(
         await conn.close()
         await leases.close()
     assert await pg_pool.fetchval(f"SELECT count(*) FROM {outbox_table.leases}") == 0
+
+
+async def test_cleanup_through_the_pooler_refuses_while_a_leasing_relay_lives(
+    pgbouncer: Callable[..., PgBouncer], pg_pool: asyncpg.Pool[asyncpg.Record],
+    kafka_bootstrap: str, outbox: Outbox, outbox_table: OutboxTable,
+) -> None:
+    """Its pending rows are not garbage; and the cleanup's lock, held by each batch's
+    transaction, leaves nothing on the pooler's backends."""
+    bouncer = pgbouncer(pool_size=2)
+    async with pg_pool.acquire() as writer, writer.transaction():
+        await outbox.add(writer, event_type="step", aggregate_type="account",
+                         aggregate_id="a-0", payload={"n": 0},
+                         occurred_at=datetime.now(UTC) - timedelta(days=30))
+    relay = _relay(bouncer.dsn, kafka_bootstrap, "unused", outbox_table, "living")
+    assert relay._leases is not None
+    await relay._leases.rebalance()
+    conn = await asyncpg.connect(bouncer.dsn, statement_cache_size=0)
+    try:
+        with pytest.raises(ConfigurationError, match="is running: its pending rows"):
+            await cleanup(conn, timedelta(days=1), table=outbox_table)
+        await relay._leases.close()
+        assert await cleanup(conn, timedelta(days=1), table=outbox_table) == 1
+    finally:
+        await conn.close()
+    locks = await pg_pool.fetchval("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
+    assert locks == 0
