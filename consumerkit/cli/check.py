@@ -32,6 +32,7 @@ from ..outbox.table import OutboxTable
 from ..retry import RetryPolicy
 from ..schema import VERSION_TABLE, behind
 from ..settings import CommonSettings, ConsumerSettings, RelaySettings
+from ..shared.pooler import Pooler
 from ..transport.kafka import KafkaProducer
 from ..transport.kafka_access import hidden_topics, principal
 from . import check_slots
@@ -43,6 +44,7 @@ from .check_kafka import (
     idempotence_finding,
     topic_durability,
 )
+from .check_pooler import check_pooler
 from .common import policy_args, positive, sub
 from .errors import MIGRATE_HINT, database, one_line
 from .options import add_settings_arguments, load_settings, sources
@@ -51,7 +53,7 @@ from .target import load_consumer
 
 SERVICE_FIELDS = {"postgres_dsn", "kafka_bootstrap", "db_schema", "security_protocol",
                   "sasl_mechanism", "sasl_plain_username", "sasl_plain_password", "ssl_cafile",
-                  "ssl_certfile", "ssl_keyfile", "ssl_password"}
+                  "ssl_certfile", "ssl_keyfile", "ssl_password", "postgres_pooler"}
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -101,6 +103,7 @@ class Deployment:
     idempotence: bool = True  # the relay's
     replication: int = WANTED_REPLICATION
     offset_store: str = "postgres"  # "postgres" needs the offsets table
+    pooler: Pooler = "none"  # what the deployment says stands in front of PostgreSQL
 
 
 @dataclass
@@ -130,6 +133,8 @@ async def check_command(args: argparse.Namespace) -> int:
     deployment = await _deployment(args, settings)
     report = Report()
     await check_postgres(deployment, report)
+    if deployment.dsn:
+        await check_pooler(deployment.dsn, deployment.pooler, report)
     await check_slots.check_slots(deployment.dsn, args.max_slot_wal, report)
     await check_broker(deployment, report)
     if args.handlers is not None:  # the events waiting in the database, decoded by new code
@@ -164,7 +169,8 @@ async def _described(args: argparse.Namespace, settings: CommonSettings) -> Depl
             topics=args.topics or [],
             outboxes=[OutboxTable(settings.db_schema, t) for t in args.outbox_tables or []],
             kafka_options=settings.kafka_options(),
-            offset_store=getattr(settings, "offset_store", "postgres"))
+            offset_store=getattr(settings, "offset_store", "postgres"),
+            pooler=settings.postgres_pooler)
     assert isinstance(settings, ConsumerSettings)
     consumer = await load_consumer(args.target)
     apply_settings(consumer, settings, sources(args, ConsumerSettings))
@@ -173,7 +179,8 @@ async def _described(args: argparse.Namespace, settings: CommonSettings) -> Depl
         policy=consumer.dedup, topics=[*consumer.topics, *(args.topics or [])],
         outboxes=[consumer.outbox.table] if consumer.outbox is not None else [],
         kafka_options=consumer.kafka_options, retry=consumer.retry,
-        handler_timeout=consumer.handler_timeout, offset_store=consumer.offset_store)
+        handler_timeout=consumer.handler_timeout, offset_store=consumer.offset_store,
+        pooler=consumer.postgres_pooler)
 
 
 async def check_postgres(d: Deployment, report: Report) -> None:

@@ -63,3 +63,29 @@ async def test_migrate_and_check_work_and_leave_every_backend_writable(
         await _fresh_client_writes(bouncer.dsn, pg_schema)
     try_out = done.stdout
     assert "handler" in try_out, try_out  # the handlers were tried through the pooler
+
+
+async def _check(*argv: str) -> tuple[int, str]:
+    done = await asyncio.to_thread(_command, "check", *argv, env=dict(os.environ))
+    return done.returncode, done.stdout + done.stderr
+
+
+async def test_check_finds_an_undeclared_transaction_pooler(
+    pgbouncer: Callable[..., PgBouncer], postgres_dsn: str, pg_schema: str,
+) -> None:
+    transaction = pgbouncer(pool_size=2)
+    session = pgbouncer(mode="session", pool_size=2)
+    code, out = await _check("--postgres", transaction.dsn, "--schema", pg_schema)
+    assert code == 1, out
+    assert "PROBLEM  PostgreSQL is reached through a pooler in transaction mode (backends " in out
+    assert "but postgres_pooler is none: set CONSUMERKIT_POSTGRES_POOLER=transaction" in out
+    code, out = await _check("--postgres", transaction.dsn, "--schema", pg_schema,
+                             "--postgres-pooler", "transaction")
+    assert "ok       PostgreSQL is reached through a pooler in transaction mode, as declared" \
+        in out
+    for dsn, declared in ((postgres_dsn, "none"), (session.dsn, "session")):
+        code, out = await _check("--postgres", dsn, "--schema", pg_schema,
+                                 "--postgres-pooler", declared)
+        assert "ok       each client keeps its PostgreSQL backend " \
+            f"(postgres_pooler={declared})" in out, out
+        assert "pooler in transaction mode" not in out
