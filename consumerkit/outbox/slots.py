@@ -21,6 +21,7 @@ import asyncpg
 
 from ..shared.pooler import Pooler, connect
 from .admin import live_relays
+from .leases import leasing_relays, mixed
 from .table import SLOTS, OutboxTable
 
 log = logging.getLogger("consumerkit.outbox")
@@ -70,6 +71,8 @@ class SlotOwner:
             self.owned = frozenset()
             await self.connect()
         assert self._conn is not None
+        if await leasing_relays(self._conn, self._table):
+            raise mixed(self._table)
         self.members = max(1, await live_relays(self._conn, self._table))
         cls = self._table.lock_class
         fair = math.ceil(SLOTS / self.members)

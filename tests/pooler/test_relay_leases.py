@@ -15,6 +15,7 @@ import pytest
 from consumerkit.errors import ConfigurationError
 from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay
 from consumerkit.outbox.admin import cleanup
+from consumerkit.outbox.slots import SlotOwner
 from consumerkit.outbox.table import SLOTS
 from consumerkit.testing.services import MakeTopic
 
@@ -136,3 +137,25 @@ async def test_cleanup_through_the_pooler_refuses_while_a_leasing_relay_lives(
         await conn.close()
     locks = await pg_pool.fetchval("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
     assert locks == 0
+
+
+async def test_relays_holding_slots_by_locks_and_by_leases_refuse_to_share_an_outbox(
+    pgbouncer: Callable[..., PgBouncer], postgres_dsn: str, kafka_bootstrap: str,
+    outbox_table: OutboxTable,
+) -> None:
+    """Neither would see the other's slots: each aggregate could get two publishers."""
+    bouncer = pgbouncer(pool_size=2)
+    leasing = _relay(bouncer.dsn, kafka_bootstrap, "unused", outbox_table, "leasing")
+    assert leasing._leases is not None
+    locking = SlotOwner(postgres_dsn, outbox_table, name="locking", on_notify=None)
+    try:
+        await locking.rebalance()
+        with pytest.raises(ConfigurationError, match="same postgres_pooler"):
+            await leasing._leases.rebalance()
+        await locking.close()
+        assert len(await leasing._leases.rebalance()) == SLOTS
+        with pytest.raises(ConfigurationError, match="same postgres_pooler"):
+            await locking.rebalance()
+    finally:
+        await locking.close()
+        await leasing._leases.close()
