@@ -36,6 +36,8 @@ from ..shared.pooler import Pooler
 from ..transport.kafka import KafkaProducer
 from ..transport.kafka_access import hidden_topics, principal
 from . import check_slots
+from .check_connections import add_arguments as add_connections_arguments
+from .check_connections import check_connections
 from .check_handlers import add_arguments as add_handlers_arguments
 from .check_handlers import check_handlers, validate_handlers_arguments
 from .check_kafka import (
@@ -82,6 +84,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         "(1 for a one-broker development cluster)")
     add_handlers_arguments(parser)
     check_slots.add_arguments(parser)
+    add_connections_arguments(parser)
     parser.set_defaults(handler=check_command)
 
 
@@ -104,6 +107,7 @@ class Deployment:
     replication: int = WANTED_REPLICATION
     offset_store: str = "postgres"  # "postgres" needs the offsets table
     pooler: Pooler = "none"  # what the deployment says stands in front of PostgreSQL
+    concurrency: int = 4  # the consumers' (a Consumer's default with batches)
 
 
 @dataclass
@@ -135,6 +139,8 @@ async def check_command(args: argparse.Namespace) -> int:
     await check_postgres(deployment, report)
     if deployment.dsn:
         await check_pooler(deployment.dsn, deployment.pooler, report)
+    await check_connections(deployment.dsn, args, deployment.concurrency, deployment.pooler,
+                            report)
     await check_slots.check_slots(deployment.dsn, args.max_slot_wal, report)
     await check_broker(deployment, report)
     if args.handlers is not None:  # the events waiting in the database, decoded by new code
@@ -170,7 +176,8 @@ async def _described(args: argparse.Namespace, settings: CommonSettings) -> Depl
             outboxes=[OutboxTable(settings.db_schema, t) for t in args.outbox_tables or []],
             kafka_options=settings.kafka_options(),
             offset_store=getattr(settings, "offset_store", "postgres"),
-            pooler=settings.postgres_pooler)
+            pooler=settings.postgres_pooler,
+            concurrency=getattr(settings, "concurrency", None) or 4)
     assert isinstance(settings, ConsumerSettings)
     consumer = await load_consumer(args.target)
     apply_settings(consumer, settings, sources(args, ConsumerSettings))
@@ -180,7 +187,7 @@ async def _described(args: argparse.Namespace, settings: CommonSettings) -> Depl
         outboxes=[consumer.outbox.table] if consumer.outbox is not None else [],
         kafka_options=consumer.kafka_options, retry=consumer.retry,
         handler_timeout=consumer.handler_timeout, offset_store=consumer.offset_store,
-        pooler=consumer.postgres_pooler)
+        pooler=consumer.postgres_pooler, concurrency=consumer.concurrency)
 
 
 async def check_postgres(d: Deployment, report: Report) -> None:

@@ -1,6 +1,7 @@
 """``migrate`` and ``check`` through a real PgBouncer in transaction mode (prepared statements
 not tracked, as before 1.21) that nobody declared: each command works, and leaves every
-backend as it found it, so the next client of the pooler can write."""
+backend as it found it, so the next client of the pooler can write; ``check`` finds a
+transaction pooler nobody declared, and counts the connections a deployment needs."""
 
 from __future__ import annotations
 
@@ -89,3 +90,19 @@ async def test_check_finds_an_undeclared_transaction_pooler(
         assert "ok       each client keeps its PostgreSQL backend " \
             f"(postgres_pooler={declared})" in out, out
         assert "pooler in transaction mode" not in out
+
+
+async def test_check_counts_the_connections_a_deployment_needs(
+    postgres_dsn: str, pg_schema: str, pg_pool: asyncpg.Pool,
+) -> None:
+    most = int(await pg_pool.fetchval("SHOW max_connections"))
+    db = ["--postgres", postgres_dsn, "--schema", pg_schema]
+    code, out = await _check(*db, "--processes", "2", "--relays", "1")
+    assert "ok       connections needed: 2 consumer process(es) x (concurrency 4 + 3) + " \
+        "1 relay(s) x 3 + 1 command = 18, within max_connections " in out, out
+    too_many = str(most // 7 + 1)
+    code, out = await _check(*db, "--processes", too_many)
+    assert code == 1
+    assert f"PROBLEM  connections needed: {too_many} consumer process(es) x (concurrency 4 " \
+        "+ 3) + 0 relay(s) x 3 + 1 command" in out, out
+    assert "more than PostgreSQL has room for (max_connections " in out
