@@ -15,9 +15,12 @@ from prometheus_client import CollectorRegistry
 from .deadletter.table import DeadLetterTable
 from .dedup.policy import DedupPolicy
 from .engine.configure import configure, records_given
+from .engine.decode import Decoder
 from .engine.lifecycle import connect
+from .engine.observing import Observed
 from .engine.runner import Engine
 from .engine.serve import serve
+from .engine.unhandled import TypePolicy, Unhandled
 from .envelope import WireFormat
 from .errors import ConfigurationError
 from .observability.observer import Observer
@@ -28,7 +31,6 @@ from .registry import HandlerSource, RouteTable
 from .retry import RetryPolicy
 from .schema import migrate
 from .shared.identifiers import check_name, redact_dsn
-from .shared.observing import Observed
 from .shared.pooler import Pooler
 from .stats import ConsumerStats
 from .transport.kafka import consumer_options, producer_options
@@ -64,6 +66,9 @@ class Consumer:
     revoke_timeout: float
     stall_after_keys: int  # a failure every record would hit stalls it (see _stall)
     stall_max_delay: float
+    unhandled: Unhandled  # what becomes of event types no handler takes
+    ignore: tuple[str, ...]  # event types skipped whatever ``unhandled`` says (fnmatch)
+    types: TypePolicy  # the two above, checked against the handlers
 
     @records_given
     def __init__(
@@ -86,6 +91,7 @@ class Consumer:
         metrics_host: str = "0.0.0.0",  # noqa: S104 - a scrape target listens on all
         registry: CollectorRegistry | None = None,
         offset_store: OffsetStoreName = "postgres",
+        unhandled: Unhandled = "dead_letter", ignore: Sequence[str] = (),
         postgres_pooler: Pooler = "none",
     ) -> None:
         self.name = check_name(name, "consumer name")
@@ -106,7 +112,7 @@ class Consumer:
         self.dedup_cache = dedup_cache
         if dedup_cache is not None:
             dedup_cache.check(self.dedup)
-        self.outbox = outbox
+        self.outbox = outbox  # placed in the consumer's schema unless it names one
         self.retry = retry or RetryPolicy()
         self.wire = wire or WireFormat()
         sinks = dead_letter if dead_letter is not None else DeadLetterTable()
@@ -132,7 +138,8 @@ class Consumer:
         self.configure(schema=schema, concurrency=concurrency, max_batch=max_batch,
                        max_in_flight=max_in_flight, handler_timeout=handler_timeout,
                        shutdown_timeout=shutdown_timeout, stall_after_keys=stall_after_keys,
-                       stall_max_delay=stall_max_delay)
+                       stall_max_delay=stall_max_delay, unhandled=unhandled,
+                       ignore=ignore)
         try:
             producer_options(self.kafka_options)  # dead-letter producers share these
         except ConfigurationError as exc:
@@ -172,6 +179,28 @@ class Consumer:
             vars(self).update(before)  # all or nothing
             raise
         self.given = self.given | values.keys()  # set by the code: chosen, as if passed
+
+    @property
+    def outbox(self) -> Outbox | None:
+        """The outbox handlers publish through: the one given, in the consumer's schema
+        unless it was given a schema of its own (``Outbox(schema=...)``)."""
+        given = self._outbox
+        return None if given is None else given.placed_in(self.schema)
+
+    @outbox.setter
+    def outbox(self, outbox: Outbox | None) -> None:
+        self._outbox = outbox
+
+    @property
+    def outbox_given(self) -> Outbox | None:
+        """The outbox as given, before it is placed in a schema (for a copy of the
+        consumer with another schema, :meth:`TestConsumer.like`)."""
+        return self._outbox
+
+    def decoder(self) -> Decoder:
+        """A decoder of this consumer's records: its handlers, wire format, size limit, and
+        what becomes of the event types no handler takes."""
+        return Decoder(self.routes, self.wire, self.max_message_bytes, self.types)
 
     def __repr__(self) -> str:
         dsn = None if self.postgres_dsn is None else redact_dsn(self.postgres_dsn)

@@ -36,14 +36,12 @@ from aiokafka.protocol.metadata import MetadataRequest
 
 from consumerkit.testing.services import (
     EmbeddedPostgres,
-    KafkaCluster,
     MakeTopic,
-    MissingToolError,
-    start_kafka,
     start_postgres,
     start_redis,
     start_tansu,
 )
+from tests.harness import KafkaCluster, MissingToolError, start_kafka
 
 from .brokers import BROKER, KAFKA_BROKERS, KAFKA_VERSION, ON_KAFKA, REPLICATION_FACTOR
 
@@ -73,9 +71,25 @@ def _source(env: str, fallback: str) -> str:
     return f"${env} = {_redact(value)}" if value else f"{fallback} (started on first use)"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--postgres-only", action="store_true",
+        help="run only the tests that use the PostgreSQL under test (the postgres_dsn "
+             "fixture): a second server version's pass needs no other test again")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_USED] = {}
     config.stash[_DSNS] = set()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--postgres-only"):
+        return
+    # the fixture closure: a test reaching the server through any fixture counts
+    keep = [item for item in items if "postgres_dsn" in getattr(item, "fixturenames", ())]
+    config.hook.pytest_deselected(items=[item for item in items if item not in keep])
+    items[:] = keep
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

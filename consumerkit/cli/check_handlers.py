@@ -39,6 +39,7 @@ from ..outbox.kafka import wire_record
 from ..outbox.table import OutboxTable
 from ..parking.tables import RECORDS as PARKED
 from ..shared.identifiers import qualified
+from .common import positive
 from .errors import CommandError, database
 from .target import load_consumer
 from .try_handlers import Trial, trial, try_handlers
@@ -51,9 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--handlers", metavar="MODULE:ATTR", default=None,
                         help="decode the parked records, dead letters and unpublished outbox "
                         "rows with this consumer's handlers and upcasters (default: not done)")
-    parser.add_argument("--page-size", type=_positive, default=500, metavar="N",
+    parser.add_argument("--page-size", type=positive, default=500, metavar="N",
                         help="rows read per query by --handlers")
-    parser.add_argument("--max-records", type=_positive, default=1_000_000, metavar="N",
+    parser.add_argument("--max-records", type=positive, default=1_000_000, metavar="N",
                         help="rows of each source read at most by --handlers")
     parser.add_argument("--try-handlers", action="store_true",
                         help="with --handlers: run each handler once, its statements prepared "
@@ -65,12 +66,6 @@ def validate_handlers_arguments(args: argparse.Namespace) -> None:
     if args.try_handlers and args.handlers is None:
         raise CommandError("--try-handlers needs --handlers MODULE:ATTR (the consumer whose "
                            "handlers to try)")
-
-
-def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 1, not {text!r}")
-    return int(text)
 
 
 class Findings(Protocol):
@@ -97,7 +92,7 @@ async def check_handlers(args: argparse.Namespace, dsn: str | None,
                          report: Findings) -> None:
     """Decode what waits in the database with the handlers of ``args.handlers``."""
     consumer = await load_consumer(args.handlers)
-    decoder = Decoder(consumer.routes, consumer.wire, consumer.max_message_bytes)
+    decoder = consumer.decoder()
     outboxes = [consumer.outbox.table] if consumer.outbox is not None else []
     outboxes += [OutboxTable(consumer.schema, t) for t in args.outbox_tables or []
                  if not any(o.table == t for o in outboxes)]

@@ -11,7 +11,7 @@ import asyncpg
 
 from ..errors import StartupError
 from ..shared import pooler as pools
-from ..shared.identifiers import redact_dsn
+from ..shared.dsn import parse_dsn, redact_dsn
 from ..shared.pooler import Pooler
 
 log = logging.getLogger("consumerkit.consumer")
@@ -34,6 +34,7 @@ async def open_pool(dsn: str, name: str, size: int, *, warm: int = 0,
             told()
             conn.add_termination_listener(lambda _conn: told())
 
+    parse_dsn(dsn)  # asyncpg's own words about a malformed DSN may quote its password
     pool: asyncpg.Pool | None = None
     try:
         pool = await pools.create_pool(dsn, pooler=pooler, max_size=size, init=init,
@@ -59,6 +60,7 @@ async def open_pool(dsn: str, name: str, size: int, *, warm: int = 0,
 @contextlib.asynccontextmanager
 async def connect(dsn: str, pooler: Pooler = "none",
                   ) -> AsyncIterator[asyncpg.Connection[asyncpg.Record]]:
+    parse_dsn(dsn)  # likewise
     try:
         conn = await pools.connect(dsn, pooler=pooler)
     except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:

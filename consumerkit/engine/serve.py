@@ -18,12 +18,11 @@ from ..offsets.postgres import require_table
 from ..offsets.recheck import Recheck
 from ..parking.lot import ParkingLot, open_parking, parks
 from ..shared import signals
-from ..shared.observing import Observed, observe_consumer
 from ..transport.kafka import KafkaSource
 from ..transport.source import Source
 from ..types import SinkResources
-from .decode import Decoder
 from .lifecycle import bounded, cancel, open_pool
+from .observing import Observed, observe_consumer
 from .pipeline import Pipeline
 from .runner import Engine
 from .stall import Breaker, StallPolicy
@@ -128,7 +127,7 @@ def pipeline_for(consumer: Consumer, pool: asyncpg.Pool, observed: Observed,
     return Pipeline(
         consumer=consumer.name, namespace=consumer.name, pool=pool,
         dedup=store_for(consumer.schema, consumer.dedup),
-        decoder=Decoder(consumer.routes, consumer.wire, consumer.max_message_bytes),
+        decoder=consumer.decoder(),
         retry=consumer.retry, dead_letters=DeadLetterWriter(consumer.dead_letter),
         expired=consumer.dedup.expired, stats=consumer.stats, concurrency=consumer.concurrency,
         handler_timeout=consumer.handler_timeout, cache=consumer.dedup_cache,

@@ -232,6 +232,10 @@ class WebhookReceiver:
                             rejected.code)
                 await answers.refuse(send, 401, rejected.code, rejected.detail)
                 return
+        version = wh.version_refusal(headers)
+        if version is not None:  # the sender's mistake, not a replay risk: the id stays unspent
+            await answers.refuse(send, 400, "invalid_version", version)
+            return
         record = _record(scope, headers, body, self._topic(scope))
         try:
             decoded = self._decoder.decode(record)

@@ -11,8 +11,9 @@ import asyncpg
 import pytest
 
 from consumerkit import RetryPolicy
+from consumerkit.engine.replay import _exclusive, discard_key, replay_key
+from consumerkit.errors import ParkingError
 from consumerkit.parking.entry import ParkedKey
-from consumerkit.parking.replay import ParkingError, _exclusive, discard_key, replay_key
 
 from ..integration.ledger import Running, build, make_events, publish, verify, wait_for
 from ..parking.conftest import Broken, ParkTopic, ledger, parked_key_names

@@ -23,23 +23,19 @@ import asyncpg
 
 from ..deadletter.writer import DeadLetterWriter
 from ..dedup.stores import store_for
-from ..engine.decode import Decoded, Decoder
-from ..engine.lifecycle import open_pool
-from ..engine.pipeline import Outcome, Pipeline
-from ..errors import ConsumerKitError, DeadLetter, DecodeError, is_retriable
+from ..errors import DeadLetter, DecodeError, ParkingError, is_retriable
+from ..parking import store
+from ..parking.entry import ParkedKey, ParkedRecord
 from ..shared.failures import describe, judge
-from ..shared.observing import consumer_observer
 from ..stats import ConsumerStats
 from ..types import ClaimStatus, DbConnection, SinkResources
-from . import store
-from .entry import ParkedKey, ParkedRecord
+from .decode import Decoded
+from .lifecycle import open_pool
+from .observing import consumer_observer
+from .pipeline import Outcome, Pipeline
 
 if TYPE_CHECKING:
     from ..consumer import Consumer
-
-
-class ParkingError(ConsumerKitError):
-    """A parked key cannot be found, is ambiguous, or its replay stopped (one line)."""
 
 
 class _Discarded(Exception):
@@ -149,7 +145,8 @@ async def _replay(pipeline: Pipeline, conn: DbConnection, schema: str,
     return ReplayReport(parked, applied=counts[Outcome.APPLIED],
                         duplicates=counts[Outcome.DUPLICATE],
                         dead_lettered=counts[Outcome.DEAD_LETTERED],
-                        skipped=counts[Outcome.EXPIRED_SKIPPED])
+                        skipped=counts[Outcome.EXPIRED_SKIPPED]
+                        + counts[Outcome.UNHANDLED_SKIPPED])
 
 
 async def _replay_one(pipeline: Pipeline, conn: DbConnection, parked: ParkedRecord,
@@ -159,7 +156,7 @@ async def _replay_one(pipeline: Pipeline, conn: DbConnection, parked: ParkedReco
     try:
         decoded = pipeline.decoder.decode(record)
     except DecodeError as exc:  # as the consumer would have done, had the key not been parked
-        outcome = await pipeline.dead_letter(record, exc.reason, exc.detail, 0, None, never)
+        outcome = await pipeline.undecodable(record, exc, never)
         await conn.execute(mark, parked.id)
         return outcome
     marked = _marking(decoded, mark, parked.id)
@@ -241,7 +238,7 @@ async def _pipeline(consumer: Consumer, pool: asyncpg.Pool) -> AsyncIterator[Pip
         yield Pipeline(
             consumer=consumer.name, namespace=consumer.name, pool=pool,
             dedup=store_for(consumer.schema, consumer.dedup),
-            decoder=Decoder(consumer.routes, consumer.wire, consumer.max_message_bytes),
+            decoder=consumer.decoder(),
             retry=consumer.retry, dead_letters=DeadLetterWriter(consumer.dead_letter),
             expired=consumer.dedup.expired, stats=stats, concurrency=1,
             handler_timeout=consumer.handler_timeout, outbox=consumer.outbox,
