@@ -31,6 +31,7 @@ from .registry import HandlerSource, RouteTable
 from .retry import RetryPolicy
 from .schema import migrate
 from .shared.identifiers import check_name, redact_dsn
+from .shared.pooler import Pooler
 from .stats import ConsumerStats
 from .transport.kafka import consumer_options, producer_options
 from .transport.source import Partition, RebalanceHandler, Source
@@ -91,6 +92,7 @@ class Consumer:
         registry: CollectorRegistry | None = None,
         offset_store: OffsetStoreName = "postgres",
         unhandled: Unhandled = "dead_letter", ignore: Sequence[str] = (),
+        postgres_pooler: Pooler = "none",
     ) -> None:
         self.name = check_name(name, "consumer name")
         self.topics = [check_name(t, "topic") for t in topics]
@@ -102,6 +104,8 @@ class Consumer:
         # "postgres": each partition's next offset is stored in the effects' transactions,
         # and read from there on assignment (docs/ordering-and-offsets.md)
         self.offset_store: OffsetStoreName = offset_store
+        # what stands in front of PostgreSQL (shared/pooler.py): checked by configure()
+        self.postgres_pooler: Pooler = postgres_pooler
         self._recheck: Recheck | None = None
         self.routes = RouteTable.build(handlers)
         self.dedup = dedup or DedupPolicy()
@@ -234,7 +238,7 @@ class Consumer:
 
     async def migrate(self) -> None:
         """Create or upgrade consumerkit's tables (idempotent; safe concurrently)."""
-        async with connect(self._require_dsn()) as conn:
+        async with connect(self._require_dsn(), self.postgres_pooler) as conn:
             await migrate(conn, self.schema, self.dedup, namespace=self.name)
 
     async def run(self) -> None:

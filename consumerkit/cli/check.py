@@ -33,9 +33,12 @@ from ..outbox.table import OutboxTable
 from ..retry import RetryPolicy
 from ..schema import VERSION_TABLE, behind
 from ..settings import CommonSettings, ConsumerSettings, RelaySettings
+from ..shared.pooler import Pooler
 from ..transport.kafka import KafkaProducer
 from ..transport.kafka_access import hidden_topics, principal
 from . import check_sample, check_slots
+from .check_connections import add_arguments as add_connections_arguments
+from .check_connections import check_connections
 from .check_handlers import add_arguments as add_handlers_arguments
 from .check_handlers import check_handlers, validate_handlers_arguments
 from .check_kafka import (
@@ -44,6 +47,7 @@ from .check_kafka import (
     idempotence_finding,
     topic_durability,
 )
+from .check_pooler import check_pooler
 from .common import REPLICATION_MAX, policy_args, sub, whole
 from .errors import MIGRATE_HINT, database, one_line
 from .options import add_settings_arguments, load_settings, sources
@@ -52,7 +56,7 @@ from .target import load_consumer
 
 SERVICE_FIELDS = {"postgres_dsn", "kafka_bootstrap", "db_schema", "security_protocol",
                   "sasl_mechanism", "sasl_plain_username", "sasl_plain_password", "ssl_cafile",
-                  "ssl_certfile", "ssl_keyfile", "ssl_password"}
+                  "ssl_certfile", "ssl_keyfile", "ssl_password", "postgres_pooler"}
 TYPE_FIELDS = {"unhandled", "ignore"}  # what the sample's unhandled types would become
 
 
@@ -84,6 +88,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_handlers_arguments(parser)
     check_slots.add_arguments(parser)
     check_sample.add_arguments(parser)
+    add_connections_arguments(parser)
     parser.set_defaults(handler=check_command)
 
 
@@ -105,6 +110,8 @@ class Deployment:
     idempotence: bool = True  # the relay's
     replication: int = WANTED_REPLICATION
     offset_store: str = "postgres"  # "postgres" needs the offsets table
+    pooler: Pooler = "none"  # what the deployment says stands in front of PostgreSQL
+    concurrency: int = 4  # the consumers' (a Consumer's default with batches)
     consumer: Any = field(default=None, repr=False)  # the Consumer of MODULE:ATTR, if given
 
 
@@ -135,6 +142,10 @@ async def check_command(args: argparse.Namespace) -> int:
     deployment = await _deployment(args, settings)
     report = Report()
     await check_postgres(deployment, report)
+    if deployment.dsn:
+        await check_pooler(deployment.dsn, deployment.pooler, report)
+    await check_connections(deployment.dsn, args, deployment.concurrency, deployment.pooler,
+                            report)
     await check_slots.check_slots(deployment.dsn, args.max_slot_wal, report)
     await check_broker(deployment, report)
     if deployment.consumer is not None:  # its topics' event types against its handlers
@@ -172,7 +183,9 @@ async def _described(args: argparse.Namespace, settings: CommonSettings) -> Depl
             topics=args.topics or [],
             outboxes=[OutboxTable(settings.db_schema, t) for t in args.outbox_tables or []],
             kafka_options=settings.kafka_options(),
-            offset_store=getattr(settings, "offset_store", "postgres"))
+            offset_store=getattr(settings, "offset_store", "postgres"),
+            pooler=settings.postgres_pooler,
+            concurrency=getattr(settings, "concurrency", None) or 4)
     assert isinstance(settings, ConsumerSettings)
     consumer = await load_consumer(args.target)
     apply_settings(consumer, settings, sources(args, ConsumerSettings))
@@ -182,6 +195,7 @@ async def _described(args: argparse.Namespace, settings: CommonSettings) -> Depl
         outboxes=[consumer.outbox.table] if consumer.outbox is not None else [],
         kafka_options=consumer.kafka_options, retry=consumer.retry,
         handler_timeout=consumer.handler_timeout, offset_store=consumer.offset_store,
+        pooler=consumer.postgres_pooler, concurrency=consumer.concurrency,
         consumer=consumer)
 
 

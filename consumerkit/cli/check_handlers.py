@@ -7,9 +7,10 @@ yet published goes through the new consumer's decoder, upcasters included, as it
 time. What would fail is listed with why; exit status 1 if anything would. Outbox rows of event
 types the consumer has no handler for are meant for other services and only counted.
 
-Read-only (a read-only transaction per page) and bounded: the tables are read in pages of
-``--page-size`` rows in key order, at most ``--max-records`` rows of each source, with a
-statement timeout, and only the first failures of each source are printed in full.
+Read-only (every statement in a read-only transaction, nothing set for the session) and
+bounded: the tables are read in pages of ``--page-size`` rows in key order, at most
+``--max-records`` rows of each source, with a statement timeout, and only the first failures
+of each source are printed in full.
 
 With ``--try-handlers`` each handler then runs once, its statements prepared and never run
 (:mod:`.try_handlers`), on the first of those records that decodes for it.
@@ -96,12 +97,16 @@ async def check_handlers(args: argparse.Namespace, dsn: str | None,
     outboxes += [OutboxTable(consumer.schema, t) for t in args.outbox_tables or []
                  if not any(o.table == t for o in outboxes)]
     store = PostgresDedupStore(consumer.schema, consumer.dedup)  # where applied ids are
+    # every statement runs in a read-only transaction of its own: nothing is set for the
+    # session, which a transaction pooler would hand, read-only, to the service's clients
     async with database(dsn or consumer.postgres_dsn) as conn:
-        await conn.execute("SET default_transaction_read_only = on")
 
         async def replayed(record: Record) -> str | None:
             event_id = decoder.event_id(record)
-            applied = event_id is not None and await store.seen(conn, consumer.name, event_id)
+            if event_id is None:
+                return None
+            async with conn.transaction(readonly=True):
+                applied = await store.seen(conn, consumer.name, event_id)
             return "applied since (replayed)" if applied else None
 
         async def others(record: Record) -> str | None:

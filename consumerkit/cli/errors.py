@@ -19,6 +19,7 @@ import asyncpg
 
 from ..errors import ConsumerKitError
 from ..shared.dsn import DsnError, dsn_secrets, parse_dsn, redact_dsn
+from ..shared.pooler import connect
 
 MIGRATE_HINT = "run `consumerkit migrate` (with the same --postgres and --schema) to create it"
 
@@ -53,11 +54,26 @@ def database_error(exc: BaseException, dsn: str) -> CommandError | None:
         return CommandError(f"malformed PostgreSQL DSN {redact_dsn(dsn)}: "
                             f"{scrub(str(exc), dsn_secrets(dsn))} (expected "
                             "postgresql://user:password@host:5432/database)")
-    if isinstance(exc, asyncpg.PostgresError | asyncpg.InterfaceError):
+    if _refusal(exc):
         # the server's own words: 'role "x" does not exist', 'password authentication failed'
         return CommandError(f"PostgreSQL at {redact_dsn(dsn)} refused the connection: "
                             f"{scrub(str(exc), dsn_secrets(dsn))}")
+    if isinstance(exc, asyncpg.PostgresError | asyncpg.InterfaceError):
+        return CommandError(f"PostgreSQL at {redact_dsn(dsn)} failed while connecting: "
+                            f"{type(exc).__name__}: {scrub(str(exc), dsn_secrets(dsn))}")
     return None
+
+
+# SQLSTATE classes and codes of a server (or a pooler) turning a connection away: connection
+# exceptions, authorization, an unknown database, too many connections, not accepting yet
+_REFUSALS = ("08", "28", "3D000", "53300", "57P03")
+
+
+def _refusal(exc: BaseException) -> bool:
+    if isinstance(exc, asyncpg.InterfaceError):
+        return True
+    code = getattr(exc, "sqlstate", None) or ""
+    return isinstance(exc, asyncpg.PostgresError) and code.startswith(_REFUSALS)
 
 
 @contextlib.asynccontextmanager
@@ -71,7 +87,9 @@ async def database(dsn: str | None) -> AsyncIterator[asyncpg.Connection[Any]]:
     except DsnError as exc:
         raise CommandError(str(exc)) from None
     try:
-        conn = await asyncpg.connect(dsn, timeout=15)
+        # a command's few statements gain nothing from a statement cache; without one they
+        # also work through a transaction pooler that was not declared
+        conn = await connect(dsn, pooler="transaction")
     except Exception as exc:
         error = database_error(exc, dsn)
         if error is None:

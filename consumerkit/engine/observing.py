@@ -18,6 +18,7 @@ from ..observability.observer import Observer, fanout
 from ..observability.server import Readiness
 from ..observability.tracing import Tracing, default_tracing
 from ..shared.observing import Probe, serve_metrics
+from ..shared.pooler import Pooler
 from ..stats import ConsumerStats, StatsObserver
 from ..types import DbConnection
 from .lag import track_lag
@@ -77,10 +78,11 @@ async def observe_consumer(
     stack: contextlib.AsyncExitStack, *, name: str, dsn: str, stats: ConsumerStats,
     observers: Sequence[Observer], registry: CollectorRegistry | None,
     readiness: Readiness, metrics_port: int | None, metrics_host: str,
+    pooler: Pooler = "none",
 ) -> Observed:
     """A consumer's observation for one run, and its metrics endpoint when ``metrics_port``
     is given (``registry`` must be given then); all closed when ``stack`` unwinds."""
-    probe = Probe(dsn, name)
+    probe = Probe(dsn, name, pooler)
     stack.push_async_callback(probe.close)
     observer, tracing = consumer_observer(name, stats, observers, registry)
     if metrics_port is not None:

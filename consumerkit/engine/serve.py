@@ -45,10 +45,11 @@ async def serve(consumer: Consumer, stack: contextlib.AsyncExitStack) -> None:
         stack, name=consumer.name, dsn=dsn, stats=consumer.stats,
         observers=consumer.observers, registry=consumer.registry,
         readiness=consumer.readiness, metrics_port=consumer.metrics_port,
-        metrics_host=consumer.metrics_host)
+        metrics_host=consumer.metrics_host, pooler=consumer.postgres_pooler)
     observer = observed.observer
     pool = await open_pool(dsn, consumer.name, consumer.concurrency + 2, warm=consumer.concurrency,
-                           on_change=consumer._connections_changed)
+                           on_change=consumer._connections_changed,
+                           pooler=consumer.postgres_pooler)
     stack.push_async_callback(pool.close)
     upkeep = DedupUpkeep(pool, consumer.schema, consumer.dedup, consumer.name, observer)
     await upkeep.prepare(auto_migrate=consumer.auto_migrate, outbox=consumer.outbox)

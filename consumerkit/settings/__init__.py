@@ -21,6 +21,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from ..shared.dsn import dsn_secrets
 from ..shared.identifiers import identifier
+from ..shared.pooler import Pooler
 
 PREFIX = "CONSUMERKIT_"
 COUNT_MAX = 1_000_000
@@ -42,6 +43,11 @@ class CommonSettings(BaseSettings):
     postgres_dsn: SecretStr | None = Field(
         None, description="PostgreSQL DSN (`postgresql://user:password@host:5432/db`); "
         "never printed with its password")
+    postgres_pooler: Pooler = Field(
+        "none", description="what stands in front of PostgreSQL: `none` (a direct "
+        "connection), `session` or `transaction` (PgBouncer's `pool_mode`); `transaction` "
+        "turns the statement cache off and keeps no session state: the relay leases its "
+        "slots in a table and polls")
     kafka_bootstrap: str | None = Field(
         None, description="Kafka bootstrap servers, `HOST:PORT[,HOST:PORT...]`")
     db_schema: str = Field(
@@ -186,6 +192,7 @@ class ConsumerSettings(CommonSettings):
             "kafka_options": self.kafka_options(), "metrics_port": self.metrics_port,
             "metrics_host": self.metrics_host, "offset_store": self.offset_store,
             "unhandled": self.unhandled, "ignore": list(self.ignore),
+            "postgres_pooler": self.postgres_pooler,
         }
 
 

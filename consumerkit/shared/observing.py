@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from ..observability.server import HealthServer, Readiness
 from .failures import describe
+from .pooler import Pooler, connect
 
 PING_TIMEOUT = 2.0  # /readyz: PostgreSQL must answer within this
 
@@ -28,8 +29,9 @@ class Probe:
     """A connection of its own for readiness checks, so that a check never waits on (or
     interferes with) the work's connection; opened on first use, reopened after a failure."""
 
-    def __init__(self, dsn: str, name: str) -> None:
+    def __init__(self, dsn: str, name: str, pooler: Pooler = "none") -> None:
         self._dsn = dsn
+        self._pooler: Pooler = pooler
         self._name = name
         self._conn: asyncpg.Connection[asyncpg.Record] | None = None
         self._lock = asyncio.Lock()
@@ -39,8 +41,9 @@ class Probe:
             try:
                 async with asyncio.timeout(PING_TIMEOUT):
                     if self._conn is None or self._conn.is_closed():
-                        self._conn = await asyncpg.connect(self._dsn, server_settings={
-                            "application_name": f"consumerkit-probe {self._name}"[:63]})
+                        self._conn = await connect(
+                            self._dsn, pooler=self._pooler,
+                            application_name=f"consumerkit-probe {self._name}")
                     await self._conn.fetchval("SELECT 1")
             except Exception as exc:
                 await self.close()
