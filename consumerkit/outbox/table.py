@@ -208,7 +208,9 @@ OUTBOX_STEPS = ((1, "outbox table, failure side table and idempotency keys", out
                 (2, "slot leases and relay membership without a session", leases_ddl))
 PARTITIONED_OUTBOX_STEPS = (
     (1, "outbox partitioned by time for a retention, failure side table and idempotency keys",
-     partitioned_ddl),)
+     partitioned_ddl),
+    # a relay may publish such an outbox too, behind a transaction pooler like any other
+    (2, "slot leases and relay membership without a session", leases_ddl))
 
 
 async def migrate_outbox(conn: DbConnection, table: OutboxTable | None = None) -> None:
