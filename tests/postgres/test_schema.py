@@ -36,7 +36,8 @@ async def test_migrate_creates_partitioned_dedup_table_and_dead_letters(
 ) -> None:
     kinds = await _relkinds(conn, migrated)
     assert kinds == {
-        "processed_events": "p", "processed_events_guard": "r", "dead_letters": "r", "consumerkit_schema_version": "r",
+        "processed_events": "p", "processed_events_guard": "r", "dead_letters": "r",
+        "consumerkit_schema_version": "r",
         "consumerkit_retention": "r", "consumerkit_partition_intervals": "r",
         "consumerkit_names": "r", "consumer_offsets": "r",
         "parked_keys": "r", "parked_records": "r", "parked_audit": "r",
