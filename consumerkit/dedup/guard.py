@@ -33,12 +33,12 @@ from ..shared.identifiers import identifier, qualified
 from ..types import DbConnection
 
 GUARD_WAIT = """
-    INSERT INTO %(guard)s (namespace_key, event_id)
-    SELECT v_ns, e FROM unnest(v_ids) AS e ORDER BY e
-    ON CONFLICT DO NOTHING;
-    -- our entries are dead to everyone once we end, but a concurrent claim of the same id
-    -- still waits for our transaction: the deletion is not looked at while we run
-    DELETE FROM %(guard)s AS g WHERE g.namespace_key = v_ns AND g.event_id = ANY (v_ids);
+    WITH entered AS (
+        INSERT INTO %(guard)s (namespace_key, event_id)
+        SELECT v_ns, e FROM unnest(v_ids) AS e ORDER BY e
+        ON CONFLICT DO NOTHING RETURNING ctid
+    ) SELECT array_agg(ctid) INTO v_entries FROM entered;
+    DELETE FROM %(guard)s AS g WHERE g.ctid = ANY (v_entries);
 """
 """Statements of the claim function's wait: the guard's unique index does the waiting."""
 

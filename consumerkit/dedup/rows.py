@@ -47,6 +47,7 @@ DECLARE
     v_uuids uuid[];
     v_texts text[] COLLATE "C";
     v_ids text[] COLLATE "C";
+    v_entries tid[];
     v_is_uuid boolean[];
     v_horizon timestamptz;
     v_status text[];
