@@ -168,8 +168,8 @@ async def test_twelve_connections_holding_claims_of_500_ids_stay_far_from_the_lo
         for _ in conns:
             await holding.acquire()
 
-    holders = asyncio.gather(*(hold(n) for n in range(len(conns))))
-    all_held = asyncio.create_task(all_holding())
+    holders: asyncio.Future[Any] = asyncio.gather(*(hold(n) for n in range(len(conns))))
+    all_held: asyncio.Future[Any] = asyncio.create_task(all_holding())
     await asyncio.wait_for(asyncio.wait([all_held, holders],
                                         return_when=asyncio.FIRST_COMPLETED), 120)
     if holders.done():

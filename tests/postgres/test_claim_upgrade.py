@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 
 import pytest
@@ -52,9 +53,9 @@ async def _waiting(observer: Conn, blocked: Conn) -> bool:
         blocked.get_server_pid()))
 
 
-async def _until(condition: object, what: str) -> None:
+async def _until(condition: Callable[[], Awaitable[bool]], what: str) -> None:
     for _ in range(3000):
-        if await condition():  # type: ignore[operator]
+        if await condition():
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"never {what}")
