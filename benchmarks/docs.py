@@ -106,7 +106,7 @@ def write(document: dict[str, Any], page: Path = PAGE) -> Path:
     page.write_text(INTRO.format(machine=machine)
                     + f"{BEGIN['tansu']}\n{runs['tansu']}\n{END}\n\n"
                     + KAFKA + f"{BEGIN['kafka']}\n{runs['kafka']}\n{END}\n\n"
+                    + (CLAIM_WAIT.read_text() + "\n" if CLAIM_WAIT.exists() else "")
                     + COMPARED.read_text()
-                    + ("\n" + CDC.read_text() if CDC.exists() else "")
-                    + ("\n" + CLAIM_WAIT.read_text() if CLAIM_WAIT.exists() else ""))
+                    + ("\n" + CDC.read_text() if CDC.exists() else ""))
     return page
