@@ -166,3 +166,18 @@ async def test_a_new_dedup_table_is_not_held_up_by_older_transactions(
     finally:
         await stuck.rollback()
     assert (await applied_versions(migrator, schema))[COMPONENT] == 8
+
+
+async def test_concurrent_upgrades_apply_each_step_once(connect: Connect, schema: str) -> None:
+    """Every consumer process migrates at start-up: five upgrading the same deployment at
+    once wait for each other's first transaction, never for ever, and record each step once."""
+    conns = [await connect() for _ in range(5)]
+    policy = DedupPolicy()
+    await migrate(conns[0], schema, policy)
+    await _as_before_the_guard(conns[0], schema, policy)
+    await asyncio.wait_for(asyncio.gather(*(
+        migrate(c, schema, policy, older_transactions_timeout=30) for c in conns)), 120)
+    rows = await conns[0].fetch(
+        f'SELECT version FROM "{schema}".consumerkit_schema_version WHERE component = $1'
+        " AND version > 6 ORDER BY version", COMPONENT)
+    assert [r["version"] for r in rows] == [7, 8]
