@@ -5,6 +5,10 @@ lock derived from the schema name, so concurrent migrations of one schema run on
 other and each later one finds the work done. DDL in PostgreSQL is transactional: a failed
 migration leaves nothing half-built.
 
+A step that replaces the claim function while transactions may hold the old one's locks runs
+in a second transaction, once the transactions older than the first one's commit have ended
+(:attr:`Step.after_older_transactions`, :mod:`consumerkit.dedup.guard`).
+
 ``{schema}.consumerkit_schema_version`` records the steps applied, per component: ``core``
 (schema-wide objects such as the dead-letter table) and ``dedup:<table>`` (one per dedup table,
 since a policy may name its own table). An upgrade appends a step to a component's list; a
@@ -127,7 +131,9 @@ async def migrate(
 
     A step that must wait for older transactions (:attr:`Step.after_older_transactions`)
     runs after that commit, in a second transaction, once every transaction of the database
-    that was running then has ended: at most ``older_transactions_timeout`` seconds.
+    that was running then has ended: at most ``older_transactions_timeout`` seconds. Call it
+    outside a transaction (as consumers, receivers and the command line do), so that the first
+    transaction's commit is a real one.
 
     Every identifier is validated before any SQL runs. Raises :class:`StartupError` when the
     database refuses a step, when an older transaction outlasts the timeout, or when the
