@@ -2,7 +2,7 @@
 and producers.
 
 Tansu (the default) keeps one replica and has no idempotent producer. On Apache Kafka the
-suite starts a three-broker KRaft cluster (:func:`consumerkit.testing.kafka.start_kafka`:
+suite starts a three-broker KRaft cluster (:func:`tests.harness.kafka.start_kafka`:
 ``min.insync.replicas=2``, unclean leader election off) unless ``--kafka`` names one; its
 topics get ``min(3, brokers)`` replicas, and every producer of the run (the workload's, the
 relays' and faststream-outbox's) runs with idempotence on and ``acks=all``, as in production.

@@ -41,14 +41,9 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer
 
 from consumerkit.outbox import KafkaSink, NewEvent, Outbox, OutboxTable, Relay, migrate_outbox
-from consumerkit.testing.connect_jars import DEBEZIUM_KAFKA_VERSION
-from consumerkit.testing.services import (
-    LogicalPostgres,
-    start_debezium,
-    start_kafka,
-    start_logical_postgres,
-)
 from consumerkit.transport.kafka_admin import create_topic
+from tests.harness import LogicalPostgres, start_debezium, start_kafka, start_logical_postgres
+from tests.harness.connect_jars import DEBEZIUM_KAFKA_VERSION
 
 from .outbox_cpu import cpu_seconds
 

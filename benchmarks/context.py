@@ -17,10 +17,10 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 
 from consumerkit.shared import aio, heap
-from consumerkit.testing import kafka_lookup
 from consumerkit.testing import services as embedded
-from consumerkit.testing.kafka import start_kafka
-from consumerkit.testing.kafka_jars import kafka_lib, require_tools
+from tests.harness import kafka_lookup
+from tests.harness.kafka import start_kafka
+from tests.harness.kafka_jars import kafka_lib, require_tools
 
 from .broker import KAFKA_BROKERS, declare
 from .pgstats import statements_available

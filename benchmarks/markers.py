@@ -35,9 +35,10 @@ from pydantic import BaseModel
 from consumerkit import Consumer, HandlerContext, handler
 from consumerkit.envelope import Envelope, RecordLike
 from consumerkit.observability.observer import BaseObserver
-from consumerkit.testing.services import start_kafka, start_postgres
+from consumerkit.testing.services import start_postgres
 from consumerkit.transport.kafka import KafkaSource
 from consumerkit.transport.source import Partition, RebalanceHandler, Source
+from tests.harness import start_kafka
 
 ABORT_SHARE = 0.2
 PARTITIONS = 2

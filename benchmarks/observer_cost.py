@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry
 
+from consumerkit.engine.observing import consumer_observer
 from consumerkit.envelope import Envelope, Record
-from consumerkit.shared.observing import consumer_observer
 from consumerkit.stats import ConsumerStats
 
 RECORD = Record("orders", 2, 41, b"o-1", b"{}", [("id", b"e-1")])

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from consumerkit.shared import aio
-from consumerkit.testing.kafka import MissingToolError
+from tests.harness.kafka import MissingToolError
 
 from . import acceptance, docs, markdown, plots
 from .broker import KINDS

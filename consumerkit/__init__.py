@@ -19,9 +19,11 @@ from .errors import (
     Retry,
     StartupError,
     TransportError,
+    UndeclaredEventError,
     UpcasterChainError,
 )
 from .outbox import KafkaSink, Outbox, OutboxSink, Relay, migrate_outbox
+from .publishes import Publishes
 from .registry import HandlerRegistry, handler
 from .retry import RetryPolicy
 from .schema import migrate
@@ -43,6 +45,7 @@ __all__ = [
     "ConsumerStats",
     "HandlerContext",
     "HandlerRegistry",
+    "Publishes",
     "handler",
     "tune_gc",
     "upcaster",
@@ -86,6 +89,7 @@ __all__ = [
     "Retry",
     "StartupError",
     "TransportError",
+    "UndeclaredEventError",
     "UpcasterChainError",
     "__version__",
 ]

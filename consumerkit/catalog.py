@@ -91,10 +91,23 @@ class EventCatalog:
             check_topic(address.format_map(dict.fromkeys(parameters(address), "x")))
 
     @classmethod
-    def of(cls, consumer: Consumer) -> EventCatalog:
-        """What ``consumer`` receives."""
+    def of(cls, consumer: Consumer, route: TopicRoute | None = None) -> EventCatalog:
+        """What ``consumer`` receives, and what its handlers declare they publish through its
+        outbox (``@handler(..., publishes=[...])``), to the topics ``route`` (the relay's,
+        ``{aggregate_type}`` by default) names."""
+        route = route or TopicRoute()
+        table = consumer.routes
+        declared: dict[str, Sends] = {}
+        for handler in [*table.by_type.values(), *table.by_topic.values()]:
+            for p in handler.publishes or ():
+                sends = Sends(consumer.name, p.event_type, p.model, p.aggregate_type, route,
+                              p.version)
+                if declared.setdefault(p.event_type, sends) != sends:
+                    raise ConfigurationError(
+                        f"two handlers of {consumer.name} declare {p.event_type!r} "
+                        "differently (model, aggregate type or version)")
         return cls(title=consumer.name, receives=[Receives(
-            consumer.name, consumer.topics, consumer.routes, consumer.wire)])
+            consumer.name, consumer.topics, table, consumer.wire)], sends=list(declared.values()))
 
 
 def parameters(address: str) -> list[str]:

@@ -15,9 +15,12 @@ from prometheus_client import CollectorRegistry
 from .deadletter.table import DeadLetterTable
 from .dedup.policy import DedupPolicy
 from .engine.configure import configure, records_given
+from .engine.decode import Decoder
 from .engine.lifecycle import connect
+from .engine.observing import Observed
 from .engine.runner import Engine
 from .engine.serve import serve
+from .engine.unhandled import TypePolicy, Unhandled
 from .envelope import WireFormat
 from .errors import ConfigurationError
 from .observability.observer import Observer
@@ -28,7 +31,7 @@ from .registry import HandlerSource, RouteTable
 from .retry import RetryPolicy
 from .schema import migrate
 from .shared.identifiers import check_name, redact_dsn
-from .shared.observing import Observed
+from .shared.pooler import Pooler
 from .stats import ConsumerStats
 from .transport.kafka import consumer_options, producer_options
 from .transport.source import Partition, RebalanceHandler, Source
@@ -63,6 +66,9 @@ class Consumer:
     revoke_timeout: float
     stall_after_keys: int  # a failure every record would hit stalls it (see _stall)
     stall_max_delay: float
+    unhandled: Unhandled  # what becomes of event types no handler takes
+    ignore: tuple[str, ...]  # event types skipped whatever ``unhandled`` says (fnmatch)
+    types: TypePolicy  # the two above, checked against the handlers
 
     @records_given
     def __init__(
@@ -85,6 +91,8 @@ class Consumer:
         metrics_host: str = "0.0.0.0",  # noqa: S104 - a scrape target listens on all
         registry: CollectorRegistry | None = None,
         offset_store: OffsetStoreName = "postgres",
+        unhandled: Unhandled = "dead_letter", ignore: Sequence[str] = (),
+        postgres_pooler: Pooler = "none",
     ) -> None:
         self.name = check_name(name, "consumer name")
         self.topics = [check_name(t, "topic") for t in topics]
@@ -96,13 +104,15 @@ class Consumer:
         # "postgres": each partition's next offset is stored in the effects' transactions,
         # and read from there on assignment (docs/ordering-and-offsets.md)
         self.offset_store: OffsetStoreName = offset_store
+        # what stands in front of PostgreSQL (shared/pooler.py): checked by configure()
+        self.postgres_pooler: Pooler = postgres_pooler
         self._recheck: Recheck | None = None
         self.routes = RouteTable.build(handlers)
         self.dedup = dedup or DedupPolicy()
         self.dedup_cache = dedup_cache
         if dedup_cache is not None:
             dedup_cache.check(self.dedup)
-        self.outbox = outbox
+        self.outbox = outbox  # placed in the consumer's schema unless it names one
         self.retry = retry or RetryPolicy()
         self.wire = wire or WireFormat()
         sinks = dead_letter if dead_letter is not None else DeadLetterTable()
@@ -128,7 +138,8 @@ class Consumer:
         self.configure(schema=schema, concurrency=concurrency, max_batch=max_batch,
                        max_in_flight=max_in_flight, handler_timeout=handler_timeout,
                        shutdown_timeout=shutdown_timeout, stall_after_keys=stall_after_keys,
-                       stall_max_delay=stall_max_delay)
+                       stall_max_delay=stall_max_delay, unhandled=unhandled,
+                       ignore=ignore)
         try:
             producer_options(self.kafka_options)  # dead-letter producers share these
         except ConfigurationError as exc:
@@ -169,6 +180,28 @@ class Consumer:
             raise
         self.given = self.given | values.keys()  # set by the code: chosen, as if passed
 
+    @property
+    def outbox(self) -> Outbox | None:
+        """The outbox handlers publish through: the one given, in the consumer's schema
+        unless it was given a schema of its own (``Outbox(schema=...)``)."""
+        given = self._outbox
+        return None if given is None else given.placed_in(self.schema)
+
+    @outbox.setter
+    def outbox(self, outbox: Outbox | None) -> None:
+        self._outbox = outbox
+
+    @property
+    def outbox_given(self) -> Outbox | None:
+        """The outbox as given, before it is placed in a schema (for a copy of the
+        consumer with another schema, :meth:`TestConsumer.like`)."""
+        return self._outbox
+
+    def decoder(self) -> Decoder:
+        """A decoder of this consumer's records: its handlers, wire format, size limit, and
+        what becomes of the event types no handler takes."""
+        return Decoder(self.routes, self.wire, self.max_message_bytes, self.types)
+
     def __repr__(self) -> str:
         dsn = None if self.postgres_dsn is None else redact_dsn(self.postgres_dsn)
         return (f"Consumer(name={self.name!r}, topics={self.topics!r}, "
@@ -205,7 +238,7 @@ class Consumer:
 
     async def migrate(self) -> None:
         """Create or upgrade consumerkit's tables (idempotent; safe concurrently)."""
-        async with connect(self._require_dsn()) as conn:
+        async with connect(self._require_dsn(), self.postgres_pooler) as conn:
             await migrate(conn, self.schema, self.dedup, namespace=self.name)
 
     async def run(self) -> None:

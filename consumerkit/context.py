@@ -11,8 +11,9 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
-from .engine.deferred import Deferred, FlushingConnection, Immediate
 from .errors import ConfigurationError
+from .publishes import Publishes, check_published
+from .shared.deferred import Deferred, FlushingConnection, Immediate
 
 if TYPE_CHECKING:
     from .envelope import Envelope
@@ -30,14 +31,16 @@ class HandlerContext:
     every event emitted with :meth:`publish` and every write queued with :meth:`defer`.
     """
 
-    __slots__ = ("_deferred", "_log", "_outbox", "_owner", "attempt", "envelope", "handler",
-                 "tx")
+    __slots__ = ("_deferred", "_log", "_outbox", "_owner", "_publishes", "attempt", "envelope",
+                 "handler", "tx")
 
     def __init__(
         self, tx: DbConnection, envelope: Envelope, attempt: int,
         log: logging.LoggerAdapter[logging.Logger] | None = None, *, handler: str = "",
         outbox: Outbox | None = None, deferred: Deferred | None = None, owner: int = 0,
+        publishes: tuple[Publishes, ...] | None = None,
     ) -> None:
+        self._publishes = publishes
         self._deferred = deferred if deferred is not None else Immediate(tx)
         self._owner = owner
         self.tx: DbConnection = cast("DbConnection", FlushingConnection(tx, self._deferred))
@@ -82,6 +85,7 @@ class HandlerContext:
 
         Returns the new event's id (``None`` if ``dedup_key`` was already used).
         """
+        check_published(self._publishes, self.handler, event_type)
         return await _publish(
             self._outbox, self.tx, self.envelope, event_type=event_type,
             aggregate_type=aggregate_type, aggregate_id=aggregate_id, payload=payload,
@@ -96,14 +100,15 @@ class BatchContext:
     batch: what is written through it commits or rolls back with them.
     """
 
-    __slots__ = ("_deferred", "_log", "_outbox", "_owner", "attempt", "envelopes", "handler",
-                 "tx")
+    __slots__ = ("_deferred", "_log", "_outbox", "_owner", "_publishes", "attempt", "envelopes",
+                 "handler", "tx")
 
     def __init__(
         self, tx: DbConnection, envelopes: Sequence[Envelope], attempt: int, *,
         handler: str = "", outbox: Outbox | None = None, deferred: Deferred | None = None,
-        owner: int = 0,
+        owner: int = 0, publishes: tuple[Publishes, ...] | None = None,
     ) -> None:
+        self._publishes = publishes
         self._deferred = deferred if deferred is not None else Immediate(tx)
         self._owner = owner
         self.tx: DbConnection = cast("DbConnection", FlushingConnection(tx, self._deferred))
@@ -140,6 +145,7 @@ class BatchContext:
         """Emit an event through the consumer's outbox in the batch's transaction, as
         :meth:`HandlerContext.publish` does; ``caused_by`` (one of :attr:`envelopes`) is the
         event that caused it, for its ``causation_id`` and ``correlation_id``."""
+        check_published(self._publishes, self.handler, event_type)
         return await _publish(
             self._outbox, self.tx, caused_by, event_type=event_type,
             aggregate_type=aggregate_type, aggregate_id=aggregate_id, payload=payload,

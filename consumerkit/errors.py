@@ -1,34 +1,57 @@
-"""The consumerkit error tree.
+"""The consumerkit error tree, every class defined in this module unless noted.
 
 Every exception the library raises derives from :class:`ConsumerKitError`::
 
     ConsumerKitError
     ├── ConfigurationError        a setting, identifier or handler definition is invalid
-    │   └── HandlerDefinitionError    a handler cannot be registered or resolved
-    │       └── UpcasterChainError        the upcasters of an event type leave a gap
+    │   ├── HandlerDefinitionError    a handler cannot be registered or resolved
+    │   │   └── UpcasterChainError        the upcasters of an event type leave a gap
+    │   └── UndeclaredEventError      a handler published an event type it does not declare
     ├── MissingExtraError         an optional dependency is not installed (also an ImportError)
     ├── StartupError              a service is unreachable, a topic is missing, a migration failed
-    │   └── IdempotenceRefusedError   the broker answered but refused the idempotent producer
+    │   ├── IdempotenceRefusedError   the broker answered but refused the idempotent producer
+    │   └── ServiceStartError         a local test service did not start (also a RuntimeError;
+    │                                 exported by consumerkit.testing.services)
     ├── AuthorizationError        the broker denied the client's principal a topic or group
     ├── TransportError            the broker failed an operation (commit, fetch); retriable
     │   └── RecordTooLargeError       the broker or producer refuses a record's size; permanent
     ├── DecodeError               a record cannot become an event (reason code; dead-lettered)
+    ├── NotInTransactionError     the outbox was written outside a transaction
+    │                             (exported by consumerkit.outbox)
+    ├── PermanentSendError        an outbox sink's destination refused an event for good
+    │                             (exported by consumerkit.outbox; the event is given up on)
+    ├── ParkingError              a parked key cannot be found, or its replay stopped
+    │                             (one line in the CLI)
     ├── HandlerSignal             control flow raised BY handlers, not a failure
     │   ├── Retry                     retry this message after ``delay`` seconds
     │   └── DeadLetter                send this message to the dead-letter destination now
-    ├── NotInTransactionError     the outbox was written outside a transaction
-    │                             (consumerkit.outbox)
-    ├── PermanentSendError        an outbox sink's destination refused an event for good
-    │                             (consumerkit.outbox; the event is given up on)
-    ├── ParkingError              a parked key cannot be found, or its replay stopped
-    │                             (consumerkit.parking.replay; one line in the CLI)
     ├── CommandError              a command failed in a way its user can fix
-    │                             (consumerkit.cli.errors; one line, exit status 1)
-    └── DemoFailed                the demo could not finish (consumerkit.demo.scenario)
+    │                             (defined in consumerkit.cli.errors; one line, exit status 1)
+    └── DemoFailed                the demo could not finish (defined in consumerkit.demo.scenario)
+
+Not under it yet: ``consumerkit.WebhookError`` (defined in consumerkit.webhook.status, a
+delivery the relay retries), and the internal ``HandlerFailure`` family of
+``consumerkit.shared.failures`` (``ClaimBlocked``, ``ConnectionLost``), which never reaches a
+user's code.
 
 Exceptions a handler raises that are not signals are failures: the transaction rolls back and the
 message is retried with back-off, unless the exception carries ``retriable = False`` (class or
 instance attribute), in which case it is dead-lettered at once.
+
+Whose fault a failure is decides whether it spends the record's attempts or stalls the whole
+consumer (:mod:`consumerkit.engine.stall`). An exception type may say so with a ``systemic``
+class or instance attribute, read like ``retriable`` (:func:`marked_systemic`), on the error
+or anything down its ``__cause__`` chain (the outermost mark wins):
+
+- ``systemic = True``: every record would hit it (a service or a resource the handler needs
+  is missing); the consumer stalls at once, as for a missing table, and nothing is
+  dead-lettered for it;
+- ``systemic = False``: the record's own fault (its data is invalid); it spends the record's
+  attempts and never counts toward a stall, as PostgreSQL's data and integrity errors
+  (SQLSTATE classes 22 and 23) never do.
+
+Unmarked, a failure is the record's own unless the same error type fails the handler for many
+keys in a row.
 """
 
 from __future__ import annotations
@@ -51,6 +74,13 @@ class UpcasterChainError(HandlerDefinitionError):
     (a step is missing, doubled, or starts at or beyond the handler's version)."""
 
 
+class UndeclaredEventError(ConfigurationError):
+    """A handler published, through ``ctx.publish``, an event type that its
+    ``@handler(..., publishes=[...])`` does not declare: a defect of the code, never retried."""
+
+    retriable = False
+
+
 class MissingExtraError(ConsumerKitError, ImportError):
     """A feature needs an optional dependency: the message names the extra to install."""
 
@@ -62,6 +92,11 @@ class MissingExtraError(ConsumerKitError, ImportError):
 
 class StartupError(ConsumerKitError):
     """The consumer cannot start: unreachable service, missing topic, failed migration."""
+
+
+class ServiceStartError(StartupError, RuntimeError):
+    """A local service (an embedded PostgreSQL, Tansu or Redis of :mod:`consumerkit.testing`)
+    could not be started or did not become ready in time."""
 
 
 class IdempotenceRefusedError(StartupError):
@@ -112,6 +147,20 @@ class DecodeError(ConsumerKitError):
         self.detail = detail
 
 
+class NotInTransactionError(ConsumerKitError):
+    """The outbox was written outside a transaction: the event would not commit or roll back
+    with the caller's business writes."""
+
+
+class PermanentSendError(ConsumerKitError):
+    """An outbox sink's destination refused the event for good (a 4xx from a webhook, a record
+    the broker will never take): retrying cannot help, the event goes straight to FAILED."""
+
+
+class ParkingError(ConsumerKitError):
+    """A parked key cannot be found, is ambiguous, or its replay stopped (one line)."""
+
+
 class HandlerSignal(ConsumerKitError):
     """Base of the control-flow exceptions a handler may raise."""
 
@@ -138,3 +187,10 @@ class DeadLetter(HandlerSignal):
 def is_retriable(exc: BaseException) -> bool:
     """Whether a handler failure may be retried (``retriable = False`` opts out)."""
     return bool(getattr(exc, "retriable", True))
+
+
+def marked_systemic(exc: BaseException) -> bool | None:
+    """How ``exc`` marks itself: ``True`` every record would hit it, ``False`` it is the
+    record's own fault, ``None`` unmarked (its ``systemic`` attribute, class or instance)."""
+    marked = getattr(exc, "systemic", None)
+    return None if marked is None else bool(marked)

@@ -20,6 +20,7 @@ each dedup table                      SELECT, INSERT, UPDATE, DELETE (claims; th
 its ``_guard`` table                  SELECT, INSERT, DELETE (the claim's wait)
 each outbox table                     SELECT, INSERT, DELETE (write; relay deletes)
 its ``_failures`` side table          SELECT, INSERT, UPDATE, DELETE (relay state)
+its ``_leases``, ``_relays``          SELECT, INSERT, UPDATE, DELETE (relay leases)
 its ``_keys`` side table              SELECT, INSERT, DELETE (idempotency keys)
 their sequences                       USAGE, SELECT
 consumerkit's functions               EXECUTE (each dedup table's claim functions,
@@ -106,6 +107,8 @@ async def runtime_grants(conn: DbConnection, schema: str, role: str) -> list[str
         elif kind == "outbox":
             tables[name] = "SELECT, INSERT, DELETE"
             tables[f"{name}_failures"] = "SELECT, INSERT, UPDATE, DELETE"
+            tables[f"{name}_leases"] = "SELECT, INSERT, UPDATE, DELETE"
+            tables[f"{name}_relays"] = "SELECT, INSERT, UPDATE, DELETE"
             tables[f"{name}_keys"] = "SELECT, INSERT, DELETE"
     statements = [f"GRANT USAGE ON SCHEMA {identifier(schema)} TO {grantee};"]
     statements += [f"GRANT {privileges} ON TABLE {qualified(schema, table)} TO {grantee};"

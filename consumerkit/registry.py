@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import types
 import typing
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias, TypeVar, cast
 
@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from .context import BatchContext, HandlerContext
 from .errors import HandlerDefinitionError
+from .publishes import Publishes, checked
 from .versions import (
     Chain,
     U,
@@ -52,6 +53,7 @@ class RouteSpec:
     batch: bool = False
     on_exhausted: OnExhausted | None = None
     version: int | None = None
+    publishes: tuple[Publishes, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,11 +70,13 @@ class Route:
     batch: bool = False
     on_exhausted: OnExhausted | None = None  # None: the consumer's RetryPolicy decides
     version: int = 1  # the event schema version the handler takes (see consumerkit.versions)
+    publishes: tuple[Publishes, ...] | None = None  # None: not declared, not checked
 
 
 def handler(event_type: str | None = None, *, topic: str | None = None,
             batch: bool = False, on_exhausted: OnExhausted | None = None,
-            version: int | None = None) -> Callable[[F], F]:
+            version: int | None = None,
+            publishes: Sequence[Publishes] | None = None) -> Callable[[F], F]:
     """Mark an ``async def`` as the handler of ``event_type`` (or of every event on ``topic``).
 
     The function's first parameter must be annotated with a pydantic model (the payload) and
@@ -89,7 +93,11 @@ def handler(event_type: str | None = None, *, topic: str | None = None,
 
     ``version`` is the event schema version the handler takes (default: the payload model's
     ``__event_version__``, else 1); older versions reach it through upcasters.
+
+    ``publishes`` lists the events it emits with ``ctx.publish`` (:mod:`consumerkit.publishes`):
+    the AsyncAPI document shows them, and an undeclared one raises.
     """
+    published = checked(publishes)
     if version is not None:
         check_version(version, "@handler version")
     if on_exhausted not in (None, "dead_letter", "park"):
@@ -104,7 +112,7 @@ def handler(event_type: str | None = None, *, topic: str | None = None,
     def attach(func: F) -> F:
         _check_async(func)
         setattr(func, _ROUTE_ATTR,
-                RouteSpec(event_type, topic, bool(batch), on_exhausted, version))
+                RouteSpec(event_type, topic, bool(batch), on_exhausted, version, published))
         return func
 
     return attach
@@ -166,7 +174,7 @@ def resolve(func: Callable[..., Awaitable[None]]) -> Route:
             f"handler {_name(func)} takes version {spec.version}, but its model "
             f"{model.__qualname__} declares version {declared}")
     return Route(spec.event_type, spec.topic, model, func, _name(func), spec.batch,
-                 spec.on_exhausted, spec.version or declared or 1)
+                 spec.on_exhausted, spec.version or declared or 1, spec.publishes)
 
 
 def _is_model(annotation: object) -> bool:
@@ -218,11 +226,12 @@ class HandlerRegistry:
 
     def handler(self, event_type: str | None = None, *, topic: str | None = None,
                 batch: bool = False, on_exhausted: OnExhausted | None = None,
-                version: int | None = None) -> Callable[[F], F]:
+                version: int | None = None,
+                publishes: Sequence[Publishes] | None = None) -> Callable[[F], F]:
         """``@registry.handler("x")``: like :func:`handler`, and add the function here."""
         def attach(func: F) -> F:
             handler(event_type, topic=topic, batch=batch, on_exhausted=on_exhausted,
-                    version=version)(func)
+                    version=version, publishes=publishes)(func)
             self.include(func)
             return func
         return attach

@@ -22,7 +22,8 @@ class ConsumerStats:
     ``delivered`` counts every record handed to the pipeline (redeliveries included);
     ``applied`` counts handler effects committed; ``duplicates`` counts deliveries absorbed by
     the dedup table.
-    ``delivered == applied + duplicates + dead_lettered + expired_skipped + parked`` once
+    ``delivered == applied + duplicates + dead_lettered + expired_skipped +
+    unhandled_skipped + parked`` once
     nothing is in flight and nothing was abandoned. The outcome counters are kept by
     :class:`StatsObserver` from the observer seam, as are ``batches``, ``batch_fallbacks``,
     ``cache_hits`` and ``stalls``; the others by the engine itself.
@@ -34,6 +35,7 @@ class ConsumerStats:
     dead_lettered: int = 0
     dead_letter_failures: int = 0  # entries a sink rejected for good, even reduced
     expired_skipped: int = 0
+    unhandled_skipped: int = 0  # records of event types no handler takes, skipped
     parked: int = 0  # records held back because their key is parked
     retries: int = 0
     abandoned: int = 0
@@ -48,6 +50,7 @@ class ConsumerStats:
     stalls: int = 0  # times a failure every record would hit stalled the consumer
     offsets_moved_back: int = 0  # partitions read again: the database lost commits (failover)
     dead_letter_reasons: Counter[str] = field(default_factory=Counter)
+    skipped_types: Counter[str] = field(default_factory=Counter)  # unhandled_skipped by type
 
 
 class StatsObserver(BaseObserver):
@@ -75,6 +78,10 @@ class StatsObserver(BaseObserver):
 
     def expired_skipped(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
         self.stats.expired_skipped += 1
+
+    def unhandled_skipped(self, record: RecordLike, event_type: str, near: str | None) -> None:
+        self.stats.unhandled_skipped += 1
+        self.stats.skipped_types[event_type] += 1
 
     def parked(self, record: RecordLike, envelope: Envelope | None, handler: str,
                reason: str, detail: str, attempts: int) -> None:

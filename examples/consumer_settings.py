@@ -35,3 +35,15 @@ def build(kafka: str, postgres: str, kafka_password: str) -> Consumer:
         handler_timeout=30.0,   # a handler call still running after 30 s fails its attempt
         shutdown_timeout=20.0,  # how long stop() waits for running handlers
     )
+
+
+
+# billing handles two of the event types of "orders": what becomes of the others
+def skipping() -> Consumer:
+    return Consumer(name="billing", handlers=[examples.billing.billing], topics=["orders"],
+                    unhandled="skip")  # every type without a handler: skipped
+
+
+def ignoring() -> Consumer:
+    return Consumer(name="billing", handlers=[examples.billing.billing], topics=["orders"],
+                    ignore=["order.internal.*"])  # these skipped, any other dead-lettered

@@ -4,7 +4,7 @@ a Kafka Connect worker killed, started again and stopped around the writes of a 
 from __future__ import annotations
 
 from consumerkit.outbox import OutboxTable
-from consumerkit.testing.services import KafkaCluster, LogicalPostgres, start_debezium
+from tests.harness import KafkaCluster, LogicalPostgres, start_debezium
 
 
 def with_a_connector(kafka: KafkaCluster, postgres: LogicalPostgres, table: OutboxTable) -> None:

@@ -21,7 +21,7 @@ echo "== Kafka jars (Maven Central, cached in \${CONSUMERKIT_KAFKA_CACHE:-~/.cac
 if ! .venv/bin/python - "$version" <<'EOF'
 import sys
 from consumerkit.errors import ConsumerKitError
-from consumerkit.testing.kafka_jars import DEFAULT_KAFKA_VERSION, kafka_lib
+from tests.harness.kafka_jars import DEFAULT_KAFKA_VERSION, kafka_lib
 version = sys.argv[1] or DEFAULT_KAFKA_VERSION
 try:
     print(f"Apache Kafka {version}: {kafka_lib(version)}")

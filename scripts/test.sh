@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Install consumerkit with its development extras into .venv, then lint, type-check, build the
-# docs site (warnings are errors) and test.
+# Install consumerkit with its development extras into .venv, then lint, check the layers
+# (import-linter), type-check, build the docs site (warnings are errors) and test.
 #
 #   scripts/test.sh                 everything
 #   scripts/test.sh -k kafka -x     extra arguments go to pytest
@@ -14,6 +14,9 @@ cd "$(dirname "$0")/.."
 
 echo "== ruff"
 .venv/bin/ruff check .
+
+echo "== lint-imports (the layers in pyproject.toml)"
+.venv/bin/lint-imports
 
 echo "== mypy"
 .venv/bin/mypy

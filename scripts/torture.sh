@@ -52,7 +52,7 @@ echo "== torture: kafka profile (three Apache Kafka brokers, broker faults, tran
 # Java 17+ (and Maven, the first time, for the jars); without them the profile skips, saying why
 if skip=$($python -c "
 from consumerkit.errors import ConsumerKitError
-from consumerkit.testing.kafka_jars import kafka_lib, require_tools
+from tests.harness.kafka_jars import kafka_lib, require_tools
 try:
     require_tools(maven=False)
     kafka_lib()

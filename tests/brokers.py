@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from consumerkit.testing.kafka_jars import DEFAULT_KAFKA_VERSION
+from tests.harness.kafka_jars import DEFAULT_KAFKA_VERSION
 
 BROKER_ENV = "CONSUMERKIT_TEST_BROKER"
 BROKERS_ENV = "CONSUMERKIT_TEST_KAFKA_BROKERS"

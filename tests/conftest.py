@@ -36,14 +36,12 @@ from aiokafka.protocol.metadata import MetadataRequest
 
 from consumerkit.testing.services import (
     EmbeddedPostgres,
-    KafkaCluster,
     MakeTopic,
-    MissingToolError,
-    start_kafka,
     start_postgres,
     start_redis,
     start_tansu,
 )
+from tests.harness import KafkaCluster, MissingToolError, start_kafka
 
 from .brokers import BROKER, KAFKA_BROKERS, KAFKA_VERSION, ON_KAFKA, REPLICATION_FACTOR
 

@@ -23,7 +23,7 @@ from benchmarks.outbox_peers import RelaySpec
 from benchmarks.profiles import MAIN, Cell, Profile
 from benchmarks.runner import Settings
 from benchmarks.workload import create_topic, delete_topic
-from consumerkit.testing.kafka import KafkaCluster
+from tests.harness.kafka import KafkaCluster
 
 from .test_benchmarks import NoDedupPeer
 

@@ -17,13 +17,28 @@ import sys
 import traceback
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from ..logs import configure_logging
 from ..settings import SETTINGS, ConsumerSettings
 from ..shared import aio
-from . import admin, asyncapi, check, config, migrate, offsets, parked, relay, run, topics
-from .common import HelpFormatter, duration, sub
+from ..shared.dsn import dsn_secrets
+from . import (
+    admin,
+    asyncapi,
+    check,
+    config,
+    dev,
+    lookup,
+    migrate,
+    offsets,
+    parked,
+    relay,
+    run,
+    send,
+    topics,
+)
+from .common import HelpFormatter, Parser, duration, sub
+from .environment import load_dotenv_defaults
 from .errors import database_error, one_line, scrub
 from .options import load_settings
 
@@ -47,8 +62,9 @@ _PASSWORD = re.compile(r"password\s*=\s*'?([^'\s]+)", re.IGNORECASE)
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="consumerkit", description=DESCRIPTION, epilog=EPILOG,
-                                     formatter_class=HelpFormatter)
+    parser: argparse.ArgumentParser = Parser(
+        prog="consumerkit", description=DESCRIPTION, epilog=EPILOG,
+        formatter_class=HelpFormatter)
     parser.add_argument("--debug", action="store_true",
                         help="show the traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -62,6 +78,9 @@ def _parser() -> argparse.ArgumentParser:
     offsets.add_parser(commands)
     topics.add_parser(commands)
     asyncapi.add_parser(commands)
+    dev.add_parser(commands)
+    send.add_parser(commands)
+    lookup.add_parser(commands)
     demo = sub(commands, "demo", "run the pizza shop on embedded services: outbox, relays, "
                "three consumers, duplicates and two kills")
     demo.add_argument("--orders", default="500",
@@ -101,12 +120,7 @@ def _secrets(args: argparse.Namespace) -> Iterator[str]:
     values = [str(v) for v in vars(args).values() if isinstance(v, str)]
     values += [v for k, v in os.environ.items() if k.startswith("CONSUMERKIT_")]
     for value in values:
-        try:
-            password = urlsplit(value.strip()).password
-        except ValueError:
-            password = None
-        if password:
-            yield password
+        yield from dsn_secrets(value)
         yield from _PASSWORD.findall(value)
     for name, value in os.environ.items():
         if name.startswith("CONSUMERKIT_") and name.endswith(("PASSWORD", "SECRETS")):
@@ -147,6 +161,9 @@ def _uvloop_wanted(args: argparse.Namespace) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; its exit status."""
     args = _parser().parse_args(argv)
+    # those with --env-file read it as settings; the others' defaults come from variables
+    if not hasattr(args, "env_file") and load_dotenv_defaults():
+        args = _parser().parse_args(argv)
     if args.command not in ("run", "relay"):  # those two configure logging from settings
         configure_logging("text", "WARNING")
         # the command reports a broker it cannot reach in one line of its own
@@ -166,10 +183,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             message = None if error is None else str(error)
         if message is None and not args.debug:
             message = f"unexpected {type(exc).__name__}: {exc} (--debug shows the traceback)"
-        if args.debug:
-            traceback.print_exc()
+        secrets = list(_secrets(args))
+        if args.debug:  # a library's words in the traceback may quote a secret too
+            print(scrub(traceback.format_exc(), secrets), file=sys.stderr, end="")
         if message is not None:
-            print(f"consumerkit: {scrub(message, _secrets(args))}", file=sys.stderr)
+            print(f"consumerkit: {scrub(message, secrets)}", file=sys.stderr)
         return 1
     finally:
         logging.shutdown()

@@ -8,11 +8,15 @@ import os
 from ..deadletter.table import list_dead_letters
 from ..dedup import cli as dedup_cli
 from ..dedup.policy import DedupPolicy
+from ..display import displayable
 from ..outbox import cli as outbox_cli
 from ..shared.identifiers import identifier
 from .check import reach_broker
-from .common import count, database_args, duration, policy_args, positive, sub
+from .common import count, database_args, duration, policy_args, positive, sub, whole
 from .errors import database
+
+PREMAKE_MAX = 1000
+"""The most outbox partitions made ahead."""
 
 
 def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,8 +35,10 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     for action in outbox._actions:  # row counts: a negative one is a usage error
         if action.dest == "limit":
             action.type = count
-        elif action.dest in ("batch", "premake"):
+        elif action.dest == "batch":
             action.type = positive
+        elif action.dest == "premake":  # each one a partition created, ahead of time
+            action.type = whole(1, PREMAKE_MAX)
 
 
 def dsn(args: argparse.Namespace) -> str | None:
@@ -44,9 +50,11 @@ async def dead_letters(args: argparse.Namespace) -> int:
     identifier(args.schema, "schema name")
     async with database(dsn(args)) as conn:
         entries = await list_dead_letters(conn, args.schema, args.consumer, args.limit)
-    for e in entries:
-        print(f"{e.failed_at:%Y-%m-%d %H:%M:%S} {e.consumer} {e.topic}/{e.partition}/"
-              f"{e.offset} id={e.event_id} type={e.event_type} {e.reason}: {e.detail}")
+    for e in entries:  # ids, types and details come from the records: shown escaped
+        print(f"{e.failed_at:%Y-%m-%d %H:%M:%S} {displayable(e.consumer)} "
+              f"{displayable(e.topic)}/{e.partition}/{e.offset} "
+              f"id={displayable(e.event_id, 200)} type={displayable(e.event_type, 200)} "
+              f"{displayable(e.reason)}: {displayable(e.detail, 2000)}")
     print(f"{len(entries)} dead letters")
     return 0
 

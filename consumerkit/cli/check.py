@@ -8,7 +8,8 @@ keeping records longer than the dedup window, every consumed or published topic 
 (replication factor, ``min.insync.replicas``, no unclean leader election: a ``WARNING``,
 which leaves the exit status 0, since a development cluster may have one broker), and with
 published topics the relay's idempotent producer fitting the broker. With ``MODULE:ATTR`` the
-consumer's own schema, dedup policy, topics, retries and outbox are checked. With
+consumer's own schema, dedup policy, topics, retries and outbox are checked, and the event
+types of its topics' recent records against its handlers (see :mod:`.check_sample`). With
 ``--handlers MODULE:ATTR`` the parked records, dead letters and unpublished outbox rows are
 decoded by that consumer's handlers (see :mod:`.check_handlers`). Exit status 1 when
 anything is wrong, else 0 and a short all-clear (warnings do not change it).
@@ -32,9 +33,12 @@ from ..outbox.table import OutboxTable
 from ..retry import RetryPolicy
 from ..schema import VERSION_TABLE, behind
 from ..settings import CommonSettings, ConsumerSettings, RelaySettings
+from ..shared.pooler import Pooler
 from ..transport.kafka import KafkaProducer
 from ..transport.kafka_access import hidden_topics, principal
-from . import check_slots
+from . import check_sample, check_slots
+from .check_connections import add_arguments as add_connections_arguments
+from .check_connections import check_connections
 from .check_handlers import add_arguments as add_handlers_arguments
 from .check_handlers import check_handlers, validate_handlers_arguments
 from .check_kafka import (
@@ -43,7 +47,8 @@ from .check_kafka import (
     idempotence_finding,
     topic_durability,
 )
-from .common import policy_args, positive, sub
+from .check_pooler import check_pooler
+from .common import REPLICATION_MAX, policy_args, sub, whole
 from .errors import MIGRATE_HINT, database, one_line
 from .options import add_settings_arguments, load_settings, sources
 from .run import apply_settings
@@ -51,7 +56,8 @@ from .target import load_consumer
 
 SERVICE_FIELDS = {"postgres_dsn", "kafka_bootstrap", "db_schema", "security_protocol",
                   "sasl_mechanism", "sasl_plain_username", "sasl_plain_password", "ssl_cafile",
-                  "ssl_certfile", "ssl_keyfile", "ssl_password"}
+                  "ssl_certfile", "ssl_keyfile", "ssl_password", "postgres_pooler"}
+TYPE_FIELDS = {"unhandled", "ignore"}  # what the sample's unhandled types would become
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -59,7 +65,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("target", metavar="MODULE:ATTR", nargs="?", default=None,
                         help="check this consumer's schema, dedup policy, topics and outbox "
                         "(default: the options below)")
-    add_settings_arguments(parser, ConsumerSettings, only=SERVICE_FIELDS)
+    add_settings_arguments(parser, ConsumerSettings, only=SERVICE_FIELDS | TYPE_FIELDS)
     policy_args(parser)
     parser.add_argument("--expired", choices=["dead_letter", "skip", "apply"],
                         default="dead_letter", help="the consumers' expired policy")
@@ -75,11 +81,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
                         help="the relay's idempotent producer (default: on; "
                         "$CONSUMERKIT_ENABLE_IDEMPOTENCE)")
-    parser.add_argument("--min-replication", type=positive, default=WANTED_REPLICATION,
+    parser.add_argument("--min-replication", type=whole(1, REPLICATION_MAX),
+                        default=WANTED_REPLICATION,
                         help="the replication factor every topic must have at least "
                         "(1 for a one-broker development cluster)")
     add_handlers_arguments(parser)
     check_slots.add_arguments(parser)
+    check_sample.add_arguments(parser)
+    add_connections_arguments(parser)
     parser.set_defaults(handler=check_command)
 
 
@@ -101,6 +110,9 @@ class Deployment:
     idempotence: bool = True  # the relay's
     replication: int = WANTED_REPLICATION
     offset_store: str = "postgres"  # "postgres" needs the offsets table
+    pooler: Pooler = "none"  # what the deployment says stands in front of PostgreSQL
+    concurrency: int = 4  # the consumers' (a Consumer's default with batches)
+    consumer: Any = field(default=None, repr=False)  # the Consumer of MODULE:ATTR, if given
 
 
 @dataclass
@@ -130,8 +142,15 @@ async def check_command(args: argparse.Namespace) -> int:
     deployment = await _deployment(args, settings)
     report = Report()
     await check_postgres(deployment, report)
+    if deployment.dsn:
+        await check_pooler(deployment.dsn, deployment.pooler, report)
+    await check_connections(deployment.dsn, args, deployment.concurrency, deployment.pooler,
+                            report)
     await check_slots.check_slots(deployment.dsn, args.max_slot_wal, report)
     await check_broker(deployment, report)
+    if deployment.consumer is not None:  # its topics' event types against its handlers
+        await check_sample.check_sample(deployment.consumer, args.sample,
+                                        args.sample_timeout, report)
     if args.handlers is not None:  # the events waiting in the database, decoded by new code
         try:
             await check_handlers(args, deployment.dsn, report)
@@ -164,7 +183,9 @@ async def _described(args: argparse.Namespace, settings: CommonSettings) -> Depl
             topics=args.topics or [],
             outboxes=[OutboxTable(settings.db_schema, t) for t in args.outbox_tables or []],
             kafka_options=settings.kafka_options(),
-            offset_store=getattr(settings, "offset_store", "postgres"))
+            offset_store=getattr(settings, "offset_store", "postgres"),
+            pooler=settings.postgres_pooler,
+            concurrency=getattr(settings, "concurrency", None) or 4)
     assert isinstance(settings, ConsumerSettings)
     consumer = await load_consumer(args.target)
     apply_settings(consumer, settings, sources(args, ConsumerSettings))
@@ -173,7 +194,9 @@ async def _described(args: argparse.Namespace, settings: CommonSettings) -> Depl
         policy=consumer.dedup, topics=[*consumer.topics, *(args.topics or [])],
         outboxes=[consumer.outbox.table] if consumer.outbox is not None else [],
         kafka_options=consumer.kafka_options, retry=consumer.retry,
-        handler_timeout=consumer.handler_timeout, offset_store=consumer.offset_store)
+        handler_timeout=consumer.handler_timeout, offset_store=consumer.offset_store,
+        pooler=consumer.postgres_pooler, concurrency=consumer.concurrency,
+        consumer=consumer)
 
 
 async def check_postgres(d: Deployment, report: Report) -> None:

@@ -7,9 +7,10 @@ yet published goes through the new consumer's decoder, upcasters included, as it
 time. What would fail is listed with why; exit status 1 if anything would. Outbox rows of event
 types the consumer has no handler for are meant for other services and only counted.
 
-Read-only (a read-only transaction per page) and bounded: the tables are read in pages of
-``--page-size`` rows in key order, at most ``--max-records`` rows of each source, with a
-statement timeout, and only the first failures of each source are printed in full.
+Read-only (every statement in a read-only transaction, nothing set for the session) and
+bounded: the tables are read in pages of ``--page-size`` rows in key order, at most
+``--max-records`` rows of each source, with a statement timeout, and only the first failures
+of each source are printed in full.
 
 With ``--try-handlers`` each handler then runs once, its statements prepared and never run
 (:mod:`.try_handlers`), on the first of those records that decodes for it.
@@ -38,6 +39,7 @@ from ..outbox.kafka import wire_record
 from ..outbox.table import OutboxTable
 from ..parking.tables import RECORDS as PARKED
 from ..shared.identifiers import qualified
+from .common import positive
 from .errors import CommandError, database
 from .target import load_consumer
 from .try_handlers import Trial, trial, try_handlers
@@ -50,9 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--handlers", metavar="MODULE:ATTR", default=None,
                         help="decode the parked records, dead letters and unpublished outbox "
                         "rows with this consumer's handlers and upcasters (default: not done)")
-    parser.add_argument("--page-size", type=_positive, default=500, metavar="N",
+    parser.add_argument("--page-size", type=positive, default=500, metavar="N",
                         help="rows read per query by --handlers")
-    parser.add_argument("--max-records", type=_positive, default=1_000_000, metavar="N",
+    parser.add_argument("--max-records", type=positive, default=1_000_000, metavar="N",
                         help="rows of each source read at most by --handlers")
     parser.add_argument("--try-handlers", action="store_true",
                         help="with --handlers: run each handler once, its statements prepared "
@@ -64,12 +66,6 @@ def validate_handlers_arguments(args: argparse.Namespace) -> None:
     if args.try_handlers and args.handlers is None:
         raise CommandError("--try-handlers needs --handlers MODULE:ATTR (the consumer whose "
                            "handlers to try)")
-
-
-def _positive(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number from 1, not {text!r}")
-    return int(text)
 
 
 class Findings(Protocol):
@@ -96,17 +92,21 @@ async def check_handlers(args: argparse.Namespace, dsn: str | None,
                          report: Findings) -> None:
     """Decode what waits in the database with the handlers of ``args.handlers``."""
     consumer = await load_consumer(args.handlers)
-    decoder = Decoder(consumer.routes, consumer.wire, consumer.max_message_bytes)
+    decoder = consumer.decoder()
     outboxes = [consumer.outbox.table] if consumer.outbox is not None else []
     outboxes += [OutboxTable(consumer.schema, t) for t in args.outbox_tables or []
                  if not any(o.table == t for o in outboxes)]
     store = PostgresDedupStore(consumer.schema, consumer.dedup)  # where applied ids are
+    # every statement runs in a read-only transaction of its own: nothing is set for the
+    # session, which a transaction pooler would hand, read-only, to the service's clients
     async with database(dsn or consumer.postgres_dsn) as conn:
-        await conn.execute("SET default_transaction_read_only = on")
 
         async def replayed(record: Record) -> str | None:
             event_id = decoder.event_id(record)
-            applied = event_id is not None and await store.seen(conn, consumer.name, event_id)
+            if event_id is None:
+                return None
+            async with conn.transaction(readonly=True):
+                applied = await store.seen(conn, consumer.name, event_id)
             return "applied since (replayed)" if applied else None
 
         async def others(record: Record) -> str | None:

@@ -12,7 +12,7 @@ import re
 import signal
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from ..shared import heap, signals
 
@@ -29,6 +29,14 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         if action.help and "(default:" in action.help:
             return action.help
         return super()._get_help_string(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage error is one line (and exit status 2), not the whole
+    usage: with the settings' flags that is twenty lines hiding the one that matters."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def sub(commands: argparse._SubParsersAction[argparse.ArgumentParser], name: str,
@@ -53,23 +61,38 @@ def duration(text: str) -> timedelta:
     return total
 
 
-def count(text: str) -> int:
-    """A whole number, zero or more (a row limit)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
+ROWS_MAX = 2**31 - 1
+"""The most rows a limit, batch or page may name (PostgreSQL's ``int``)."""
+PARTITION_MAX = 2**31 - 1
+"""The highest Kafka partition number (an ``INT32`` on the wire)."""
+PARTITIONS_MAX = 10_000
+"""The most partitions ``topics create`` makes (a local or test broker's topic)."""
+REPLICATION_MAX = 2**15 - 1
+"""The highest Kafka replication factor (an ``INT16`` on the wire)."""
 
 
-def positive(text: str) -> int:
-    """A whole number, one or more."""
-    value = count(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
-    return value
+def whole(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``low`` to ``high``; anything else is a usage
+    error (exit 2) in one line."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:  # a float, a word, or past Python's 4300 digits
+            shown = text if len(text) <= 40 else f"{text[:40]}... ({len(text)} characters)"
+            raise argparse.ArgumentTypeError(f"not a whole number: {shown!r}") from None
+        if not low <= value <= high:
+            shown = str(value) if len(str(value)) <= 40 else f"a {len(str(value))}-digit number"
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, got {shown}")
+        return value
+    return parse
+
+
+count = whole(0, ROWS_MAX)
+"""A row count, zero or more (a limit)."""
+positive = whole(1, ROWS_MAX)
+"""A row count, one or more (a batch, a page)."""
+partition = whole(0, PARTITION_MAX)
+"""A Kafka partition number."""
 
 
 def database_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

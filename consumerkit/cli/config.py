@@ -37,6 +37,8 @@ async def config_command(args: argparse.Namespace) -> int:
     settings = load_settings(args, model)
     origin = sources(args, model)
     values = {name: shown(getattr(settings, name)) for name in model.model_fields}
+    if settings.postgres_dsn is not None:  # its host and database help; its password not
+        values["postgres_dsn"] = redact_dsn(settings.postgres_dsn.get_secret_value())
     if getattr(args, "target", None):
         assert isinstance(settings, ConsumerSettings)
         consumer = await load_consumer(args.target)

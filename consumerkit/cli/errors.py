@@ -14,12 +14,12 @@ import re
 import socket
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
-from urllib.parse import urlsplit
 
 import asyncpg
 
 from ..errors import ConsumerKitError
-from ..shared.identifiers import redact_dsn
+from ..shared.dsn import DsnError, dsn_secrets, parse_dsn, redact_dsn
+from ..shared.pooler import connect
 
 MIGRATE_HINT = "run `consumerkit migrate` (with the same --postgres and --schema) to create it"
 
@@ -29,17 +29,10 @@ class CommandError(ConsumerKitError):
 
 
 def _host(dsn: str) -> str:
-    with contextlib.suppress(ValueError):
-        return urlsplit(dsn).hostname or "localhost"
+    with contextlib.suppress(DsnError):
+        hosts = parse_dsn(dsn).hosts
+        return ", ".join(host for host, _port in hosts) or "localhost"
     return "the host"
-
-
-def _port_out_of_range(dsn: str) -> bool:
-    try:
-        port = urlsplit(dsn).port
-    except ValueError as exc:
-        return "out of range" in str(exc)
-    return port is not None and not 0 <= port <= 65535
 
 
 def database_error(exc: BaseException, dsn: str) -> CommandError | None:
@@ -54,13 +47,33 @@ def database_error(exc: BaseException, dsn: str) -> CommandError | None:
         return CommandError(f"cannot connect to {where}: no answer within 15 s")
     if isinstance(exc, OSError):
         return CommandError(f"cannot connect to {where}: {exc.strerror or exc}")
+    if isinstance(exc, DsnError):
+        return CommandError(str(exc))
     if isinstance(exc, ValueError | OverflowError | asyncpg.ClientConfigurationError):
-        return CommandError(f"malformed PostgreSQL DSN {redact_dsn(dsn)}: {exc} (expected "
+        # asyncpg's words may quote a part of the DSN: keep none of its secrets
+        return CommandError(f"malformed PostgreSQL DSN {redact_dsn(dsn)}: "
+                            f"{scrub(str(exc), dsn_secrets(dsn))} (expected "
                             "postgresql://user:password@host:5432/database)")
-    if isinstance(exc, asyncpg.PostgresError | asyncpg.InterfaceError):
+    if _refusal(exc):
         # the server's own words: 'role "x" does not exist', 'password authentication failed'
-        return CommandError(f"PostgreSQL at {redact_dsn(dsn)} refused the connection: {exc}")
+        return CommandError(f"PostgreSQL at {redact_dsn(dsn)} refused the connection: "
+                            f"{scrub(str(exc), dsn_secrets(dsn))}")
+    if isinstance(exc, asyncpg.PostgresError | asyncpg.InterfaceError):
+        return CommandError(f"PostgreSQL at {redact_dsn(dsn)} failed while connecting: "
+                            f"{type(exc).__name__}: {scrub(str(exc), dsn_secrets(dsn))}")
     return None
+
+
+# SQLSTATE classes and codes of a server (or a pooler) turning a connection away: connection
+# exceptions, authorization, an unknown database, too many connections, not accepting yet
+_REFUSALS = ("08", "28", "3D000", "53300", "57P03")
+
+
+def _refusal(exc: BaseException) -> bool:
+    if isinstance(exc, asyncpg.InterfaceError):
+        return True
+    code = getattr(exc, "sqlstate", None) or ""
+    return isinstance(exc, asyncpg.PostgresError) and code.startswith(_REFUSALS)
 
 
 @contextlib.asynccontextmanager
@@ -69,11 +82,14 @@ async def database(dsn: str | None) -> AsyncIterator[asyncpg.Connection[Any]]:
     is a :class:`CommandError`."""
     if not dsn:
         raise CommandError("no database: pass --postgres or set CONSUMERKIT_POSTGRES_DSN")
-    if _port_out_of_range(dsn):  # uvloop would call it a refused connection
-        raise CommandError(f"malformed PostgreSQL DSN {redact_dsn(dsn)}: connect(): port must "
-                           "be 0-65535 (expected postgresql://user:password@host:5432/database)")
     try:
-        conn = await asyncpg.connect(dsn, timeout=15)
+        parse_dsn(dsn)  # what asyncpg would misread, or refuse quoting the password
+    except DsnError as exc:
+        raise CommandError(str(exc)) from None
+    try:
+        # a command's few statements gain nothing from a statement cache; without one they
+        # also work through a transaction pooler that was not declared
+        conn = await connect(dsn, pooler="transaction")
     except Exception as exc:
         error = database_error(exc, dsn)
         if error is None:

@@ -25,7 +25,7 @@ from ..transport.kafka_admin import admin_client
 from ..types import DbConnection
 from .admin import dsn
 from .check import SERVICE_FIELDS
-from .common import count, database_args, sub
+from .common import database_args, partition, sub
 from .errors import CommandError, database
 from .options import add_settings_arguments, load_settings
 
@@ -49,7 +49,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="the consumer (its group's name); required")
     forget.add_argument("--topic", default=None, metavar="T",
                         help="only this topic's rows (default: every topic's)")
-    forget.add_argument("--partition", type=count, action="append", default=None,
+    forget.add_argument("--partition", type=partition, action="append", default=None,
                         metavar="N", help="only this partition's row, repeatable, with "
                         "--topic (default: every partition's)")
     add_settings_arguments(forget, ConsumerSettings, only=SERVICE_FIELDS)

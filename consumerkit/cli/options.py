@@ -39,6 +39,9 @@ def add_settings_arguments(parser: argparse.ArgumentParser, model: type[CommonSe
         elif name == "webhook_secrets":
             group.add_argument(flag(name), dest=name, action="append", default=argparse.SUPPRESS,
                                metavar="whsec_...", help=help_ + " (repeat for several)")
+        elif name == "ignore":
+            group.add_argument(flag(name), dest=name, action="append", default=argparse.SUPPRESS,
+                               metavar="PATTERN", help=help_ + " (repeat for several)")
         elif field.annotation is bool:
             group.add_argument(flag(name), dest=name, action=argparse.BooleanOptionalAction,
                                default=argparse.SUPPRESS, help=help_)
@@ -48,7 +51,18 @@ def add_settings_arguments(parser: argparse.ArgumentParser, model: type[CommonSe
             group.add_argument(flag(name), dest=name, default=argparse.SUPPRESS,
                                choices=choices, type=str.upper if upper else str,
                                metavar=None if choices else name.upper(), help=help_)
-    parser.add_argument("--env-file", default=".env", help="read settings from this file too")
+    # a Path default: argparse checks only what is given, and a missing .env is no error
+    parser.add_argument("--env-file", type=env_file, default=Path(".env"), metavar="FILE",
+                        help="read settings from this file too (one that is given must exist)")
+
+
+def env_file(text: str) -> Path:
+    """An ``--env-file`` that exists: a missing one would be ignored without a word."""
+    path = Path(text)
+    if not path.is_file():
+        reason = "is a directory" if path.is_dir() else "no such file"
+        raise argparse.ArgumentTypeError(f"{reason}: {text!r}")
+    return path
 
 
 def _choices(annotation: Any) -> list[str] | None:
@@ -102,7 +116,7 @@ def sources(args: argparse.Namespace, model: type[CommonSettings]) -> dict[str, 
     for name in model.model_fields:
         variable = env_name(name)
         found[name] = ("flag" if name in given else "env" if variable in environ
-                       else args.env_file if variable in dotenv else "default")
+                       else str(args.env_file) if variable in dotenv else "default")
     return found
 
 

@@ -13,12 +13,14 @@ import sys
 
 import asyncpg
 
+from ..display import displayable
+from ..engine.replay import discard_key, replay_key
+from ..errors import ParkingError
 from ..parking import store
-from ..parking.replay import ParkingError, discard_key, replay_key
 from ..settings import ConsumerSettings
 from ..shared.identifiers import identifier
 from .admin import dsn
-from .common import count, database_args, sub
+from .common import count, database_args, partition, sub
 from .errors import MIGRATE_HINT, CommandError, database
 from .options import add_settings_arguments, load_settings, sources
 from .run import apply_settings
@@ -51,17 +53,18 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _key_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("key", metavar="KEY", help="the record key, as UTF-8 text")
     parser.add_argument("--topic", help="the key's topic, when it is parked on several")
-    parser.add_argument("--partition", type=count, help="the key's partition, likewise")
+    parser.add_argument("--partition", type=partition, help="the key's partition, likewise")
 
 
 async def list_command(args: argparse.Namespace) -> int:
     identifier(args.schema, "schema name")
     async with database(dsn(args)) as conn:
         keys = await store.list_keys(conn, args.schema, args.consumer, limit=args.limit)
-    for k in keys:
-        print(f"{k.parked_at:%Y-%m-%d %H:%M:%S} {k.consumer} {k.topic}/{k.partition} "
-              f"key={k.key_text!r} records={k.records} from offset {k.first_offset}: "
-              f"{k.reason}: {k.detail}")
+    for k in keys:  # keys and details come from the records: shown escaped
+        print(f"{k.parked_at:%Y-%m-%d %H:%M:%S} {displayable(k.consumer)} "
+              f"{displayable(k.topic)}/{k.partition} key={displayable(repr(k.key_text), 200)} "
+              f"records={k.records} from offset {k.first_offset}: "
+              f"{displayable(k.reason)}: {displayable(k.detail, 2000)}")
     print(f"{len(keys)} parked keys, {sum(k.records for k in keys)} records")
     return 0
 

@@ -70,7 +70,8 @@ async def relay_command(args: argparse.Namespace) -> int:
                   batch_size=settings.batch_size, notify=settings.notify,
                   poll_interval=settings.poll_interval, name=settings.name,
                   handle_signals=False, metrics_port=settings.metrics_port,
-                  metrics_host=settings.metrics_host)
+                  metrics_host=settings.metrics_host,
+                  postgres_pooler=settings.postgres_pooler)
     signals = 0
 
     def on_signal(sig: signal.Signals, task: asyncio.Task[None]) -> None:

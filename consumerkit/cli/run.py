@@ -32,7 +32,9 @@ ARGUMENTS = {"postgres_dsn": "postgres_dsn", "kafka_bootstrap": "kafka_bootstrap
              "max_in_flight": "max_in_flight", "handler_timeout": "handler_timeout",
              "shutdown_timeout": "shutdown_timeout", "metrics_port": "metrics_port",
              "metrics_host": "metrics_host", "stall_after_keys": "stall_after_keys",
-             "stall_max_delay": "stall_max_delay", "offset_store": "offset_store"}
+             "stall_max_delay": "stall_max_delay", "offset_store": "offset_store",
+             "unhandled": "unhandled", "ignore": "ignore",
+             "postgres_pooler": "postgres_pooler"}
 """The settings that are :class:`Consumer` arguments: the setting's name, the argument's."""
 UNSET_BY_NONE = frozenset({"postgres_dsn", "kafka_bootstrap", "metrics_port"})
 """Arguments whose ``None`` means "not given yet" (the settings fill them), even when passed

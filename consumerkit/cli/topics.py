@@ -15,7 +15,7 @@ from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
 from aiokafka.protocol.metadata import MetadataRequest
 
 from .check import reach_broker
-from .common import positive, sub
+from .common import PARTITIONS_MAX, sub, whole
 from .errors import CommandError
 
 # Kafka's own rule for a topic's name
@@ -37,7 +37,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions = topics.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = sub(actions, "create", "create a topic; one already present is left as it is")
     create.add_argument("name", type=topic_name, metavar="NAME", help="the topic's name")
-    create.add_argument("--partitions", type=positive, default=4, help="partitions")
+    create.add_argument("--partitions", type=whole(1, PARTITIONS_MAX), default=4,
+                        help="partitions")
     create.add_argument(
         "--kafka", default=None, metavar="HOST:PORT",
         help="bootstrap servers (default: $CONSUMERKIT_KAFKA_BOOTSTRAP)")

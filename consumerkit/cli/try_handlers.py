@@ -28,10 +28,10 @@ from pydantic import BaseModel
 from ..consumer import Consumer
 from ..context import BatchContext, HandlerContext
 from ..engine.decode import Decoded
-from ..engine.deferred import Deferred
 from ..engine.stall import systemic_cause
 from ..envelope import Envelope
 from ..registry import Route
+from ..shared.deferred import Deferred
 from ..types import DbConnection
 from .dry_connection import DryConnection
 from .sample_event import Unbuildable, sample
@@ -103,11 +103,12 @@ async def _run(consumer: Consumer, route: Route, dry: DryConnection,
     ctx: HandlerContext | BatchContext
     if route.batch:
         ctx = BatchContext(tx, [chosen.envelope], 1, handler=route.name,
-                           outbox=consumer.outbox, deferred=deferred)
+                           outbox=consumer.outbox, deferred=deferred, publishes=route.publishes)
         call = route.func([chosen.event], ctx)
     else:
         ctx = HandlerContext(tx, chosen.envelope, 1, handler=route.name,
-                             outbox=consumer.outbox, deferred=deferred)
+                             outbox=consumer.outbox, deferred=deferred,
+                             publishes=route.publishes)
         call = route.func(chosen.event, ctx)
     limit = min(TIMEOUT, consumer.handler_timeout or TIMEOUT)
     try:

@@ -6,6 +6,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from ..display import displayable
+
+DETAIL_LIMIT = 2000
+"""Characters kept of a detail: it often quotes the record (an event type, an error about its
+values), and a listing or a header shows it in one line."""
+
+
+def shown_detail(detail: str) -> str:
+    """``detail`` as the sinks store it: escaped (no newline or escape sequence can forge a
+    line where it is listed) and cut at :data:`DETAIL_LIMIT` with its length noted."""
+    return displayable(detail, DETAIL_LIMIT)
+
 
 @dataclass(frozen=True, slots=True)
 class DeadLetterEntry:
@@ -16,7 +28,9 @@ class DeadLetterEntry:
     ``invalid_timestamp``, ``unknown_version``, ``upcast_failed``, ``invalid_json``,
     ``invalid_payload``, ``invalid_key``,
     ``handler_failed``, ``dead_lettered_by_handler``, ``expired``);
-    ``detail`` is the human-readable explanation. A header value may be ``None``: Kafka
+    ``detail`` is the human-readable explanation, stored as :func:`shown_detail` makes it (a
+    database error's DETAIL, which quotes the row's values, is left out of it: see
+    :func:`consumerkit.shared.failures.describe`). A header value may be ``None``: Kafka
     allows null header values, and the entry keeps the record as it was.
     """
 

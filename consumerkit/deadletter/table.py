@@ -29,7 +29,7 @@ import asyncpg
 from ..errors import ConsumerKitError
 from ..shared.identifiers import identifier, qualified
 from ..types import DbConnection, SinkResources
-from .entry import DeadLetterEntry
+from .entry import DeadLetterEntry, shown_detail
 
 TABLE = "dead_letters"
 
@@ -114,7 +114,7 @@ class DeadLetterTable:
         await self._pool.execute(
             self._insert_sql, entry.consumer, entry.topic, entry.partition, entry.offset,
             entry.key, entry.value, encode_headers(entry.headers), pg_text(entry.reason),
-            pg_text(entry.detail), entry.attempts, _pg_optional(entry.event_id),
+            pg_text(shown_detail(entry.detail)), entry.attempts, _pg_optional(entry.event_id),
             _pg_optional(entry.event_type), entry.failed_at)
 
     async def close(self) -> None:

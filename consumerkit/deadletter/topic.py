@@ -11,7 +11,7 @@ from ..shared.identifiers import check_name
 from ..transport.kafka import KafkaProducer
 from ..transport.kafka_access import missing_topics
 from ..types import SinkResources
-from .entry import DeadLetterEntry
+from .entry import DeadLetterEntry, shown_detail
 
 _log = logging.getLogger("consumerkit.deadletter")
 
@@ -86,7 +86,7 @@ class DeadLetterTopic:
             raise StartupError("DeadLetterTopic used before open()")
         extra = [
             (REASON_HEADER, utf8(entry.reason)),
-            (DETAIL_HEADER, cut_utf8(entry.detail)),
+            (DETAIL_HEADER, cut_utf8(shown_detail(entry.detail))),
             (ORIGIN_HEADER, utf8(f"{entry.topic}/{entry.partition}/{entry.offset}")),
             (CONSUMER_HEADER, utf8(entry.consumer)),
             (ATTEMPTS_HEADER, str(entry.attempts).encode()),

@@ -21,9 +21,11 @@ from collections.abc import Sequence
 
 import asyncpg
 
+from ..display import displayable
 from ..errors import RecordTooLargeError
+from ..shared import failures
 from ..types import DeadLetterSink
-from .entry import DeadLetterEntry
+from .entry import DETAIL_LIMIT, DeadLetterEntry
 
 log = logging.getLogger("consumerkit.deadletter")
 
@@ -47,7 +49,7 @@ def is_permanent(exc: BaseException) -> bool:
 
 
 def describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:ERROR_TEXT_LIMIT]
+    return displayable(failures.describe(exc), ERROR_TEXT_LIMIT)
 
 
 def reduced(entry: DeadLetterEntry, exc: BaseException) -> DeadLetterEntry:
@@ -58,7 +60,9 @@ def reduced(entry: DeadLetterEntry, exc: BaseException) -> DeadLetterEntry:
     """
     return dataclasses.replace(
         entry, value=None, headers=(),
-        detail=f"{entry.detail} [value and headers dropped: {describe(exc)}]")
+        # the detail is cut first, so that storing it does not cut off why they were dropped
+        detail=f"{displayable(entry.detail, DETAIL_LIMIT - ERROR_TEXT_LIMIT - 40)} "
+               f"[value and headers dropped: {describe(exc)}]")
 
 
 class DeadLetterWriter:

@@ -2,12 +2,16 @@
 ``--broker kafka``, a three-broker Apache Kafka cluster of which the run SIGKILLs one broker.
 
 On Kafka the topics get three replicas (``min.insync.replicas=2``, unclean leader election off,
-as :func:`consumerkit.testing.kafka.start_kafka` configures the cluster) and the relays run
+as the repository's test harness configures the cluster) and the relays run
 with the idempotent producer on, their default; Tansu has no idempotent producer. The broker
 killed is the one leading the most partitions of the orders topic, which carries most of the
 run's events; it is started again at once on its own log dir, and the run's table says
 whether it was listed in the cluster's metadata again within :data:`REJOIN_TIMEOUT`, and
 whether the brokers hold the relays' producer ids on both topics (idempotence was on).
+
+That cluster is the project's own test harness (``tests/harness``, Java and Maven), which the
+wheel does not ship: ``--broker kafka`` runs from a clone of the repository, and says so in one
+line anywhere else.
 """
 
 from __future__ import annotations
@@ -19,11 +23,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from ..testing import kafka_lookup
-from ..testing.kafka_producers import producer_ids
+from ..testing.services import ServiceStartError
 
 if TYPE_CHECKING:
-    from ..testing.kafka import KafkaCluster
+    from tests.harness.kafka import KafkaCluster
 
 KAFKA_BROKERS = 3
 REJOIN_TIMEOUT = 180.0  # a JVM restarting on two busy cores
@@ -62,7 +65,7 @@ class BrokerFaults(Protocol):
 
 
 class ClusterFaults:
-    """:class:`BrokerFaults` on a :class:`~consumerkit.testing.kafka.KafkaCluster`."""
+    """:class:`BrokerFaults` on a :class:`~tests.harness.kafka.KafkaCluster`."""
 
     def __init__(self, cluster: KafkaCluster) -> None:
         self.cluster = cluster
@@ -84,6 +87,8 @@ class ClusterFaults:
             return f"broker {node_id} is not running"
         # every running node listed, the restarted one included (it dies: an error at once)
         try:
+            from tests.harness import kafka_lookup
+
             await asyncio.to_thread(self.cluster.wait_ready, REJOIN_TIMEOUT)
             listed = await kafka_lookup.listed_brokers(self.cluster.bootstrap)
         except Exception as exc:  # a node that died, a timeout: the reason, in one line
@@ -91,6 +96,8 @@ class ClusterFaults:
         return None if node_id in listed else f"broker {node_id} is not in the metadata"
 
     async def producers(self, topic: str) -> set[int]:
+        from tests.harness.kafka_producers import producer_ids
+
         by_partition = await producer_ids(self.cluster.bootstrap, topic)
         return set().union(*by_partition.values())
 
@@ -104,7 +111,12 @@ async def broker(kind: str, bootstrap: str | None,
         yield Broker(bootstrap, f"the broker at {bootstrap}"), None
         return
     if kind == "kafka":
-        from ..testing.kafka import start_kafka
+        try:
+            from tests.harness.kafka import start_kafka
+        except ImportError:
+            raise ServiceStartError(
+                "consumerkit demo --broker kafka runs from a clone of the consumerkit repository "
+                "(its test harness starts the cluster); without one, leave out --broker") from None
 
         starting = asyncio.ensure_future(asyncio.to_thread(start_kafka, KAFKA_BROKERS))
         try:

@@ -45,6 +45,7 @@ from ..context import BatchContext, HandlerContext
 from ..observability.observer import Observer
 from ..registry import Route
 from ..shared import faults
+from ..shared.deferred import Deferred
 from ..shared.failures import (
     ClaimBlocked,
     HandlerEndedTransaction,
@@ -54,7 +55,6 @@ from ..shared.failures import (
 )
 from ..types import Claim, ClaimRequest, ClaimStatus, DbConnection, DedupCache, DedupStore
 from .decode import Decoded
-from .deferred import Deferred
 from .frozen import maker
 from .plan import Call, culprit, plan
 from .xact import Mark, check, mark, verify
@@ -285,7 +285,7 @@ class Applier:
                           attempt: int, deferred: Deferred, index: int) -> None:
         envelopes = [d.envelope for d in records]
         ctx = BatchContext(conn, envelopes, attempt, handler=route.name, outbox=self.outbox,
-                           deferred=deferred, owner=index)
+                           deferred=deferred, owner=index, publishes=route.publishes)
         events = [d.event for d in records]
         if self.tracing is not None:  # one span for the call, linked to its messages' spans
             with self.tracing.activate_batch(route.name, envelopes):
@@ -296,7 +296,8 @@ class Applier:
     async def _call(self, conn: DbConnection, decoded: Decoded, attempt: int,
                     deferred: Deferred, index: int) -> None:
         ctx = HandlerContext(conn, decoded.envelope, attempt, handler=decoded.route.name,
-                             outbox=self.outbox, deferred=deferred, owner=index)
+                             outbox=self.outbox, deferred=deferred, owner=index,
+                             publishes=decoded.route.publishes)
         if self.tracing is not None:  # the handler runs in the message's span
             with self.tracing.activate(decoded.envelope):
                 await decoded.route.func(decoded.event, ctx)

@@ -118,8 +118,7 @@ class Batcher:
             try:
                 good.append((record, pipeline.decoder.decode(record)))
             except DecodeError as exc:
-                report(record, await pipeline.dead_letter(
-                    record, exc.reason, exc.detail, 0, None, abandon))
+                report(record, await pipeline.undecodable(record, exc, abandon))
         if not good:
             return
         group = _Group([decoded for _, decoded in good], abandon,

@@ -12,6 +12,8 @@ from ..dedup.horizon import horizon_findings
 from ..errors import ConfigurationError
 from ..offsets.store import OFFSET_STORES
 from ..shared.identifiers import identifier
+from ..shared.pooler import check_pooler
+from .unhandled import TypePolicy
 
 if TYPE_CHECKING:
     from ..consumer import Consumer
@@ -20,7 +22,7 @@ _P = ParamSpec("_P")
 CONFIGURABLE = frozenset({
     "postgres_dsn", "kafka_bootstrap", "schema", "concurrency", "max_batch", "max_in_flight",
     "handler_timeout", "shutdown_timeout", "metrics_port", "metrics_host", "stall_after_keys",
-    "stall_max_delay", "offset_store"})
+    "stall_max_delay", "offset_store", "unhandled", "ignore", "postgres_pooler"})
 """What :meth:`Consumer.configure` may change (the fields of ``consumerkit run``'s settings)."""
 
 
@@ -53,8 +55,12 @@ def configure(consumer: Consumer, values: dict[str, Any]) -> None:
         consumer.auto_concurrency = concurrency is None
         if concurrency is not None:
             consumer.concurrency = concurrency
+    if "ignore" in values:
+        ignore = values.pop("ignore")
+        consumer.ignore = (ignore,) if isinstance(ignore, str) else tuple(ignore)
     for name, value in values.items():
         setattr(consumer, name, value)
+    consumer.types = TypePolicy.build(consumer.unhandled, consumer.ignore, consumer.routes)
     # batches: a few at once, so they fill while PostgreSQL works; one record per
     # transaction: more at once, so handlers that wait on I/O overlap
     if consumer.auto_concurrency:
@@ -70,6 +76,10 @@ def configure(consumer: Consumer, values: dict[str, Any]) -> None:
     if consumer.offset_store not in OFFSET_STORES:
         raise ConfigurationError(f"offset_store must be one of {', '.join(OFFSET_STORES)}, "
                                  f"not {consumer.offset_store!r}")
+    try:
+        check_pooler(consumer.postgres_pooler)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
     if consumer.stall_after_keys < 0 or consumer.stall_max_delay <= 0:
         raise ConfigurationError(
             "stall_after_keys must be at least 0 and stall_max_delay positive")

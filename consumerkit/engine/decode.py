@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import NoReturn
 
 import orjson
 from pydantic import BaseModel, ValidationError
@@ -16,6 +17,7 @@ from ..registry import Route, RouteTable
 from ..versions import read_version, upcast_json
 from .cdc import HEADERS_HEADER, maybe_wrapped, unfold_headers, unwrap_value
 from .frozen import maker
+from .unhandled import Skipped, TypePolicy, Unhandled
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,8 +60,12 @@ def _optional(get: Callable[[str], bytes | None], name: str) -> str | None:
 class Decoder:
     """Decodes records for one consumer: size limit, headers, key, route, id, payload."""
 
-    def __init__(self, routes: RouteTable, wire: WireFormat, max_bytes: int) -> None:
+    def __init__(self, routes: RouteTable, wire: WireFormat, max_bytes: int,
+                 types: TypePolicy | None = None) -> None:
         self.routes = routes
+        self.types = types or TypePolicy()
+        # event types without a handler: their fate, and a handled type close to them
+        self._fates: dict[str, tuple[Unhandled, str | None]] = {}
         self.wire = wire
         self.max_bytes = max_bytes
         self._times: dict[int | None, datetime | None] = {}  # record times seen lately
@@ -86,13 +92,7 @@ class Decoder:
         event_type = header_text(headers, wire.event_type_header)
         route = self.routes.find(event_type, record.topic)
         if route is None:
-            if event_type is None:
-                raise DecodeError(
-                    "missing_event_type",
-                    f"no {wire.event_type_header!r} header and no handler for topic "
-                    f"{record.topic!r}",
-                )
-            raise DecodeError("unknown_event_type", f"no handler for event type {event_type!r}")
+            self._unrouted(record.topic, event_type)
         event_id, id_source = self._event_id(record, headers, value)
         version = read_version(headers.get(wire.event_version_header), wire.event_version_header)
         try:
@@ -138,6 +138,38 @@ class Decoder:
                 record.partition, record.offset, when, None, None, None, None, None, headers)
         return _decoded(envelope, route, event)
 
+    def _unrouted(self, topic: str, event_type: str | None) -> NoReturn:
+        """Raise what becomes of a record no handler takes: :class:`Skipped`, or the
+        :class:`DecodeError` that sends it to the dead letters."""
+        if event_type is None:
+            raise DecodeError(
+                "missing_event_type",
+                f"no {self.wire.event_type_header!r} header and no handler for topic "
+                f"{topic!r}",
+            )
+        verdict = self._fates.get(event_type)
+        if verdict is None:  # decided once per type, not per record
+            verdict = self.types.fate(event_type), self.types.near(event_type)
+            if len(self._fates) < _TIMES_KEPT:
+                self._fates[event_type] = verdict
+        fate, near = verdict
+        if fate == "skip":
+            raise Skipped(event_type, near)
+        hint = f" (a handler takes {near!r}: misspelt?)" if near else ""
+        raise DecodeError("unknown_event_type",
+                          f"no handler for event type {event_type!r}{hint}")
+
+    def event_type(self, record: RecordLike) -> str | None:
+        """The record's event type as :meth:`decode` reads it (``None``: it has none or it is
+        unusable); never raises."""
+        try:
+            headers = header_map(record)
+            if HEADERS_HEADER in headers:
+                headers = unfold_headers(headers)
+            return header_text(headers, self.wire.event_type_header)
+        except DecodeError:
+            return None
+
     def event_id(self, record: RecordLike) -> str | None:
         """The record's event id as :meth:`decode` would find it, or ``None`` when it has
         none (or the record is unusable); never raises."""
@@ -160,7 +192,8 @@ class Decoder:
             candidate = f"{record.topic}/{record.partition}/{record.offset}"
             source = "position"
         if not candidate:
-            raise DecodeError("missing_event_id", f"no {wire.id_header!r} header")
+            raise DecodeError("missing_event_id", f"the {wire.id_header!r} header is empty"
+                              if wire.id_header in headers else f"no {wire.id_header!r} header")
         if not candidate.isprintable():
             raise DecodeError("invalid_event_id", "event id contains control characters")
         if len(candidate) > wire.max_event_id_length:

@@ -10,18 +10,22 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import asyncpg
 
 from ..errors import StartupError
-from ..shared.identifiers import redact_dsn
+from ..shared import pooler as pools
+from ..shared.dsn import parse_dsn, redact_dsn
+from ..shared.pooler import Pooler
 
 log = logging.getLogger("consumerkit.consumer")
 
 
 async def open_pool(dsn: str, name: str, size: int, *, warm: int = 0,
-                    on_change: Callable[[], None] | None = None) -> asyncpg.Pool:
+                    on_change: Callable[[], None] | None = None,
+                    pooler: Pooler = "none") -> asyncpg.Pool:
     """A pool of up to ``size`` connections, ``warm`` of them opened now: the first
     transactions after a start then wait for no connection, and a server short of
     connections says so at start-up. Connections idle for five minutes close again, down to
     one. ``on_change`` is called whenever a connection opens or closes (the pool reconnects
-    silently: a connection to another server looks like any other)."""
+    silently: a connection to another server looks like any other). ``pooler``: what stands
+    in front of PostgreSQL (:mod:`consumerkit.shared.pooler`)."""
     init = None
     if on_change is not None:
         told = on_change
@@ -30,12 +34,11 @@ async def open_pool(dsn: str, name: str, size: int, *, warm: int = 0,
             told()
             conn.add_termination_listener(lambda _conn: told())
 
+    parse_dsn(dsn)  # asyncpg's own words about a malformed DSN may quote its password
     pool: asyncpg.Pool | None = None
     try:
-        pool = await asyncpg.create_pool(
-            dsn, min_size=1, max_size=size, timeout=15, init=init,
-            server_settings={"application_name": f"consumerkit:{name}"[:63]})
-        assert pool is not None
+        pool = await pools.create_pool(dsn, pooler=pooler, max_size=size, init=init,
+                                       application_name=f"consumerkit:{name}")
         if warm > 1:
             held = await asyncio.gather(*(pool.acquire() for _ in range(min(warm, size))),
                                         return_exceptions=True)
@@ -55,9 +58,11 @@ async def open_pool(dsn: str, name: str, size: int, *, warm: int = 0,
 
 
 @contextlib.asynccontextmanager
-async def connect(dsn: str) -> AsyncIterator[asyncpg.Connection[asyncpg.Record]]:
+async def connect(dsn: str, pooler: Pooler = "none",
+                  ) -> AsyncIterator[asyncpg.Connection[asyncpg.Record]]:
+    parse_dsn(dsn)  # likewise
     try:
-        conn = await asyncpg.connect(dsn, timeout=15)
+        conn = await pools.connect(dsn, pooler=pooler)
     except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         raise StartupError(
             f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {type(exc).__name__}: {exc}"

@@ -99,7 +99,7 @@ class Pipeline(Unapplied):
         try:
             decoded = self.decoder.decode(record)
         except DecodeError as exc:
-            return await self.dead_letter(record, exc.reason, exc.detail, 0, None, abandon)
+            return await self.undecodable(record, exc, abandon)
         return await self.process_decoded(record, decoded, abandon)
 
     async def process_decoded(
@@ -115,7 +115,7 @@ class Pipeline(Unapplied):
         try:
             return await self._retried(record, decoded, abandon, failed, self.breaker)
         finally:
-            self.breaker.leave(decoded)  # if it probed a stall: another record will
+            self.breaker.done(decoded)  # if it probed a stall: another record will
 
     async def _retried(
         self, record: RecordLike, decoded: Decoded, abandon: asyncio.Event,
@@ -125,7 +125,7 @@ class Pipeline(Unapplied):
         while True:
             attempt += 1
             # stalled: wait until it is over, or until this record is the one to try
-            if (breaker is not None and breaker.reason is not None and failed is None
+            if (breaker is not None and breaker.blocks(decoded.route.name) and failed is None
                     and not await breaker.turn(decoded, abandon)):
                 return self._abandoned(record)
             try:
@@ -134,7 +134,7 @@ class Pipeline(Unapplied):
                     raise raised
                 claim = await self._attempt(decoded, attempt)
             except Exception as raised:
-                error, outage = judge(raised)
+                error, outage = judge(raised, stopping=abandon.is_set())
                 if isinstance(raised, ConnectionLost) and raised.during_handler:
                     lost += 1  # a handler that keeps killing its connection is no outage
                     outage = lost <= _LOST_CONNECTIONS_PER_MESSAGE
@@ -143,7 +143,7 @@ class Pipeline(Unapplied):
                     breaker.resolved(decoded)
                 return await self.settle(claim, record, decoded, attempt, abandon)
             stall = (None if outage or breaker is None else
-                     breaker.failed(decoded.route.name, key_of(record), error))
+                     breaker.failed(decoded.route.name, key_of(record), error, decoded))
             if stall is None and not outage and breaker is not None:
                 breaker.leave(decoded)  # a failure of its own: if it probed, the next one
             if stall is not None:
@@ -152,7 +152,7 @@ class Pipeline(Unapplied):
                 delay = breaker.stall(decoded, stall)
                 if delay is None:
                     continue  # another record tries for all: wait for it (above)
-                log.info("stalled (%s), trying again in %.2fs", stall, delay,
+                log.info("stalled (%s), trying again in %.2fs", stall.reason, delay,
                          extra=message_fields(record, decoded.envelope,
                                               handler=decoded.route.name, consumer=self.consumer))
             elif outage:
@@ -201,7 +201,7 @@ class Pipeline(Unapplied):
         if claim.status is ClaimStatus.CLAIMED:
             self.observe.applied(record, decoded.envelope, decoded.route.name)
             if self.breaker is not None:
-                self.breaker.succeeded(decoded.route.name)
+                self.breaker.succeeded(decoded.route.name, decoded)
             return Outcome.APPLIED
         if claim.status is ClaimStatus.DUPLICATE:
             if claim.cached:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..registry import Route
+from ..shared.deferred import Deferred
 from .decode import Decoded
-from .deferred import Deferred
 
 Call = tuple[Route, list[Decoded]]
 """A handler, and the records of one call of it (one, or several for a batch handler)."""

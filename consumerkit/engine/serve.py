@@ -18,12 +18,11 @@ from ..offsets.postgres import require_table
 from ..offsets.recheck import Recheck
 from ..parking.lot import ParkingLot, open_parking, parks
 from ..shared import signals
-from ..shared.observing import Observed, observe_consumer
 from ..transport.kafka import KafkaSource
 from ..transport.source import Source
 from ..types import SinkResources
-from .decode import Decoder
 from .lifecycle import bounded, cancel, open_pool
+from .observing import Observed, observe_consumer
 from .pipeline import Pipeline
 from .runner import Engine
 from .stall import Breaker, StallPolicy
@@ -46,10 +45,11 @@ async def serve(consumer: Consumer, stack: contextlib.AsyncExitStack) -> None:
         stack, name=consumer.name, dsn=dsn, stats=consumer.stats,
         observers=consumer.observers, registry=consumer.registry,
         readiness=consumer.readiness, metrics_port=consumer.metrics_port,
-        metrics_host=consumer.metrics_host)
+        metrics_host=consumer.metrics_host, pooler=consumer.postgres_pooler)
     observer = observed.observer
     pool = await open_pool(dsn, consumer.name, consumer.concurrency + 2, warm=consumer.concurrency,
-                           on_change=consumer._connections_changed)
+                           on_change=consumer._connections_changed,
+                           pooler=consumer.postgres_pooler)
     stack.push_async_callback(pool.close)
     upkeep = DedupUpkeep(pool, consumer.schema, consumer.dedup, consumer.name, observer)
     await upkeep.prepare(auto_migrate=consumer.auto_migrate, outbox=consumer.outbox)
@@ -127,7 +127,7 @@ def pipeline_for(consumer: Consumer, pool: asyncpg.Pool, observed: Observed,
     return Pipeline(
         consumer=consumer.name, namespace=consumer.name, pool=pool,
         dedup=store_for(consumer.schema, consumer.dedup),
-        decoder=Decoder(consumer.routes, consumer.wire, consumer.max_message_bytes),
+        decoder=consumer.decoder(),
         retry=consumer.retry, dead_letters=DeadLetterWriter(consumer.dead_letter),
         expired=consumer.dedup.expired, stats=consumer.stats, concurrency=consumer.concurrency,
         handler_timeout=consumer.handler_timeout, cache=consumer.dedup_cache,

@@ -18,6 +18,7 @@ from ..retry import RetryPolicy
 from ..stats import ConsumerStats
 from .decode import Decoded, Decoder, header_map
 from .outcome import Outcome
+from .unhandled import Skipped
 
 if TYPE_CHECKING:
     from ..parking.lot import ParkingLot
@@ -85,6 +86,16 @@ class Unapplied:
         detail = (f"event time {when.isoformat() if when else '?'} is older than the dedup "
                   "retention; the original may have been forgotten")
         return await self.dead_letter(record, "expired", detail, attempt, decoded, abandon)
+
+    async def undecodable(self, record: RecordLike, error: DecodeError,
+                          abandon: asyncio.Event) -> Outcome:
+        """A record that is no event for this consumer: skipped when no handler takes its
+        event type and the consumer skips such types (nothing written, the offset moves on),
+        else to the dead letters."""
+        if isinstance(error, Skipped):
+            self.observe.unhandled_skipped(record, error.event_type, error.near)
+            return Outcome.UNHANDLED_SKIPPED
+        return await self.dead_letter(record, error.reason, error.detail, 0, None, abandon)
 
     async def dead_letter(
         self, record: RecordLike, reason: str, detail: str, attempts: int,

@@ -23,8 +23,8 @@ from ..outbox.table import OutboxTable, migrate_outbox
 from ..outbox.writer import Outbox
 from ..retry import RetryPolicy
 from ..schema import check_synchronous_commit, migrate
-from ..shared.observing import partitions_ahead
 from ..types import DbConnection
+from .observing import partitions_ahead
 
 log = logging.getLogger("consumerkit.consumer")
 

@@ -8,12 +8,14 @@ import time
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from ..display import describe
 from .observer import BaseObserver
 
 if TYPE_CHECKING:
     from ..envelope import Envelope, RecordLike
 
 _log = logging.getLogger("consumerkit.pipeline")
+_SKIPPED_TYPES_LOGGED = 10_000  # bounds the memory of "logged once per type"
 
 
 def message_fields(
@@ -43,12 +45,27 @@ class LogObserver(BaseObserver):
     """Logs retries, dead letters, parked records and expired skips as warnings, duplicates at
     debug level, each record carrying the message's fields; stalls, and readiness changes."""
 
-    __slots__ = ("_stalled_at", "consumer", "log")
+    __slots__ = ("_skipped", "_stalled_at", "consumer", "log")
 
     def __init__(self, consumer: str, log: logging.Logger = _log) -> None:
         self.consumer = consumer
         self.log = log
         self._stalled_at: float | None = None
+        self._skipped: set[str] = set()  # event types skipped so far: logged the first time
+
+    def unhandled_skipped(self, record: RecordLike, event_type: str, near: str | None) -> None:
+        if event_type in self._skipped or len(self._skipped) >= _SKIPPED_TYPES_LOGGED:
+            return
+        self._skipped.add(event_type)
+        fields = message_fields(record, None, consumer=self.consumer)
+        if near is not None:  # the one a handler was meant for, its name misspelt?
+            self.log.warning("skipping event type %r: no handler of consumer %s takes it, but "
+                             "one takes %r: misspelt? (logged once per type)",
+                             event_type[:200], self.consumer, near, extra=fields)
+            return
+        self.log.info("skipping event type %r: no handler of consumer %s takes it (counted "
+                      "in consumerkit_unhandled_skipped_total; logged once per type)",
+                      event_type[:200], self.consumer, extra=fields)
 
     def stalled(self, reason: str | None) -> None:
         if reason is not None:
@@ -93,7 +110,7 @@ class LogObserver(BaseObserver):
               delay: float, error: BaseException) -> None:
         self.log.warning("handler %s failed on %s (attempt %d), retrying in %.2fs: %s",
                          handler, envelope.event_id, attempt, delay,
-                         f"{type(error).__name__}: {error}"[:2000],
+                         describe(error),
                          extra=message_fields(record, envelope, handler=handler,
                                               attempt=attempt, consumer=self.consumer))
 

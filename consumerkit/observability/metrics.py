@@ -29,6 +29,8 @@ M = TypeVar("M", Counter, Gauge, Histogram)
 _FAMILIES: weakref.WeakKeyDictionary[CollectorRegistry, dict[str, Any]] = (
     weakref.WeakKeyDictionary())
 
+SKIPPED_TYPES = 1000  # event type series of consumerkit_unhandled_skipped, at most
+OTHER_TYPES = "(other)"  # the event_type label of the skipped types beyond them
 PUBLISH_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                    300.0)
 
@@ -57,7 +59,8 @@ class ConsumerMetrics(BaseObserver):
     at scrape time; the gauges, set a few times a minute, are prometheus-client's own."""
 
     __slots__ = ("_ahead", "_lag", "_moved_back", "_parked_keys", "_parked_records", "_ready",
-                 "_slot_active", "_slot_wal", "_slots", "_tally", "consumer", "registry")
+                 "_skipped", "_skipped_by", "_slot_active", "_slot_wal", "_slots", "_tally",
+                 "consumer", "registry")
 
     def __init__(self, registry: CollectorRegistry, consumer: str) -> None:
         self.registry = registry
@@ -89,6 +92,11 @@ class ConsumerMetrics(BaseObserver):
                                   "Partitions read again because their offset rows lacked "
                                   "commits the consumer had seen answered (a failover that "
                                   "lost commits, a restore)", ("consumer", "topic"))
+        self._skipped = family(registry, Counter, "consumerkit_unhandled_skipped",
+                               "Records skipped because no handler takes their event type "
+                               "(unhandled='skip' or an ignore pattern), by event type",
+                               ("consumer", "topic", "event_type"))
+        self._skipped_by: dict[tuple[str, str], Any] = {}  # label children, looked up once
 
     def offsets_moved_back(self, topic: str, partition: int, stored: int | None,
                            position: int) -> None:
@@ -109,6 +117,19 @@ class ConsumerMetrics(BaseObserver):
 
     def expired_skipped(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
         self._tally.count(record.topic, "expired_skipped")
+
+    def unhandled_skipped(self, record: RecordLike, event_type: str, near: str | None) -> None:
+        self._tally.count(record.topic, "unhandled_skipped")
+        labels = (record.topic, event_type)
+        child = self._skipped_by.get(labels)
+        if child is None:
+            if len(self._skipped_by) >= SKIPPED_TYPES:  # event types come from producers:
+                labels = (record.topic, OTHER_TYPES)   # past a bound, one series for the rest
+                child = self._skipped_by.get(labels)
+            if child is None:
+                child = self._skipped.labels(self.consumer, labels[0], labels[1][:200])
+                self._skipped_by[labels] = child
+        child.inc()
 
     def parked(self, record: RecordLike, envelope: Envelope | None, handler: str,
                reason: str, detail: str, attempts: int) -> None:

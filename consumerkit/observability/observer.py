@@ -48,6 +48,11 @@ class Observer(Protocol):
 
     def expired_skipped(self, record: RecordLike, envelope: Envelope, handler: str) -> None: ...
 
+    def unhandled_skipped(self, record: RecordLike, event_type: str, near: str | None) -> None:
+        """No handler takes ``record``'s ``event_type`` and the consumer skips such types
+        (``unhandled="skip"``, or an ``ignore`` pattern): nothing written, the offset moves
+        on. ``near``: a handled event type close to it (a misspelt handler?), else ``None``."""
+
     def parked(self, record: RecordLike, envelope: Envelope | None, handler: str,
                reason: str, detail: str, attempts: int) -> None:
         """``record`` was parked: its retries ran out (``reason`` ``handler_failed``), or
@@ -129,6 +134,9 @@ class BaseObserver:
         pass
 
     def expired_skipped(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
+        pass
+
+    def unhandled_skipped(self, record: RecordLike, event_type: str, near: str | None) -> None:
         pass
 
     def parked(self, record: RecordLike, envelope: Envelope | None, handler: str,

@@ -7,6 +7,7 @@ Operations: :func:`failed_events`, :func:`count_failed`, :func:`retry_failed`,
 kept for a retention in time partitions: :class:`OutboxRetention`, :func:`maintain_outbox`.
 """
 
+from ..errors import NotInTransactionError, PermanentSendError
 from .admin import (
     FailedEvent,
     cleanup,
@@ -22,9 +23,9 @@ from .kafka import KafkaSink
 from .relay import DEFAULT_RETRY, Relay
 from .retention import OutboxRetention
 from .routing import TopicRoute
-from .sink import OutboxSink, PermanentSendError
+from .sink import OutboxSink
 from .table import SLOTS, OutboxTable, migrate_outbox
-from .writer import NewEvent, NotInTransactionError, Outbox
+from .writer import NewEvent, Outbox
 
 __all__ = [
     "DEFAULT_RETRY",

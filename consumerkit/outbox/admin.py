@@ -4,7 +4,7 @@ an outbox kept in time partitions, their maintenance."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from uuid import UUID
@@ -113,8 +113,11 @@ async def cleanup(conn: DbConnection, older_than: timedelta, *,
     short transaction (no long lock, no long snapshot). For outboxes read by Debezium: a
     table with a built-in relay needs none (published rows are deleted), and the call is
     refused while a relay of this outbox is connected, or when the outbox keeps its rows in
-    time partitions (:func:`maintain_outbox` drops those whole); a relay that starts while
-    it runs waits for its end. Returns the outbox rows deleted."""
+    time partitions (:func:`maintain_outbox` drops those whole). Each batch holds the relays'
+    member lock alone and finds no relay holding leases (relays behind a transaction
+    pooler), in its own transaction: no session state, so it works through any pooler. A
+    relay that starts meanwhile waits for the batch in progress; a later batch of events finds
+    it and stops the cleanup with the same error. Returns the outbox rows deleted."""
     t = table or OutboxTable()
     if batch < 1:
         raise ConfigurationError("cleanup batch must be at least 1")
@@ -123,16 +126,19 @@ async def cleanup(conn: DbConnection, older_than: timedelta, *,
         raise ConfigurationError(
             f"outbox {t.schema}.{t.table} keeps its rows in time partitions: maintain_outbox "
             "(consumerkit outbox maintain) drops them whole")
-    # the relays' member lock, held alone: a relay that starts meanwhile waits for its end
-    # (a relay's pending rows are not garbage)
-    if not await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", *t.members_lock):
-        raise ConfigurationError(
-            f"a relay of {t.schema}.{t.table} is running: its pending rows are not garbage")
-    try:
-        deleted = await delete_older(conn, t.events, "occurred_at", "seq", older_than, batch)
-        await delete_older(conn, t.keys, "created_at", "dedup_key", older_than, batch)
-    finally:
-        await conn.execute("SELECT pg_advisory_unlock($1, $2)", *t.members_lock)
+    leases = await conn.fetchval("SELECT to_regclass($1)", t.members) is not None
+
+    async def no_relay() -> None:  # a relay's pending rows are not garbage
+        if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1, $2)",
+                                   *t.members_lock) or (leases and await conn.fetchval(
+                f"SELECT EXISTS (SELECT 1 FROM {t.members} WHERE expires_at > now())")):
+            raise ConfigurationError(
+                f"a relay of {t.schema}.{t.table} is running: its pending rows are not garbage")
+
+    deleted = await delete_older(conn, t.events, "occurred_at", "seq", older_than, batch,
+                                 no_relay)
+    # idempotency keys are the writers', not a relay's pending rows
+    await delete_older(conn, t.keys, "created_at", "dedup_key", older_than, batch)
     return deleted
 
 
@@ -154,15 +160,20 @@ async def maintain_outbox(conn: DbConnection, table: OutboxTable) -> Maintenance
 
 
 async def delete_older(conn: DbConnection, target: str, column: str, key: str,
-                       older_than: timedelta, batch: int) -> int:
+                       older_than: timedelta, batch: int,
+                       guard: Callable[[], Awaitable[None]] | None = None) -> int:
     """Delete the rows of ``target`` whose ``column`` is older than ``older_than``, ``batch``
-    at a time (by ``key``), each batch its own transaction; how many were deleted."""
+    at a time (by ``key``), each batch its own transaction, ``guard`` first in it (it raises
+    to stop); how many were deleted."""
     deleted = 0
     while True:
-        status = await conn.execute(
-            f"""DELETE FROM {target} WHERE {key} IN (
-                    SELECT {key} FROM {target} WHERE {column} < now() - $1::interval
-                    LIMIT $2)""", older_than, batch)
+        async with conn.transaction():
+            if guard is not None:
+                await guard()
+            status = await conn.execute(
+                f"""DELETE FROM {target} WHERE {key} IN (
+                        SELECT {key} FROM {target} WHERE {column} < now() - $1::interval
+                        LIMIT $2)""", older_than, batch)
         n = int(status.split()[-1])
         deleted += n
         if n < batch:

@@ -33,7 +33,9 @@ from ..shared import faults, signals
 from ..shared.failures import BROKEN_CONNECTION
 from ..shared.identifiers import redact_dsn
 from ..shared.observing import Probe, serve_metrics
+from ..shared.pooler import Pooler, check_pooler, connect
 from .event import OutboxEvent
+from .leases import LeaseOwner
 from .settle import settle
 from .sink import OutboxSink
 from .slots import SlotOwner
@@ -56,6 +58,10 @@ class Relay:
     batch of which no event was acknowledged (the broker is down) only pauses the relay with
     the same back-off, without counting attempts. ``notify=False`` relies on polling alone
     (for poolers without LISTEN); the lock connection must still be a real session.
+    ``postgres_pooler`` says what stands in front of PostgreSQL. With ``none`` or
+    ``session`` the slots are session advisory locks; with ``transaction`` (a backend lent
+    for one transaction at a time) they are leases in a table, renewed every round and
+    checked by the claim itself (:mod:`.leases`), and the relay only polls (no LISTEN).
     """
 
     def __init__(
@@ -67,7 +73,12 @@ class Relay:
         metrics_port: int | None = None,
         metrics_host: str = "0.0.0.0",  # noqa: S104 - a scrape target listens on all
         registry: CollectorRegistry | None = None,
+        postgres_pooler: Pooler = "none",
     ) -> None:
+        try:
+            self.pooler = check_pooler(postgres_pooler)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
         if batch_size < 1 or poll_interval <= 0 or rebalance_interval <= 0:
             raise ConfigurationError("need batch_size >= 1, poll_interval > 0 and "
                                      "rebalance_interval > 0")
@@ -90,16 +101,25 @@ class Relay:
         self._observer: Observer = fanout([LogObserver(self.name, log), *self.observers])
         self._ready_reason: str | None = "never checked"
         self._backlog_at = -math.inf  # when the backlog was last counted
-        self._probe = Probe(postgres_dsn, self.name)
+        self._probe = Probe(postgres_dsn, self.name, self.pooler)
         self._outbox = f"{schema}.{table}"
         self.pauses = 0  # outages: batches of which nothing was acknowledged, lost databases
         self.started = asyncio.Event()
         self._dsn = postgres_dsn
-        self._store = RelayStore(self.table)
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
-        self._owner = SlotOwner(postgres_dsn, self.table, name=self.name,
-                                on_notify=self._wake.set if notify else None)
+        self._owner: SlotOwner | LeaseOwner
+        self._leases: LeaseOwner | None = None
+        if self.pooler == "transaction":  # no session: leases, and polling alone
+            self.notify = False
+            self._owner = self._leases = LeaseOwner(postgres_dsn, self.table, name=self.name,
+                                                    pooler=self.pooler)
+            self._store = RelayStore(self.table, self._leases)
+        else:
+            self._owner = SlotOwner(postgres_dsn, self.table, name=self.name,
+                                    on_notify=self._wake.set if notify else None,
+                                    pooler=self.pooler)
+            self._store = RelayStore(self.table)
         self._conn: asyncpg.Connection[asyncpg.Record] | None = None
         self._outages = 0
         self._rebalance_at = 0.0
@@ -255,8 +275,8 @@ class Relay:
 
     async def _connection(self) -> asyncpg.Connection[asyncpg.Record]:
         if self._conn is None or self._conn.is_closed():
-            self._conn = await asyncpg.connect(self._dsn, timeout=15, server_settings={
-                "application_name": f"consumerkit-relay {self.name}"[:63]})
+            self._conn = await connect(self._dsn, pooler=self.pooler,
+                                       application_name=f"consumerkit-relay {self.name}")
             if await existing_layout(self._conn, self.table.schema,
                                      self.table.table) == "partitioned":
                 # slots and deletes by key need the plain layout; the retained one is CDC's
@@ -264,6 +284,12 @@ class Relay:
                     f"outbox {self._outbox} keeps its events in time partitions for change "
                     "data capture (OutboxRetention): the relay cannot publish it; read it "
                     "with Debezium, or relay another outbox table")
+            if self._leases is not None and await self._conn.fetchval(
+                    "SELECT to_regclass($1)", self.table.leases) is None:
+                raise StartupError(
+                    f"outbox {self._outbox} has no slot lease table, which a relay behind a "
+                    "transaction pooler needs: run `consumerkit migrate` (with the same "
+                    "--schema and --outbox-table) to upgrade it")
         return self._conn
 
     async def _drop_connections(self) -> None:

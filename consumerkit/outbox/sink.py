@@ -5,13 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from ..errors import ConsumerKitError
+from ..errors import PermanentSendError
 from .event import OutboxEvent
 
-
-class PermanentSendError(ConsumerKitError):
-    """The destination refused the event for good (a 4xx from a webhook, a record the broker
-    will never take): retrying cannot help, the event goes straight to FAILED."""
+__all__ = ["OutboxSink", "PermanentSendError"]
 
 
 class OutboxSink(Protocol):

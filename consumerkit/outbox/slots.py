@@ -19,7 +19,9 @@ from collections.abc import Callable
 
 import asyncpg
 
+from ..shared.pooler import Pooler, connect
 from .admin import live_relays
+from .leases import leasing_relays, mixed
 from .table import SLOTS, OutboxTable
 
 log = logging.getLogger("consumerkit.outbox")
@@ -29,8 +31,9 @@ class SlotOwner:
     """The relay's lock connection and the slots it holds."""
 
     def __init__(self, dsn: str, table: OutboxTable, *, name: str,
-                 on_notify: Callable[[], None] | None) -> None:
+                 on_notify: Callable[[], None] | None, pooler: Pooler = "none") -> None:
         self._dsn = dsn
+        self._pooler: Pooler = pooler
         self._table = table
         self._name = name
         self._on_notify = on_notify
@@ -45,8 +48,8 @@ class SlotOwner:
 
     async def connect(self) -> None:
         await self.close()
-        conn = await asyncpg.connect(self._dsn, timeout=15, server_settings={
-            "application_name": f"consumerkit-relay {self._name}"[:63]})
+        conn = await connect(self._dsn, pooler=self._pooler,
+                             application_name=f"consumerkit-relay {self._name}")
         try:
             await conn.execute("SELECT pg_advisory_lock_shared($1, $2)",
                                *self._table.members_lock)
@@ -68,6 +71,8 @@ class SlotOwner:
             self.owned = frozenset()
             await self.connect()
         assert self._conn is not None
+        if await leasing_relays(self._conn, self._table):
+            raise mixed(self._table)
         self.members = max(1, await live_relays(self._conn, self._table))
         cls = self._table.lock_class
         fair = math.ceil(SLOTS / self.members)

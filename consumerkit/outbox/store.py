@@ -11,6 +11,7 @@ import orjson
 from ..shared import faults
 from ..types import DbConnection
 from .event import OutboxEvent
+from .leases import LeaseOwner
 from .table import OutboxTable
 
 
@@ -28,8 +29,12 @@ class Failure:
 class RelayStore:
     """Statements of one outbox, built once."""
 
-    def __init__(self, table: OutboxTable) -> None:
+    def __init__(self, table: OutboxTable, leases: LeaseOwner | None = None) -> None:
+        """``leases``: the slot leases of a relay behind a transaction pooler, which the
+        claim checks in its own statement."""
         t = table
+        self._leases = leases
+        lease_condition = None if leases is None else leases.claim_condition("o", "$3", "$4")
         self.table = t
         self._cursor = 0  # read by the relay_cursor mutant only
         # Pending = rows present, in seq order; no cursor. A row is held back while it, or an
@@ -46,6 +51,7 @@ class RelayStore:
                 WHERE b.aggregatetype = o.aggregatetype AND b.aggregateid = o.aggregateid
                   AND b.seq <= o.seq AND (b.failed OR b.next_attempt_at > now())
                   AND EXISTS (SELECT 1 FROM {t.events} e WHERE e.seq = b.seq))
+              {f"AND {lease_condition}" if lease_condition else ""}
             ORDER BY o.seq
             LIMIT $2"""
         self._delete = f"""
@@ -80,7 +86,11 @@ class RelayStore:
 
     async def claim(self, conn: DbConnection, slots: Collection[int],
                     limit: int) -> list[OutboxEvent]:
-        rows = await conn.fetch(self._claim, sorted(slots), limit)
+        """Pending rows of ``slots``; with leases, only of the slots they cover for half
+        their time to live at least (the rest is the batch's time to be sent)."""
+        leases = self._leases
+        lease = () if leases is None else (leases.holder, leases.ttl / 2)
+        rows = await conn.fetch(self._claim, sorted(slots), limit, *lease)
         if faults.ON and faults.mutant("relay_cursor"):  # broken on purpose: see faults
             rows = [r for r in rows if r[0] > self._cursor]
             self._cursor = max([self._cursor, *(r[0] for r in rows)])

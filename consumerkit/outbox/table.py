@@ -1,6 +1,6 @@
 """The outbox tables, their names and lock keys, and the outbox's migration steps.
 
-Three tables per outbox (``T`` is the outbox table's name, ``outbox`` by default):
+Five tables per outbox (``T`` is the outbox table's name, ``outbox`` by default):
 
 - ``T``: the events. Writers only INSERT; the relay DELETEs a row once the destination
   acknowledged it. No UPDATE ever touches it, so Debezium's EventRouter (which warns on
@@ -9,6 +9,8 @@ Three tables per outbox (``T`` is the outbox table's name, ``outbox`` by default
   next attempt, FAILED flag), kept apart so that the outbox table never sees an UPDATE.
 - ``T_keys``: the optional idempotency keys, kept apart because outbox rows are deleted once
   published and a key must keep refusing duplicates after that.
+- ``T_leases`` and ``T_relays``: slot leases and live relays, held by expiry, for relays
+  behind a transaction pooler (no session for advisory locks: :mod:`~consumerkit.outbox.leases`).
 
 Column names follow Debezium's outbox defaults (``id``, ``aggregatetype``, ``aggregateid``,
 ``type``, ``payload``). ``slot`` is computed by the database from the aggregate, one of
@@ -70,6 +72,16 @@ class OutboxTable:
     @property
     def keys(self) -> str:
         return qualified(self.schema, f"{self.table}_keys")
+
+    @property
+    def leases(self) -> str:
+        """The relays' slot leases, for relays behind a transaction pooler (no session)."""
+        return qualified(self.schema, f"{self.table}_leases")
+
+    @property
+    def members(self) -> str:
+        """The live relays behind a transaction pooler, each row renewed by its relay."""
+        return qualified(self.schema, f"{self.table}_relays")
 
     @property
     def publication(self) -> str:
@@ -176,7 +188,24 @@ def partitioned_ddl(t: OutboxTable) -> list[str]:
     ]
 
 
-OUTBOX_STEPS = ((1, "outbox table, failure side table and idempotency keys", outbox_ddl),)
+def leases_ddl(t: OutboxTable) -> list[str]:
+    """Version 2: slot leases and relay membership, held by expiry instead of by a session
+    (relays behind a transaction pooler, :mod:`~consumerkit.outbox.leases`)."""
+    return [
+        f"""CREATE TABLE {t.leases} (
+            slot smallint PRIMARY KEY,
+            holder text NOT NULL,
+            expires_at timestamptz NOT NULL
+        )""",
+        f"""CREATE TABLE {t.members} (
+            holder text PRIMARY KEY,
+            expires_at timestamptz NOT NULL
+        )""",
+    ]
+
+
+OUTBOX_STEPS = ((1, "outbox table, failure side table and idempotency keys", outbox_ddl),
+                (2, "slot leases and relay membership without a session", leases_ddl))
 PARTITIONED_OUTBOX_STEPS = (
     (1, "outbox partitioned by time for a retention, failure side table and idempotency keys",
      partitioned_ddl),)

@@ -25,7 +25,9 @@ from uuid import UUID
 
 import httpx
 
+from ..display import displayable
 from ..errors import ConfigurationError
+from ..shared.dsn import redact_dsn
 from ..webhook import headers as wh
 from ..webhook import signature
 from ..webhook.signature import WebhookSecret, secrets_of
@@ -148,7 +150,7 @@ class WebhookSink:
             return WebhookError(f"POST {shown} timed out after {self.timeout}s "
                                 f"({type(exc).__name__})")
         except httpx.HTTPError as exc:  # connection, protocol or body decoding failures
-            detail = str(exc).replace(url, shown)[:300]
+            detail = displayable(str(exc).replace(url, shown), 300)
             return WebhookError(f"POST {shown} failed: {type(exc).__name__}: {detail}")
         return judge(response.status_code, response.headers.get("retry-after"), excerpt, shown)
 
@@ -184,9 +186,11 @@ def check_url(url: str) -> str:
     if parts is None or parts.scheme not in ("http", "https") or not host:
         raise ConfigurationError(
             f"webhook URL must be an absolute http:// or https:// URL, got {_shown(url)}")
-    if "@" in parts.netloc:  # httpx logs request URLs: credentials belong in headers=
+    if "@" in url:  # httpx logs request URLs: credentials belong in headers=; an '@' past
+        # the host may end a password holding a raw '/', '?' or '#'
         raise ConfigurationError(
-            f"webhook URL {_shown(url)} carries credentials: pass them in headers= instead")
+            f"webhook URL {_shown(url)} carries credentials or a raw '@': pass credentials "
+            "in headers= instead, and write an '@' of the path or query as %40")
     return url
 
 
@@ -200,10 +204,8 @@ def safe_url(url: str) -> str:
 def _shown(url: object) -> str:
     if not isinstance(url, str):
         return repr(url)
-    try:
-        return repr(safe_url(url))
-    except ValueError:
-        return "an unparseable URL"
+    # no query or fragment (tokens), user info up to the last '@' hidden
+    return repr(redact_dsn(url).partition("?")[0].partition("#")[0])
 
 
 def _check_headers(headers: Mapping[str, str]) -> dict[str, str]:

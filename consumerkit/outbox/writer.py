@@ -18,7 +18,7 @@ from uuid import UUID
 import orjson
 from pydantic import BaseModel
 
-from ..errors import ConfigurationError, ConsumerKitError
+from ..errors import ConfigurationError, NotInTransactionError
 from ..observability.tracing import inject
 from ..types import DbConnection
 from ..versions import check_version, model_version
@@ -26,12 +26,8 @@ from ._uuid7 import uuid7
 from .retention import OutboxRetention
 from .table import OutboxTable
 
+DEFAULT_SCHEMA = "consumerkit"  # an outbox on its own, in no consumer's schema
 RESERVED_HEADERS = frozenset({"id", "event_type", "occurred_at", "aggregate_type"})
-
-
-class NotInTransactionError(ConsumerKitError):
-    """The outbox was written outside a transaction: the event would not commit or roll back
-    with the caller's business writes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,20 +58,41 @@ class Outbox:
     them). An event's schema version (the
     ``version`` given, else its payload model's ``__event_version__``) is written as the
     ``version_header`` header; an event with neither goes without it (version 1).
+
+    ``schema`` unset: the outbox of a consumer lives in the consumer's schema
+    (``Consumer(schema=...)``, ``--schema``, ``TestConsumer.like(..., schema=...)``), and an
+    outbox used on its own in ``consumerkit``. Name a schema to keep the outbox there whatever
+    the consumer's.
     """
 
-    def __init__(self, schema: str = "consumerkit", table: str = "outbox", *,
+    def __init__(self, schema: str | None = None, table: str = "outbox", *,
                  notify: bool = True, delete_after_insert: bool = False,
                  version_header: str = "event_version",
                  retention: OutboxRetention | None = None) -> None:
         if delete_after_insert and retention is not None:
             raise ConfigurationError("an outbox either deletes each row as it inserts it "
                                      "(delete_after_insert) or keeps rows for a retention")
-        self.table = OutboxTable(schema, table, retention)
+        self.schema_given = schema is not None  # else it follows its consumer's
+        self.table = OutboxTable(schema or DEFAULT_SCHEMA, table, retention)
         self.version_header = version_header
         self.notify = notify
         self.delete_after_insert = delete_after_insert
         self._sql = _insert_sql(self.table, notify)
+        self._placed: dict[str, Outbox] = {}  # this outbox in other schemas, made once each
+
+    def placed_in(self, schema: str) -> Outbox:
+        """This outbox as a consumer of ``schema`` uses it: itself when it names its schema
+        (or is in ``schema`` already), else the same outbox in ``schema``."""
+        if self.schema_given or schema == self.table.schema:
+            return self
+        placed = self._placed.get(schema)
+        if placed is None:
+            table = self.table
+            placed = Outbox(schema, table.table, notify=self.notify,
+                            delete_after_insert=self.delete_after_insert,
+                            version_header=self.version_header, retention=table.retention)
+            self._placed[schema] = placed
+        return placed
 
     async def add(
         self, conn: DbConnection, *, event_type: str, aggregate_type: str, aggregate_id: str,

@@ -13,11 +13,11 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import asyncpg
 
 from ..deadletter.writer import wait_or_abandon
-from ..engine.decode import Decoded
 from ..envelope import RecordLike
 from ..errors import StartupError
 from ..observability.observer import Observer
@@ -26,6 +26,9 @@ from ..retry import RetryPolicy
 from ..shared.failures import describe, judge
 from . import store
 from .entry import ParkedRecord
+
+if TYPE_CHECKING:  # the engine imports the lot: only the decoded record's type comes back
+    from ..engine.decode import Decoded
 
 log = logging.getLogger("consumerkit.parking")
 

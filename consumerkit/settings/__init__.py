@@ -15,14 +15,22 @@ from __future__ import annotations
 import json
 import ssl
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from ..shared.identifiers import identifier, redact_dsn
+from ..shared.dsn import dsn_secrets
+from ..shared.identifiers import identifier
+from ..shared.pooler import Pooler
 
 PREFIX = "CONSUMERKIT_"
+COUNT_MAX = 1_000_000
+"""The most records or rows a count setting (batch, concurrency, stall) may name."""
+IN_FLIGHT_MAX = 10_000_000
+"""The most records fetched and not yet committed."""
+SECONDS_MAX = 86_400.0
+"""The longest timeout or delay, in seconds (a day): a larger one is a typo, and infinity or
+NaN would reach asyncio's timers."""
 
 
 class CommonSettings(BaseSettings):
@@ -35,6 +43,11 @@ class CommonSettings(BaseSettings):
     postgres_dsn: SecretStr | None = Field(
         None, description="PostgreSQL DSN (`postgresql://user:password@host:5432/db`); "
         "never printed with its password")
+    postgres_pooler: Pooler = Field(
+        "none", description="what stands in front of PostgreSQL: `none` (a direct "
+        "connection), `session` or `transaction` (PgBouncer's `pool_mode`); `transaction` "
+        "turns the statement cache off and keeps no session state: the relay leases its "
+        "slots in a table and polls")
     kafka_bootstrap: str | None = Field(
         None, description="Kafka bootstrap servers, `HOST:PORT[,HOST:PORT...]`")
     db_schema: str = Field(
@@ -84,18 +97,9 @@ class CommonSettings(BaseSettings):
         show, whatever the source (flag, variable, ``.env``)."""
         values = [s.get_secret_value() for s in (self.sasl_plain_password, self.ssl_password)
                   if s is not None]
-        dsn = self.dsn()
         # a DSN without a password is no secret: the errors show it as they show any other
         # (user, host, port, database)
-        if dsn and redact_dsn(dsn) != dsn:
-            values.append(dsn)
-        if dsn:
-            try:
-                password = urlsplit(dsn.strip()).password
-            except ValueError:
-                password = None
-            values += [password] if password else []
-        return values
+        return values + dsn_secrets(self.dsn() or "")
 
     def dsn(self) -> str | None:
         """The DSN in clear, for the database driver only."""
@@ -132,25 +136,50 @@ class ConsumerSettings(CommonSettings):
     """
 
     concurrency: int | None = Field(
-        None, ge=1, description="records (or batches) handled at once; unset: 4 with batches, "
-        "16 without")
-    max_batch: int = Field(500, ge=1, description="records per transaction (1: one each)")
-    max_in_flight: int = Field(5000, ge=1, description="records fetched but not yet committed")
+        None, ge=1, le=COUNT_MAX,
+        description="records (or batches) handled at once; unset: 4 with batches, 16 without")
+    max_batch: int = Field(
+        500, ge=1, le=COUNT_MAX, description="records per transaction (1: one each)")
+    max_in_flight: int = Field(
+        5000, ge=1, le=IN_FLIGHT_MAX, description="records fetched but not yet committed")
     handler_timeout: float | None = Field(
-        60.0, gt=0, description="seconds one handler call may take (unset: no limit)")
+        60.0, gt=0, le=SECONDS_MAX, allow_inf_nan=False,
+        description="seconds one handler call may take (unset: no limit)")
     shutdown_timeout: float = Field(
-        30.0, gt=0, description="seconds a graceful stop waits for in-flight work")
+        30.0, gt=0, le=SECONDS_MAX, allow_inf_nan=False,
+        description="seconds a graceful stop waits for in-flight work")
     stall_after_keys: int = Field(
-        5, ge=0, description="stall the consumer when a handler fails with the same error "
-        "type for this many keys in a row (0: only a missing table, column or schema, a "
+        5, ge=0, le=COUNT_MAX,
+        description="stall the consumer when a handler fails with the same error type "
+        "for this many keys in a row (0: only a missing table, column or schema, a "
         "missing privilege or a read-only database stall it)")
     stall_max_delay: float = Field(
-        30.0, gt=0, description="the longest wait, in seconds, between two tries while "
-        "stalled")
+        30.0, gt=0, le=SECONDS_MAX, allow_inf_nan=False,
+        description="the longest wait, in seconds, between two tries while stalled")
     offset_store: Literal["kafka", "postgres"] = Field(
         "postgres", description="where each partition's next offset is kept: `postgres` "
         "also stores it in the effects' transactions and trusts it on assignment; `kafka` "
         "only on the broker")
+    unhandled: Literal["dead_letter", "skip"] = Field(
+        "dead_letter", description="what becomes of a record whose event type no handler "
+        "takes: `dead_letter` (nothing is lost without a word: a misspelt handler's events "
+        "wait in the dead letters) or `skip` (counted per event type, logged once per type, "
+        "the offset moves on; for a topic shared by many event types)")
+    ignore: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="event types skipped even with "
+        "`unhandled=dead_letter`, as fnmatch patterns (`order.internal.*`); several "
+        "separated by commas or spaces, or a JSON list in the variable")
+
+    @field_validator("ignore", mode="before")
+    @classmethod
+    def _patterns(cls, value: object) -> object:
+        # an event type holds no comma or space, so either separates patterns
+        if isinstance(value, str):
+            text = value.strip()
+            value = json.loads(text) if text.startswith("[") else [text]
+        if isinstance(value, list):
+            return [p for item in value for p in str(item).replace(",", " ").split()]
+        return value
 
     def consumer_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :class:`~consumerkit.Consumer`."""
@@ -162,6 +191,8 @@ class ConsumerSettings(CommonSettings):
             "stall_after_keys": self.stall_after_keys, "stall_max_delay": self.stall_max_delay,
             "kafka_options": self.kafka_options(), "metrics_port": self.metrics_port,
             "metrics_host": self.metrics_host, "offset_store": self.offset_store,
+            "unhandled": self.unhandled, "ignore": list(self.ignore),
+            "postgres_pooler": self.postgres_pooler,
         }
 
 
@@ -173,9 +204,11 @@ class RelaySettings(CommonSettings):
     route: str = Field(
         "{aggregate_type}", description="Kafka topic template; `{event_type}` and "
         "`{aggregate_type}` are replaced by the event's values")
-    batch_size: int = Field(500, ge=1, description="rows claimed and sent per round")
+    batch_size: int = Field(
+        500, ge=1, le=COUNT_MAX, description="rows claimed and sent per round")
     poll_interval: float = Field(
-        1.0, gt=0, description="seconds between polls when no notification comes")
+        1.0, gt=0, le=SECONDS_MAX, allow_inf_nan=False,
+        description="seconds between polls when no notification comes")
     notify: bool = Field(True, description="wake on LISTEN/NOTIFY (off behind a pooler)")
     name: str | None = Field(None, description="the relay's name in logs (unset: host:pid)")
     enable_idempotence: bool = Field(
@@ -192,7 +225,9 @@ class RelaySettings(CommonSettings):
         default_factory=list, description="Standard Webhooks secrets (`whsec_...`) that sign "
         "every webhook request, one signature each (rotation); several separated by spaces "
         "or a JSON list in the variable; never printed")
-    webhook_timeout: float = Field(10.0, gt=0, description="seconds one webhook delivery may take")
+    webhook_timeout: float = Field(
+        10.0, gt=0, le=SECONDS_MAX, allow_inf_nan=False,
+        description="seconds one webhook delivery may take")
 
     @field_validator("webhook_secrets", mode="before")
     @classmethod

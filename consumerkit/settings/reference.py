@@ -23,7 +23,9 @@ HEADER = """\
 `consumerkit run` and `consumerkit relay` read their settings from, highest first: a flag,
 a `CONSUMERKIT_*` variable, a `.env` file in the current directory (`--env-file` names
 another), the default. `consumerkit config run [MODULE:ATTR]` and `consumerkit config relay`
-print the effective values and where each came from; secrets show as `**********`.
+print the effective values and where each came from: the DSN with its password as `***`
+(`postgresql://billing:***@db:5432/billing`), the other secrets as `**********`. A
+`--env-file` that is given must exist.
 
 For `run`, the settings give the consumer every value its code leaves at the default: the
 DSN, the bootstrap servers, the schema, `max_batch` and the other consumer settings, the
@@ -34,6 +36,12 @@ builds its consumer from the settings passes them all:
 `Consumer(name=..., handlers=..., topics=..., **ConsumerSettings().consumer_kwargs())`.
 
 Secrets (DSNs, passwords, webhook headers and secrets) are `SecretStr`: never printed, never logged.
+A DSN's password, whatever characters it holds, never appears in an output line, a log line, an
+error or a `--debug` traceback. Write it percent-encoded where it holds `/`, `?`, `#` or `@`
+(`%2F`, `%3F`, `%23`, `%40`; `Hunter2/x` is `Hunter2%2Fx`), as libpq and asyncpg read DSNs:
+written raw, such a character ends the password early, so every command refuses the DSN in one
+line that shows it redacted (`malformed PostgreSQL DSN postgresql://billing:***@db:5432/billing:
+percent-encode '/', '?', '#' and '@' in the user name and password ...`).
 """
 
 

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import socket
 
-from ..errors import StartupError
+from ..errors import ServiceStartError
 
-
-class ServiceStartError(StartupError, RuntimeError):
-    """A local service could not be started or did not become ready in time."""
+__all__ = ["ServiceStartError", "free_port"]
 
 
 def free_port() -> int:

@@ -1,7 +1,7 @@
 """The process primitives of the local services: bounded waits and server children.
 
-Shared by :mod:`consumerkit.testing.services` (Tansu, PostgreSQL, Redis) and
-:mod:`consumerkit.testing.kafka` (Apache Kafka), which re-export what users need.
+Shared by :mod:`consumerkit.testing.services` (Tansu, PostgreSQL, Redis) and the repository's
+own harnesses (``tests/harness``: Apache Kafka, Debezium, replicated PostgreSQL).
 """
 
 from __future__ import annotations

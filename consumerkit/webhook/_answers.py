@@ -10,6 +10,7 @@ from typing import Any
 import asyncpg
 
 from ..dedup.policy import ExpiredPolicy
+from ..display import displayable
 from ..errors import DeadLetter, Retry, is_retriable
 from ..shared.failures import ClaimBlocked, HandlerFailure, describe, judge
 from ..types import Claim, ClaimStatus
@@ -17,9 +18,13 @@ from ._asgi import Send, respond
 
 log = logging.getLogger("consumerkit.webhook")
 
+DETAIL_LIMIT = 1000
+"""Characters kept of an error's detail: it may quote the request (a 10 KB event type)."""
+
 
 def error(code: str, detail: str) -> dict[str, Any]:
-    return {"error": code, "detail": detail}
+    """An error body; the detail is escaped and cut, as it may quote what the sender sent."""
+    return {"error": code, "detail": displayable(detail, DETAIL_LIMIT)}
 
 
 async def refuse(send: Send, status: int, code: str, detail: str,
@@ -46,12 +51,20 @@ async def settled(send: Send, key: str, claim: Claim, expired: ExpiredPolicy) ->
                      "original may have been forgotten, so it is not applied")
 
 
+def _for_good(cause: BaseException) -> bool:
+    """Whether the handler's failure is the event's own fault: a refusal, an error marked not
+    retriable, or a row the database refuses for its values (SQLSTATE classes 22 and 23, or
+    asyncpg refusing a parameter), which no later delivery of the same body can change."""
+    data = isinstance(cause, asyncpg.DataError) or (
+        isinstance(cause, asyncpg.PostgresError) and str(cause.sqlstate)[:2] in ("22", "23"))
+    return isinstance(cause, DeadLetter) or not is_retriable(cause) or data
+
+
 def rejected(raised: Exception) -> bool:
     """Whether the handler refused the event for good (answered 422 ``rejected``)."""
     cause, _ = judge(raised)
     return (isinstance(raised, HandlerFailure) and not isinstance(raised, ClaimBlocked)
-            and not isinstance(cause, Retry)
-            and (isinstance(cause, DeadLetter) or not is_retriable(cause)))
+            and not isinstance(cause, Retry) and _for_good(cause))
 
 
 async def failed(send: Send, key: str, raised: Exception, retry_after: int,
@@ -76,7 +89,7 @@ async def failed(send: Send, key: str, raised: Exception, retry_after: int,
         log.error("webhook %s not applied: %s", key, describe(cause), exc_info=cause,
                   extra=fields)
         await refuse(send, 500, "internal_error", describe(cause))
-    elif isinstance(cause, DeadLetter) or not is_retriable(cause):
+    elif _for_good(cause):
         log.warning("webhook %s refused by its handler: %s", key, describe(cause), extra=fields)
         await refuse(send, 422, "rejected", describe(cause))
     else:

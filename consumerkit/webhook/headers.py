@@ -10,7 +10,9 @@ A delivery is ``POST <url>`` with the event's JSON payload as the body and these
 ``X-Event-Aggregate-Id``       the aggregate's id; events of one aggregate are sent in order
 ``X-Event-Attempt``            1 on the first delivery, then 2, 3, ... (informative only)
 ``X-Event-<Name>``             each further outbox header (``correlation_id`` becomes
-                               ``X-Event-Correlation-Id``)
+                               ``X-Event-Correlation-Id``); the outbox writes the event's
+                               version as ``event_version``, so it arrives as
+                               ``X-Event-Event-Version`` (absent = 1)
 =============================  ==========================================================
 
 A sink given secrets adds the Standard Webhooks headers ``webhook-id`` (the event id),
@@ -24,8 +26,11 @@ HTTP delivery and a Kafka record go through the same decoding.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from ..envelope import WireFormat
+from ..errors import DecodeError
+from ..versions import read_version
 
 IDEMPOTENCY_KEY = "Idempotency-Key"
 EVENT_TYPE = "X-Event-Type"
@@ -56,6 +61,9 @@ def event_header(name: str) -> str:
     return PREFIX + "-".join(part.capitalize() for part in dashed.split("-"))
 
 
+EVENT_VERSION = event_header("event_version")
+"""``X-Event-Event-Version``: the outbox's ``event_version`` header, as the sink sends it."""
+
 RECEIVER_WIRE = WireFormat(
     id_header=IDEMPOTENCY_KEY.lower(),
     event_type_header=EVENT_TYPE.lower(),
@@ -64,6 +72,7 @@ RECEIVER_WIRE = WireFormat(
     correlation_id_header=event_header("correlation_id").lower(),
     causation_id_header=event_header("causation_id").lower(),
     traceparent_header=event_header("traceparent").lower(),
+    event_version_header=EVENT_VERSION.lower(),
 )
 """How the receiver reads a delivery: header names as ASGI gives them (lower case)."""
 
@@ -71,3 +80,13 @@ RECEIVER_WIRE = WireFormat(
 def token(name: str) -> bool:
     """Whether ``name`` is a plain HTTP header name (letters, digits and ``-``)."""
     return bool(_TOKEN.fullmatch(name))
+
+
+def version_refusal(headers: Mapping[str, bytes]) -> str | None:
+    """Why a request's ``X-Event-Event-Version`` (headers by lower-case name) is no version,
+    or ``None`` when it is one or is absent (version 1)."""
+    try:
+        read_version(headers.get(RECEIVER_WIRE.event_version_header), EVENT_VERSION)
+    except DecodeError as exc:
+        return exc.detail
+    return None

@@ -42,6 +42,7 @@ from ..registry import HandlerRegistry, HandlerSource, RouteTable
 from ..schema import check_synchronous_commit, migrate
 from ..shared.failures import describe
 from ..shared.identifiers import check_name, identifier, redact_dsn
+from ..shared.pooler import Pooler, check_pooler, create_pool
 from . import _answers as answers
 from . import headers as wh
 from ._apply import apply, report
@@ -87,7 +88,7 @@ class WebhookReceiver:
         maintenance_interval: timedelta | None = None,
         secrets: str | WebhookSecret | Iterable[str | WebhookSecret] | None = None,
         allow_unsigned: bool = False, tolerance: float = DEFAULT_TOLERANCE,
-        observers: Sequence[Observer] = (),
+        observers: Sequence[Observer] = (), postgres_pooler: Pooler = "none",
     ) -> None:
         self._secrets = secrets_of(secrets)
         if not self._secrets and not allow_unsigned:
@@ -98,6 +99,10 @@ class WebhookReceiver:
             raise ConfigurationError("tolerance must be positive (seconds)")
         self.tolerance = tolerance
         self.namespace = check_name(namespace, "namespace")
+        try:  # what stands in front of PostgreSQL (shared/pooler.py)
+            self.pooler = check_pooler(postgres_pooler)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
         if (postgres_dsn is None) == (pool is None):
             raise ConfigurationError("give exactly one of postgres_dsn and pool")
         identifier(schema, "schema name")
@@ -147,7 +152,8 @@ class WebhookReceiver:
             log.warning("webhook receiver %s accepts unsigned requests (allow_unsigned=True): "
                         "every sender must be authenticated by another layer", self.namespace)
         if self._dsn is not None:
-            self._pool = await _open_pool(self._dsn, self.namespace, self.pool_size)
+            self._pool = await _open_pool(self._dsn, self.namespace, self.pool_size,
+                                          self.pooler)
         assert self._pool is not None
         try:
             async with self._pool.acquire() as conn:
@@ -226,6 +232,10 @@ class WebhookReceiver:
                             rejected.code)
                 await answers.refuse(send, 401, rejected.code, rejected.detail)
                 return
+        version = wh.version_refusal(headers)
+        if version is not None:  # the sender's mistake, not a replay risk: the id stays unspent
+            await answers.refuse(send, 400, "invalid_version", version)
+            return
         record = _record(scope, headers, body, self._topic(scope))
         try:
             decoded = self._decoder.decode(record)
@@ -307,14 +317,12 @@ def _attempt(headers: dict[str, bytes]) -> int:
     return int(raw) if raw.isdigit() and 0 < len(raw) < 10 and int(raw) > 0 else 1
 
 
-async def _open_pool(dsn: str, namespace: str, size: int) -> asyncpg.Pool:
+async def _open_pool(dsn: str, namespace: str, size: int, pooler: Pooler) -> asyncpg.Pool:
     try:
-        pool = await asyncpg.create_pool(
-            dsn, min_size=1, max_size=size, timeout=15,
-            server_settings={"application_name": f"consumerkit:webhook:{namespace}"[:63]})
+        pool = await create_pool(dsn, pooler=pooler, max_size=size,
+                                 application_name=f"consumerkit:webhook:{namespace}")
     except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         raise StartupError(
             f"cannot connect to PostgreSQL at {redact_dsn(dsn)}: {type(exc).__name__}: {exc}"
         ) from None
-    assert pool is not None
     return pool

@@ -15,7 +15,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
-from ..outbox.sink import PermanentSendError
+from ..display import displayable
+from ..errors import PermanentSendError
 
 RETRIABLE_4XX = frozenset({408, 429})
 
@@ -47,7 +48,7 @@ def judge(status: int, retry_after_header: str | None, excerpt: str, url: str
     ``url`` the URL as it may be shown (no credentials)."""
     if 200 <= status < 300:
         return None
-    text = " ".join(excerpt.split())[:200]
+    text = displayable(" ".join(excerpt.split()), 200)  # the receiver's text, shown later
     detail = f"POST {url} answered {status}" + (f": {text}" if text else "")
     if retriable(status):
         return WebhookError(detail, status=status, retry_after=retry_after(retry_after_header))

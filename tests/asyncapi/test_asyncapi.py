@@ -11,17 +11,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
-from consumerkit import Consumer
+from consumerkit import Consumer, HandlerContext, handler
 from consumerkit.asyncapi import document
 from consumerkit.catalog import EventCatalog, Receives, Sends
 from consumerkit.cli import main
 from consumerkit.errors import ConfigurationError
+from consumerkit.publishes import Publishes
 from examples.event_versions import OrderCreated, orders
 
 from .parser import AsyncApiParser
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+class Accepted(BaseModel):
+    order_id: str
+
 PIZZA = ROOT / "examples" / "pizza_shop_asyncapi.json"
 
 
@@ -138,3 +145,17 @@ def test_mistakes_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str
     EventCatalog("x", receives=[Receives("billing", ["orders-{region}"], [orders])])
     with pytest.raises(ConfigurationError, match="receives and sends nothing"):
         EventCatalog("x")
+
+
+def test_a_consumer_s_document_holds_the_sends_its_handlers_declare(
+    tmp_path: Path, asyncapi_parser: AsyncApiParser,
+) -> None:
+    @handler("order.placed", publishes=[Publishes("order.accepted", Accepted, "order")])
+    async def accept(event: Accepted, ctx: HandlerContext) -> None: ...
+
+    doc = document(EventCatalog.of(Consumer(name="orders", handlers=[accept],
+                                            topics=["orders-in"])))
+    verdict = asyncapi_parser.validate(write(tmp_path, doc))
+    assert (verdict.exit_code, verdict.errors) == (0, [])
+    assert set(doc["operations"]) == {"orders.receive.orders-in", "orders.send.order"}
+    assert {c["address"] for c in doc["channels"].values()} == {"orders-in", "order"}

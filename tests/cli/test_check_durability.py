@@ -15,8 +15,8 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from consumerkit.cli.check_kafka import TopicDurability, durability_findings
-from consumerkit.testing.kafka import KafkaCluster
 from consumerkit.testing.services import start_tansu
+from tests.harness.kafka import KafkaCluster
 
 from .conftest import cli, with_password
 

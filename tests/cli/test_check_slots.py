@@ -18,7 +18,8 @@ from pydantic import BaseModel
 from consumerkit import Consumer, HandlerContext, handler
 from consumerkit.cli.check_slots import wal_size
 from consumerkit.outbox import Outbox
-from consumerkit.testing.services import LogicalPostgres, MakeTopic, start_logical_postgres
+from consumerkit.testing.services import MakeTopic
+from tests.harness import LogicalPostgres, start_logical_postgres
 
 from .test_migrate_check import run
 

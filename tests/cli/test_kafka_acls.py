@@ -16,9 +16,9 @@ import pytest_asyncio
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from consumerkit.outbox import Outbox, OutboxTable, migrate_outbox
-from consumerkit.testing.kafka import KafkaCluster, start_kafka
-from consumerkit.testing.kafka_jars import MissingToolError
-from consumerkit.testing.kafka_security import ADMIN, Acl, KafkaSecurity
+from tests.harness.kafka import KafkaCluster, start_kafka
+from tests.harness.kafka_jars import MissingToolError
+from tests.harness.kafka_security import ADMIN, Acl, KafkaSecurity
 
 from ..brokers import KAFKA_VERSION
 from .conftest import PASSWORD, Done, cli, finish, start, terminate, with_password

@@ -49,8 +49,8 @@ async def test_migrate_creates_every_table_once_and_says_so(
         "created dead-letter table, retention registry and consumer offsets (version 8)",
         "created dedup table processed_events (version 8)",
         "created parked keys, their records and audit (version 1)",
-        "created outbox and its side tables outbox (version 1)",
-        "created outbox and its side tables orders_outbox (version 1)",
+        "created outbox and its side tables outbox (version 2)",
+        "created outbox and its side tables orders_outbox (version 2)",
         f"schema {pg_schema} is up to date"]
     tables = {r["tablename"] for r in await pg_pool.fetch(
         "SELECT tablename FROM pg_tables WHERE schemaname = $1", pg_schema)}
@@ -61,8 +61,8 @@ async def test_migrate_creates_every_table_once_and_says_so(
         "dead-letter table, retention registry and consumer offsets: already present (version 8)",
         "dedup table processed_events: already present (version 8)",
         "parked keys, their records and audit: already present (version 1)",
-        "outbox and its side tables outbox: already present (version 1)",
-        "outbox and its side tables orders_outbox: already present (version 1)",
+        "outbox and its side tables outbox: already present (version 2)",
+        "outbox and its side tables orders_outbox: already present (version 2)",
         f"schema {pg_schema} is up to date"]
     after = {r["tablename"] for r in await pg_pool.fetch(
         "SELECT tablename FROM pg_tables WHERE schemaname = $1", pg_schema)}

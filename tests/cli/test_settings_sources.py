@@ -63,6 +63,8 @@ def given(name: str, field: FieldInfo) -> tuple[str, str]:
         text = DSN if name == "postgres_dsn" else SECRET
     elif get_origin(kind) is dict:
         return f"X-Token: {SECRET}", json.dumps({"X-Token": SECRET})
+    elif get_origin(kind) is list and name == "ignore":  # event type patterns
+        return "order.internal.*", "order.internal.*"
     elif get_origin(kind) is list:
         return f"whsec_{SECRET}", f"whsec_{SECRET}"
     else:
@@ -71,17 +73,19 @@ def given(name: str, field: FieldInfo) -> tuple[str, str]:
 
 
 def shown(command: str, name: str, field: FieldInfo, text: str) -> str:
-    """How ``config`` shows the value ``text`` gives the field (a consumer's DSN redacted,
-    the setting's as a secret)."""
+    """How ``config`` shows the value ``text`` gives the field (the DSN redacted, other
+    secrets as ``**********``)."""
     kind = _kind(field)
     if kind is bool:
         return str(text == "true")
-    if name == "postgres_dsn" and command == "run":
+    if name == "postgres_dsn":
         return redact_dsn(text)
     if kind is SecretStr:
         return "**********"
     if get_origin(kind) is dict:
         return "{X-Token: **********}"
+    if get_origin(kind) is list and name == "ignore":
+        return f"[{text}]" if command == "relay" else f"('{text}',)"
     if get_origin(kind) is list:
         return "[**********]"
     return text

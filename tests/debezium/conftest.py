@@ -15,10 +15,7 @@ import pytest_asyncio
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from consumerkit.outbox import Outbox, OutboxRetention, OutboxTable, migrate_outbox
-from consumerkit.testing.connect_jars import DEBEZIUM_KAFKA_VERSION, connect_lib
-from consumerkit.testing.kafka_jars import MissingToolError, require_tools
-from consumerkit.testing.pg_logical import debian_bin_dir
-from consumerkit.testing.services import (
+from tests.harness import (
     DebeziumWorker,
     KafkaCluster,
     LogicalPostgres,
@@ -26,6 +23,9 @@ from consumerkit.testing.services import (
     start_kafka,
     start_logical_postgres,
 )
+from tests.harness.connect_jars import DEBEZIUM_KAFKA_VERSION, connect_lib
+from tests.harness.kafka_jars import MissingToolError, require_tools
+from tests.harness.pg_logical import debian_bin_dir
 
 from ..brokers import KAFKA_VERSION, ON_KAFKA
 from ..conftest import _USED

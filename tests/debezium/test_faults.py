@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from consumerkit.testing.services import KafkaCluster, LogicalPostgres
+from tests.harness import KafkaCluster, LogicalPostgres
 
 from ..outbox.conftest import read_all
 from .conftest import MakeCdc, new_cdc

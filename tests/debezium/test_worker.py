@@ -10,9 +10,9 @@ import uuid
 import asyncpg
 import pytest
 
-from consumerkit.testing.kafka_jars import MissingToolError
-from consumerkit.testing.services import LogicalPostgres, start_debezium
 from examples.debezium_local import with_a_connector
+from tests.harness import LogicalPostgres, start_debezium
+from tests.harness.kafka_jars import MissingToolError
 
 from ..outbox.conftest import Published, read_all
 from .conftest import Cdc, MakeCdc

@@ -24,7 +24,8 @@ from consumerkit.transport.kafka import _CONSUMER_DEFAULTS as CONSUMER_DEFAULTS
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXTS = [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md",
-         *sorted((ROOT / "consumerkit").rglob("*.py"))]
+         *sorted((ROOT / "consumerkit").rglob("*.py")),
+         *sorted((ROOT / "tests" / "harness").rglob("*.py"))]  # they state defaults too
 
 # "`name`" then, within one clause, "N by default", "(N ...)", "the default is N"
 CLAIM = re.compile(

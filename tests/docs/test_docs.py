@@ -79,7 +79,7 @@ EXPECTED_PAGES = {
     "demo.md", "observability.md", "operations/index.md", "testing.md",
     "operations/metrics.md", "operations/alerts.md", "operations/runbooks.md", "parking.md",
     "torture.md", "torture-long.md", "service.md", "deployment.md", "event-versions.md",
-    "asyncapi.md", "failover.md", "kafka.md",
+    "asyncapi.md", "failover.md", "kafka.md", "install.md", "first-hour.md",
 }
 KAFKA = "127.0.0.1:9092"
 DSN = "postgresql://app@db.invalid/app"
@@ -583,7 +583,7 @@ def test_cli_commands_are_documented() -> None:
     commands = list(subparsers.choices)
     assert set(commands) == {"run", "relay", "config", "check", "demo", "migrate", "dedup",
                              "dead-letters", "outbox", "parked", "offsets", "topics",
-                             "asyncapi"}
+                             "asyncapi", "dev", "send", "lookup"}
     usage = section(page("operations/index.md"), "Command line")
     for command in commands:
         assert f"consumerkit {command}" in usage

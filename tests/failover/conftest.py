@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from consumerkit.testing.services import ReplicatedPostgres, start_replicated_postgres
+from tests.harness import ReplicatedPostgres, start_replicated_postgres
 
 
 @pytest.fixture

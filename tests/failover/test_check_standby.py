@@ -8,8 +8,8 @@ from pathlib import Path
 
 import asyncpg
 
-from consumerkit.testing.services import ReplicatedPostgres
 from tests.cli.conftest import cli
+from tests.harness import ReplicatedPostgres
 
 TIMEOUT = 30.0
 

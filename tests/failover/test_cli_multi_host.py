@@ -13,9 +13,10 @@ from pathlib import Path
 
 import asyncpg
 
-from consumerkit.testing.services import MakeTopic, ReplicatedPostgres
+from consumerkit.testing.services import MakeTopic
 from tests.cli.conftest import HERE, PASSWORD, cli, environment, with_password
 from tests.cli.test_run import publish
+from tests.harness import ReplicatedPostgres
 
 TIMEOUT = 90.0
 

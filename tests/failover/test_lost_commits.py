@@ -21,7 +21,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from consumerkit.dedup.redis import RedisDedupCache
 from consumerkit.schema import migrate
-from consumerkit.testing.services import MakeTopic, ReplicatedPostgres
+from consumerkit.testing.services import MakeTopic
+from tests.harness import ReplicatedPostgres
 from tests.integration.ledger import (
     Event,
     Running,

@@ -12,7 +12,8 @@ import pytest
 from consumerkit.outbox import NewEvent, Outbox, OutboxTable, Relay, migrate_outbox
 from consumerkit.outbox.kafka import KafkaSink
 from consumerkit.schema import migrate
-from consumerkit.testing.services import MakeTopic, ReplicatedPostgres
+from consumerkit.testing.services import MakeTopic
+from tests.harness import ReplicatedPostgres
 from tests.integration.ledger import (
     Running,
     create_ledger,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from consumerkit.testing.services import ReplicatedPostgres
+from tests.harness import ReplicatedPostgres
 
 
 async def _count(dsn: str) -> int:

@@ -49,15 +49,16 @@ async def test_null_header_values_and_a_detail_cut_between_characters(
 ) -> None:
     dlq = await make_topic(partitions=1)
     sink = await open_sink(dlq)
-    # 3999 ASCII bytes, then a 2-byte character across the 4000-byte limit
-    detail = "x" * (DETAIL_MAX_BYTES - 1) + "é and more"
+    # 3-byte characters: the 1334th crosses the 4000-byte limit (1999 of them are within the
+    # detail's character limit, consumerkit.deadletter.entry.DETAIL_LIMIT)
+    detail = "€" * 1999
     await sink.send(dataclasses.replace(ENTRY, detail=detail))
     [(value, headers)] = await read_topic(kafka_bootstrap, dlq, 1)
     assert value == b'{"n": 1}'
     assert headers[:2] == [("id", b"e-5"), ("gone", None)]
     cut = dict(headers)[DETAIL_HEADER]
     assert cut is not None
-    assert cut.decode() == "x" * (DETAIL_MAX_BYTES - 1)
+    assert cut.decode() == "€" * (DETAIL_MAX_BYTES // 3)
 
 
 async def test_a_record_too_large_for_the_producer_is_published_without_its_value(

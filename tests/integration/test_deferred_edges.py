@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 
 from consumerkit import Envelope, HandlerContext
-from consumerkit.engine.deferred import Deferred
+from consumerkit.shared.deferred import Deferred
 from consumerkit.shared.identifiers import identifier
 from consumerkit.types import DbConnection
 

@@ -22,7 +22,7 @@ import pytest
 
 from consumerkit.cli import main as cli_main
 from consumerkit.demo.report import Counts, Kill, Report
-from consumerkit.testing.kafka_jars import MissingToolError, kafka_lib, require_tools
+from tests.harness.kafka_jars import MissingToolError, kafka_lib, require_tools
 
 ORDERS = 40
 RUN_TIMEOUT = 240

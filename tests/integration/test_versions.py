@@ -21,7 +21,7 @@ from consumerkit import (
     handler,
 )
 from consumerkit.deadletter import list_dead_letters
-from consumerkit.parking.replay import replay_key
+from consumerkit.engine.replay import replay_key
 from consumerkit.testing.services import MakeTopic
 from examples.event_versions import rename_amount, split_customer
 

@@ -25,8 +25,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay, migrate_outbox
 from consumerkit.retry import RetryPolicy
-from consumerkit.testing.services import KafkaCluster
 from consumerkit.transport.kafka import _CONSUMER_FIXED
+from tests.harness import KafkaCluster
 
 from ..integration.ledger import (
     Event,

@@ -16,16 +16,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from consumerkit.testing import kafka_lookup
-from consumerkit.testing.kafka_jars import require_tools
-from consumerkit.testing.services import (
-    KafkaCluster,
-    KafkaNode,
-    MissingToolError,
-    ServiceStartError,
-    free_port,
-    start_kafka,
-)
+from consumerkit.testing.services import ServiceStartError, free_port
+from tests.harness import KafkaCluster, KafkaNode, MissingToolError, kafka_lookup, start_kafka
+from tests.harness.kafka_jars import require_tools
 
 DEADLINE = 90.0  # a fenced broker leaves the metadata after its 9 s session, on busy cores
 
@@ -158,7 +151,7 @@ def test_a_port_taken_before_the_node_binds_it_is_retried(
         require_tools()
     except MissingToolError as exc:
         pytest.skip(str(exc))
-    from consumerkit.testing import kafka
+    from tests.harness import kafka
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

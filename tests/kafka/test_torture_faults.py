@@ -13,7 +13,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from consumerkit.testing.services import KafkaCluster, MissingToolError, start_kafka
+from tests.harness import KafkaCluster, MissingToolError, start_kafka
 
 from ..torture.kafka_admin import move_leader
 

@@ -21,9 +21,9 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from consumerkit import Consumer
-from consumerkit.testing.services import MissingToolError, start_kafka
 from consumerkit.transport.kafka import KafkaSource
 from consumerkit.transport.source import Partition, RebalanceHandler, Source
+from tests.harness import MissingToolError, start_kafka
 
 from ..brokers import KAFKA_VERSION, ON_KAFKA, REPLICATION_FACTOR
 from ..conftest import wait_for_partitions

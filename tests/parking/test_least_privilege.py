@@ -16,7 +16,7 @@ import asyncpg
 import pytest
 
 from consumerkit import RetryPolicy
-from consumerkit.parking.replay import discard_key, replay_key
+from consumerkit.engine.replay import discard_key, replay_key
 from consumerkit.testing import TestConsumer
 
 from .moves import BROKEN, Move, move

@@ -11,7 +11,8 @@ import asyncpg
 import pytest
 
 from consumerkit import Consumer, HandlerContext, RetryPolicy
-from consumerkit.parking.replay import ParkingError, discard_key, replay_key
+from consumerkit.engine.replay import discard_key, replay_key
+from consumerkit.errors import ParkingError
 
 from ..integration.ledger import (
     Running,

@@ -7,9 +7,9 @@ import asyncio
 
 import asyncpg
 
+from consumerkit.engine.replay import discard_key
 from consumerkit.grants import runtime_grants
 from consumerkit.parking import ParkedRecord, store
-from consumerkit.parking.replay import discard_key
 from consumerkit.schema import applied_versions, migrate
 
 

@@ -11,8 +11,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from consumerkit import RetryPolicy, StartupError
+from consumerkit.engine.replay import replay_key
 from consumerkit.observability.tracing import Tracing
-from consumerkit.parking.replay import replay_key
 from consumerkit.schema import migrate
 from consumerkit.testing import TestConsumer
 

@@ -22,7 +22,8 @@ import warnings
 from pathlib import Path
 from typing import Protocol
 
-from consumerkit.testing.services import TansuBroker, start_replicated_postgres, start_tansu
+from consumerkit.testing.services import TansuBroker, start_tansu
+from tests.harness import start_replicated_postgres
 from tests.integration.own_redis import OwnRedis
 
 __all__ = ["Database", "OwnPostgres", "OwnRedis", "ReplicatedCluster", "TansuBroker",
@@ -89,7 +90,7 @@ class OwnPostgres:
 
 
 class ReplicatedCluster:
-    """A primary and a streaming standby (:mod:`consumerkit.testing.replication`) behind one
+    """A primary and a streaming standby (:mod:`tests.harness.replication`) behind one
     multi-host DSN: the failover fault holds the standby back, kills the primary, promotes
     the standby and builds a new standby on the old primary's port."""
 

@@ -15,7 +15,7 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from consumerkit.outbox import NewEvent, Outbox
-from consumerkit.testing.kafka import KafkaCluster
+from tests.harness.kafka import KafkaCluster
 
 from .cluster import Database, OwnRedis, ReplicatedCluster, TansuBroker, pause_process
 from .ledger import EVENT_TYPE

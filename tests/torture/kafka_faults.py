@@ -1,5 +1,5 @@
 """The broker failures of the ``kafka`` profile, on a three-node Apache Kafka cluster
-(:func:`consumerkit.testing.kafka.start_kafka`, replication factor 3, ``min.insync.replicas=2``,
+(:func:`tests.harness.kafka.start_kafka`, replication factor 3, ``min.insync.replicas=2``,
 unclean leader election off), started with a fault proxy in front of every node's advertised
 listener. They add to the faults of :mod:`tests.torture.faults`; each returns True once it
 happened, and every wait is bounded.
@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from consumerkit.testing.kafka import (
+from tests.harness.kafka import (
     DEFAULT_KAFKA_VERSION,
     KafkaCluster,
     KafkaNode,

@@ -20,9 +20,9 @@ from aiokafka import AIOKafkaConsumer
 
 from consumerkit.outbox import OutboxTable, migrate_outbox
 from consumerkit.schema import migrate
-from consumerkit.testing.kafka import KafkaCluster
 from consumerkit.testing.services import TansuBroker
 from consumerkit.transport.kafka_admin import create_topic
+from tests.harness.kafka import KafkaCluster
 
 from . import ledger, txn_outcomes
 from .check import check, transactions

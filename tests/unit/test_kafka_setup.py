@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from consumerkit.errors import ConsumerKitError
-from consumerkit.testing import kafka_jars
-from consumerkit.testing.kafka import KafkaNode, _format
-from consumerkit.testing.kafka_config import new_cluster_id, node_properties, render_properties
-from consumerkit.testing.kafka_jars import (
+from consumerkit.testing.services import ServiceStartError
+from tests.harness import kafka_jars, start_kafka
+from tests.harness.kafka import KafkaNode, _format
+from tests.harness.kafka_config import new_cluster_id, node_properties, render_properties
+from tests.harness.kafka_jars import (
     CACHE_ENV,
     MissingToolError,
     kafka_cache_dir,
@@ -23,7 +24,6 @@ from consumerkit.testing.kafka_jars import (
     pom_xml,
     require_tools,
 )
-from consumerkit.testing.services import ServiceStartError, start_kafka
 
 POM = "{http://maven.apache.org/POM/4.0.0}"
 

@@ -11,8 +11,9 @@ import asyncpg
 import pytest
 
 from consumerkit import DeadLetter, Retry
-from consumerkit.engine.stall import SYSTEMIC, Breaker, StallPolicy, systemic
+from consumerkit.engine.stall import SYSTEMIC, Breaker, StallPolicy, Verdict, systemic
 from consumerkit.observability import BaseObserver, LogObserver
+from consumerkit.shared.failures import HandlerFailure, judge
 from consumerkit.stats import ConsumerStats, StatsObserver
 
 
@@ -22,6 +23,9 @@ class Told(BaseObserver):
 
     def stalled(self, reason: str | None) -> None:
         self.reasons.append(reason)
+
+
+MISSING = Verdict("handler h cannot run: undefined_table", "h", certain=True)
 
 
 def breaker(after_keys: int = 3) -> tuple[Breaker, Told]:
@@ -64,9 +68,11 @@ def test_a_handler_error_raised_from_a_missing_table_is_systemic() -> None:
     wrapped = RuntimeError("could not save")
     wrapped.__cause__ = asyncpg.UndefinedTableError('relation "ledger" does not exist')
     assert systemic(wrapped) == "undefined_table"
-    reason = breaker()[0].failed("h", "k", wrapped)
-    assert reason == ('handler h cannot run: undefined_table: UndefinedTableError: relation '
-                      '"ledger" does not exist')  # the cause, not the wrapper, says what
+    verdict = breaker()[0].failed("h", "k", wrapped)
+    assert verdict is not None
+    assert verdict.certain
+    assert verdict.reason == ('handler h cannot run: undefined_table: UndefinedTableError: '
+                              'relation "ledger" does not exist')  # the cause says what
     wrapped.__cause__ = None
     assert systemic(wrapped) is None
 
@@ -76,8 +82,10 @@ def test_the_same_error_for_many_keys_in_a_row_stalls() -> None:
     assert b.failed("h", "k1", ConnectionError("refused")) is None
     assert b.failed("h", "k1", ConnectionError("refused")) is None  # one key, retried: poison
     assert b.failed("h", "k2", ConnectionError("refused")) is None
-    reason = b.failed("h", "k3", ConnectionError("refused"))
-    assert reason == "handler h failed for 3 keys in a row: ConnectionError: refused"
+    verdict = b.failed("h", "k3", ConnectionError("refused"))
+    assert verdict is not None
+    assert not verdict.certain
+    assert verdict.reason == "handler h failed for 3 keys in a row: ConnectionError: refused"
 
 
 @pytest.mark.parametrize("between", ["success", "other type", "other handler"])
@@ -121,16 +129,16 @@ async def test_one_record_probes_the_others_wait_and_a_success_ends_the_stall() 
     changes: list[bool] = []
     b.on_change = lambda: changes.append(b.holding())
     first, second = object(), object()
-    delay = b.stall(first, "handler h cannot run: undefined_table")
+    delay = b.stall(first, MISSING)
     assert delay is not None
     assert 0.05 <= delay <= 0.1
-    assert b.stall(second, "handler h cannot run: undefined_table") is None  # it waits
+    assert b.stall(second, MISSING) is None  # it waits
     assert b.holding()
     assert told.reasons == ["handler h cannot run: undefined_table"]
     waiter = asyncio.create_task(b.turn(second, asyncio.Event()))
     await asyncio.sleep(0)
     assert not waiter.done()
-    later = b.stall(first, "handler h cannot run: undefined_table")
+    later = b.stall(first, MISSING)
     assert later is not None
     assert 0.1 <= later <= 0.2  # backs off
     b.resolved(second)  # not the probe: changes nothing
@@ -146,7 +154,7 @@ async def test_one_record_probes_the_others_wait_and_a_success_ends_the_stall() 
 async def test_a_probe_that_leaves_hands_over_and_abandon_ends_a_wait() -> None:
     b, _ = breaker()
     probe, other, gone = object(), object(), object()
-    b.stall(probe, "r")
+    b.stall(probe, MISSING)
     abandon = asyncio.Event()
     quitting = asyncio.create_task(b.turn(gone, abandon))
     taking = asyncio.create_task(b.turn(other, asyncio.Event()))
@@ -156,7 +164,7 @@ async def test_a_probe_that_leaves_hands_over_and_abandon_ends_a_wait() -> None:
     b.leave(probe)
     assert await asyncio.wait_for(taking, 5) is True
     assert b.probe is other  # still stalled: the next one tries
-    assert b.reason == "r"
+    assert b.reason == MISSING.reason
 
 
 def test_the_back_off_is_capped() -> None:
@@ -178,7 +186,7 @@ def test_a_stall_is_logged_as_an_error_and_its_end_with_its_length(
 ) -> None:
     observer = LogObserver("billing")
     with caplog.at_level(logging.INFO, logger="consumerkit.pipeline"):
-        observer.stalled("handler h cannot run: undefined_table")
+        observer.stalled(MISSING.reason)
         observer.stalled(None)
     began, ended = caplog.records
     assert began.levelno == logging.ERROR
@@ -213,14 +221,192 @@ async def test_the_probes_take_turns_so_a_poison_probe_cannot_hold_a_stall() -> 
 async def test_a_probe_failing_for_its_own_reason_hands_over_and_the_last_one_ends_it() -> None:
     b, told = breaker()
     poison, other = object(), object()
-    assert b.stall(poison, "handler h cannot run: undefined_table") is not None
+    assert b.stall(poison, MISSING) is not None
     waiting = asyncio.create_task(b.turn(other, asyncio.Event()))
     await asyncio.sleep(0)
     b.leave(poison)  # its own failure (a ValueError, say) tells nothing of the table
     assert await asyncio.wait_for(waiting, 5) is True
-    assert (b.probe, b.reason) == (other, "handler h cannot run: undefined_table")
+    assert (b.probe, b.reason) == (other, MISSING.reason)
     assert told.reasons == ["handler h cannot run: undefined_table"]  # one stall, no flap
     b.leave(other)  # the last one leaves, nothing waits: nothing is held back
     assert (b.probe, b.reason) == (None, None)
     assert told.reasons[-1] is None
     assert not b.holding()
+
+
+@pytest.mark.parametrize("error", [
+    asyncpg.CheckViolationError("new row violates check constraint"),
+    asyncpg.UniqueViolationError("duplicate key value violates unique constraint"),
+    asyncpg.NotNullViolationError("null value in column"),
+    asyncpg.ForeignKeyViolationError("violates foreign key constraint"),
+    asyncpg.NumericValueOutOfRangeError("integer out of range"),
+    asyncpg.CharacterNotInRepertoireError("invalid byte sequence for encoding UTF8: 0x00"),
+    asyncpg.DataError("invalid input syntax for type integer"),
+])
+def test_data_and_integrity_errors_never_stall_however_many_keys(error: Exception) -> None:
+    wrapped = RuntimeError("could not book")  # the handler's own error, raised from it
+    wrapped.__cause__ = error
+    for raised in (error, wrapped):
+        b, _ = breaker(after_keys=3)
+        assert all(b.failed("h", f"k{i}", raised, object()) is None for i in range(20))
+
+
+class Unavailable(Exception):
+    systemic = True
+
+
+class Invalid(Exception):
+    systemic = False
+
+
+def test_an_exception_type_marks_itself_systemic_or_the_record_s_own() -> None:
+    b, _ = breaker(after_keys=3)
+    verdict = b.failed("h", "k1", Unavailable("payments down"), object())
+    assert verdict is not None
+    assert verdict.certain  # at once, on the first key
+    assert verdict.reason == "handler h cannot run: Unavailable: payments down"
+    assert all(b.failed("h", f"k{i}", Invalid("bad"), object()) is None for i in range(20))
+    marked = ConnectionError("refused")
+    marked.systemic = False  # type: ignore[attr-defined]  # an instance attribute will do
+    assert all(b.failed("h", f"k{i}", marked, object()) is None for i in range(20))
+    # the outermost mark wins: the handler says this table error is the record's
+    refused = Invalid("no ledger for this tenant")
+    refused.__cause__ = asyncpg.UndefinedTableError('relation "ledger_42" does not exist')
+    assert b.failed("h", "k", refused, object()) is None
+    missing = RuntimeError("could not save")
+    missing.__cause__ = Unavailable("the ledger service")
+    assert b.failed("h", "k", missing, object()) is not None
+
+
+def streak_stall(b: Breaker, *records: object) -> Verdict:
+    """``records`` fail alike on keys of their own: the last one stalls and probes."""
+    *first, last = records
+    for i, record in enumerate(first):
+        assert b.failed("h", f"k{i}", ValueError("refused"), record) is None
+    verdict = b.failed("h", "last", ValueError("refused"), last)
+    assert verdict is not None
+    assert not verdict.certain
+    assert b.stall(last, verdict) is not None
+    return verdict
+
+
+async def test_a_streak_every_waiting_record_failed_lets_a_new_one_probe_and_end_it() -> None:
+    b, told = breaker(after_keys=3)
+    bad = [object() for _ in range(3)]
+    verdict = streak_stall(b, *bad)
+    waiting = [asyncio.create_task(b.turn(r, asyncio.Event())) for r in bad[:2]]
+    await asyncio.sleep(0)
+    assert not b.holding()  # all three have tried and failed: new records may come
+    fresh = object()
+    new = asyncio.create_task(b.turn(fresh, asyncio.Event()))
+    await asyncio.sleep(0)
+    assert b.holding()  # a record not yet tried waits: it probes next
+    back = asyncio.create_task(b.turn(bad[2], asyncio.Event()))  # the probe comes back
+    assert await asyncio.wait_for(new, 5) is True
+    assert b.probe is fresh  # not the longest waiting: the one not yet tried
+    b.resolved(fresh)  # it got through: the others failed each for a reason of its own
+    b.succeeded("h", fresh)  # and was applied (the pipeline tells both)
+    assert await asyncio.wait_for(asyncio.gather(back, *waiting), 5) == [True] * 3
+    assert told.reasons == [verdict.reason, None]
+    for i, record in enumerate(bad * 3):  # judged one by one now: no stall again
+        assert b.failed("h", f"k{i}", ValueError("refused"), record) is None
+    assert b.failed("h", "x", asyncpg.UndefinedTableError("x"), bad[0]) is not None
+    other = [object() for _ in range(3)]  # records not acquitted still make a streak
+    assert [b.failed("h", f"o{i}", ValueError("refused"), r) is None
+            for i, r in enumerate(other)] == [True, True, False]
+
+
+async def test_a_new_record_failing_alike_keeps_the_stall_and_nothing_is_acquitted() -> None:
+    b, told = breaker(after_keys=2)
+    first, probe, fresh = object(), object(), object()
+    verdict = streak_stall(b, first, probe)
+    assert not b.holding()  # both have tried: new records may come
+    new = asyncio.create_task(b.turn(fresh, asyncio.Event()))
+    await asyncio.sleep(0)
+    back = asyncio.create_task(b.turn(probe, asyncio.Event()))  # hands over to the new one
+    assert await asyncio.wait_for(new, 5) is True
+    again = b.failed("h", "fresh", ValueError("refused"), fresh)
+    assert again is not None
+    assert b.stall(fresh, again) is not None  # a service down for every key: still stalled
+    assert b.reason == verdict.reason
+    assert not b.holding()
+    returned = asyncio.create_task(b.turn(fresh, asyncio.Event()))
+    assert await asyncio.wait_for(back, 5) is True  # the one that waited longest tries
+    assert b.probe is probe
+    b.resolved(probe)  # a record that failed before gets through: the service is back
+    assert await asyncio.wait_for(returned, 5) is True
+    assert told.reasons == [verdict.reason, None]
+    for record in (first, probe, fresh):  # not acquitted: their failures still count
+        assert b.failed("h", "k9", ValueError("refused"), record) is not None
+
+
+async def test_a_stall_a_cause_vouches_for_holds_new_records_and_every_handler() -> None:
+    b, _ = breaker()
+    first, second = object(), object()
+    b.stall(first, MISSING)
+    b.stall(second, MISSING)
+    waiting = asyncio.create_task(b.turn(second, asyncio.Event()))
+    await asyncio.sleep(0)
+    assert b.holding()  # every record has tried, but a missing table stays missing
+    assert b.blocks("h")
+    assert b.blocks("g")
+    b.succeeded("h", object())  # a record applied in a batch begun before: no proof
+    assert b.reason == MISSING.reason
+    b.resolved(first)
+    assert await asyncio.wait_for(waiting, 5) is True
+
+
+async def test_a_streak_s_stall_holds_only_its_handler_and_a_batch_success_ends_it() -> None:
+    b, told = breaker(after_keys=2)
+    streak_stall(b, object(), object())
+    assert b.blocks("h")
+    assert not b.blocks("g")  # another handler's records go on
+    b.succeeded("g", object())
+    assert b.blocks("h")
+    b.succeeded("h", object())  # a record of h applied without failing: not every record
+    assert (b.reason, b.probe) == (None, None)
+    assert told.reasons[-1] is None
+
+
+async def test_a_record_done_is_forgotten_and_the_stall_goes_on_without_it() -> None:
+    b, _ = breaker(after_keys=2)
+    first, probe, other = object(), object(), object()
+    streak_stall(b, first, probe)
+    waiting = asyncio.create_task(b.turn(other, asyncio.Event()))
+    await asyncio.sleep(0)
+    b.done(first)  # settled, revoked or stopping while the stall goes on
+    b.done(probe)
+    assert await asyncio.wait_for(waiting, 5) is True
+    assert b.probe is other
+    assert b.reason is not None
+    remembered = [*b._tried.values(), *b._alone.values(),
+                  *(r for streak in b._streaks.values() for r in streak.records.values())]
+    assert first not in remembered
+    assert probe not in remembered  # nothing kept of a record once it is done
+
+
+@pytest.mark.parametrize("error", [
+    asyncpg.OutOfMemoryError("out of shared memory"),
+    asyncpg.TooManyConnectionsError("sorry, too many clients already"),
+    asyncpg.DiskFullError("could not extend file: No space left on device"),
+    asyncpg.ConfigurationLimitExceededError("too many range table entries"),
+    asyncpg.InsufficientResourcesError("insufficient resources"),
+])
+def test_the_server_out_of_resources_is_an_outage_not_a_handler_failure(
+    error: Exception,
+) -> None:
+    assert judge(error) == (error, True)  # in the claim
+    assert judge(HandlerFailure(error)) == (error, True)  # in the handler's statement
+    wrapped = RuntimeError("could not save")
+    wrapped.__cause__ = error
+    assert judge(HandlerFailure(wrapped)) == (wrapped, True)
+    decided = DeadLetter("given up")  # the handler's own decision stands
+    decided.__cause__ = error
+    assert judge(HandlerFailure(decided)) == (decided, False)
+
+
+def test_a_cancelled_statement_is_nobody_s_failure_only_while_stopping() -> None:
+    cancelled = asyncpg.QueryCanceledError("canceling statement due to user request")
+    assert judge(HandlerFailure(cancelled)) == (cancelled, False)  # a statement_timeout, say
+    assert judge(HandlerFailure(cancelled), stopping=True) == (cancelled, True)
+    assert judge(cancelled, stopping=True) == (cancelled, True)

@@ -77,9 +77,10 @@ async def test_webhooks_and_records_share_the_transaction_path_and_the_dedup(
     assert (again.status_code, again.json()["status"]) == (200, "duplicate")
     assert calls == [[paid]]  # a batch of one; the duplicate never reached the handler
     assert read == {paid: 1}  # it read its own deferred write
-    # the refused deferred write fails the delivery as a raising handler would: rolled back,
-    # and the sender is told to try again later
-    assert (refused.status_code, refused.json()["error"]) == (500, "handler_failed")
+    # the refused deferred write fails the delivery as a raising handler would: rolled back;
+    # a row the database refuses for its values (SQLSTATE class 23) would be refused again,
+    # so the sender is told not to retry it
+    assert (refused.status_code, refused.json()["error"]) == (422, "rejected")
     assert "CheckViolationError" in refused.json()["detail"]
 
     # a Kafka record of the same event in the same namespace is the same event: a duplicate;

@@ -1,5 +1,5 @@
 """Kafka Connect and Debezium's PostgreSQL connector from Maven Central, fetched once into the
-same cache as Apache Kafka's jars (:mod:`consumerkit.testing.kafka_jars`).
+same cache as Apache Kafka's jars (:mod:`tests.harness.kafka_jars`).
 
 The worker is ``org.apache.kafka:connect-runtime`` at the Kafka version of the test cluster. The
 connector is ``io.debezium:debezium-connector-postgres``; from Debezium 3.6 on the outbox
@@ -16,7 +16,8 @@ import zipfile
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from ._common import ServiceStartError
+from consumerkit.testing._common import ServiceStartError
+
 from .kafka_jars import (
     FETCH_TIMEOUT,
     _copy_dependencies,

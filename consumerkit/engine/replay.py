@@ -5,7 +5,8 @@ through the consumer's own path (dedup claim, handler, outbox), and that transac
 marks the record replayed: a replay cut short and run again starts after the last record it
 applied, and the dedup row absorbs anything applied twice. When no record is left, the key is
 unparked under its row lock; records the consumer parked meanwhile are replayed first. Two
-replays of one key never run at once, nor a replay and a discard (an advisory lock).
+replays of one key never run at once, nor a replay and a discard (an advisory lock, held by a
+transaction: behind a transaction pooler a session lock would stay on a shared backend).
 """
 
 from __future__ import annotations
@@ -22,23 +23,19 @@ import asyncpg
 
 from ..deadletter.writer import DeadLetterWriter
 from ..dedup.stores import store_for
-from ..engine.decode import Decoded, Decoder
-from ..engine.lifecycle import open_pool
-from ..engine.pipeline import Outcome, Pipeline
-from ..errors import ConsumerKitError, DeadLetter, DecodeError, is_retriable
+from ..errors import DeadLetter, DecodeError, ParkingError, is_retriable
+from ..parking import store
+from ..parking.entry import ParkedKey, ParkedRecord
 from ..shared.failures import describe, judge
-from ..shared.observing import consumer_observer
 from ..stats import ConsumerStats
 from ..types import ClaimStatus, DbConnection, SinkResources
-from . import store
-from .entry import ParkedKey, ParkedRecord
+from .decode import Decoded
+from .lifecycle import open_pool
+from .observing import consumer_observer
+from .pipeline import Outcome, Pipeline
 
 if TYPE_CHECKING:
     from ..consumer import Consumer
-
-
-class ParkingError(ConsumerKitError):
-    """A parked key cannot be found, is ambiguous, or its replay stopped (one line)."""
 
 
 class _Discarded(Exception):
@@ -118,14 +115,15 @@ async def replay_key(consumer: Consumer, key: bytes, topic: str | None = None,
     if dsn is None:
         raise ParkingError("no PostgreSQL DSN: pass --postgres or set CONSUMERKIT_POSTGRES_DSN")
     schema, name = consumer.schema, consumer.name
-    pool = await open_pool(dsn, f"{name} replay", 3)
+    # the replay's reads, the lock's transaction, a record's transaction, a dead letter
+    pool = await open_pool(dsn, f"{name} replay", 4, pooler=consumer.postgres_pooler)
     try:
-        async with pool.acquire() as conn:
+        async with pool.acquire() as conn, pool.acquire() as lock:
             parked = await find_key(conn, schema, name, key, topic, partition)
             if parked is None:
                 return ReplayReport(None, not_parked=True,
                                     previously=await not_found(conn, schema, name, key))
-            async with (_exclusive(conn, schema, parked, "another replay of key {key} is running"),
+            async with (_exclusive(lock, schema, parked, "another replay of key {key} is running"),
                         _pipeline(consumer, pool) as pipeline):
                 return await _replay(pipeline, conn, schema, parked)
     finally:
@@ -147,7 +145,8 @@ async def _replay(pipeline: Pipeline, conn: DbConnection, schema: str,
     return ReplayReport(parked, applied=counts[Outcome.APPLIED],
                         duplicates=counts[Outcome.DUPLICATE],
                         dead_lettered=counts[Outcome.DEAD_LETTERED],
-                        skipped=counts[Outcome.EXPIRED_SKIPPED])
+                        skipped=counts[Outcome.EXPIRED_SKIPPED]
+                        + counts[Outcome.UNHANDLED_SKIPPED])
 
 
 async def _replay_one(pipeline: Pipeline, conn: DbConnection, parked: ParkedRecord,
@@ -157,7 +156,7 @@ async def _replay_one(pipeline: Pipeline, conn: DbConnection, parked: ParkedReco
     try:
         decoded = pipeline.decoder.decode(record)
     except DecodeError as exc:  # as the consumer would have done, had the key not been parked
-        outcome = await pipeline.dead_letter(record, exc.reason, exc.detail, 0, None, never)
+        outcome = await pipeline.undecodable(record, exc, never)
         await conn.execute(mark, parked.id)
         return outcome
     marked = _marking(decoded, mark, parked.id)
@@ -212,18 +211,17 @@ def _marking(decoded: Decoded, mark: str, parked_id: int | None) -> Decoded:
 @contextlib.asynccontextmanager
 async def _exclusive(conn: DbConnection, schema: str, parked: ParkedKey, busy: str,
                      ) -> AsyncIterator[None]:
-    """One replay or discard of a key at a time: a session advisory lock on the key (``busy``:
-    the error when it is taken, ``{key}`` standing for the key)."""
+    """One replay or discard of a key at a time: an advisory lock on the key, held by a
+    transaction of ``conn`` until the block ends (``busy``: the error when it is taken,
+    ``{key}`` standing for the key). Statements on ``conn`` inside the block run in that
+    transaction; it commits when the block ends without an error."""
     digest = hashlib.blake2b(repr((schema, parked.consumer, parked.topic, parked.partition,
                                    parked.key)).encode(), digest_size=8).digest()
     lock = int.from_bytes(digest, "big", signed=True)
-    if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", lock):
-        raise ParkingError(busy.format(key=repr(parked.key_text)))
-    try:
+    async with conn.transaction():
+        if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", lock):
+            raise ParkingError(busy.format(key=repr(parked.key_text)))
         yield
-    finally:
-        with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
-            await conn.execute("SELECT pg_advisory_unlock($1)", lock)
 
 
 @contextlib.asynccontextmanager
@@ -240,7 +238,7 @@ async def _pipeline(consumer: Consumer, pool: asyncpg.Pool) -> AsyncIterator[Pip
         yield Pipeline(
             consumer=consumer.name, namespace=consumer.name, pool=pool,
             dedup=store_for(consumer.schema, consumer.dedup),
-            decoder=Decoder(consumer.routes, consumer.wire, consumer.max_message_bytes),
+            decoder=consumer.decoder(),
             retry=consumer.retry, dead_letters=DeadLetterWriter(consumer.dead_letter),
             expired=consumer.dedup.expired, stats=stats, concurrency=1,
             handler_timeout=consumer.handler_timeout, outbox=consumer.outbox,

@@ -27,7 +27,8 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.protocol.admin import CreateAclsRequest
 
-from ._common import ServiceStartError
+from consumerkit.testing._common import ServiceStartError
+
 from .kafka_jars import MissingToolError
 
 MECHANISM = "SCRAM-SHA-512"
@@ -159,7 +160,7 @@ def make_certificates(directory: Path) -> Path:
          "server.ext"],
     ]
     for step in steps:
-        done = subprocess.run([openssl, *step], cwd=directory, capture_output=True,  # noqa: S603
+        done = subprocess.run([openssl, *step], cwd=directory, capture_output=True,
                               timeout=_TOOL_TIMEOUT, check=False)
         if done.returncode != 0:
             raise ServiceStartError(f"openssl {step[0]} failed: "

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from ._common import ServiceStartError
+from consumerkit.testing._common import ServiceStartError
 
 __all__ = [
     "CACHE_ENV",
@@ -71,7 +71,7 @@ def require_tools(maven: bool = True) -> tuple[str, str | None]:
     if java is None:
         raise MissingToolError("Apache Kafka needs Java 17 or newer: install a JDK "
                                "(e.g. apt-get install openjdk-17-jdk-headless)")
-    probe = subprocess.run(  # noqa: S603 - fixed argv
+    probe = subprocess.run(
         [java, "-version"], capture_output=True, text=True, timeout=60, check=False,
     )
     found = _JAVA_MAJOR.search(probe.stderr + probe.stdout)
@@ -161,7 +161,7 @@ def _copy_dependencies(mvn: str, workdir: Path, pom: str, out: Path, timeout: fl
     argv = [mvn, "-B", "-q", f"{DEPENDENCY_PLUGIN}:copy-dependencies",
             "-DincludeScope=runtime", f"-DoutputDirectory={out}"]
     try:
-        done = subprocess.run(  # noqa: S603 - argv built here, no shell
+        done = subprocess.run(
             argv, cwd=workdir, capture_output=True, text=True, timeout=timeout, check=False,
         )
     except subprocess.TimeoutExpired:

@@ -2,7 +2,7 @@
 binaries, for failover tests: :func:`start_replicated_postgres`.
 
 Both servers listen on loopback TCP ports of their own. The standby streams from the primary
-through a :class:`~consumerkit.testing.tcp_proxy.TcpProxy`, so
+through a :class:`~tests.harness.tcp_proxy.TcpProxy`, so
 :meth:`ReplicatedPostgres.hold_back` can make it miss the next commits: the proxy holds the WAL
 stream, and whatever it held is dropped when the primary is killed. Freezing the walreceiver
 with SIGSTOP is not enough (five tries, 20 commits each while it was frozen: none lost): the
@@ -31,8 +31,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from ..errors import MissingExtraError
-from ._common import ServiceStartError, free_port
+from consumerkit.errors import MissingExtraError
+from consumerkit.testing._common import ServiceStartError, free_port
+
 from .tcp_proxy import TcpProxy
 
 __all__ = ["ReplicatedPostgres", "start_replicated_postgres"]
@@ -143,7 +144,7 @@ class ReplicatedPostgres:
     def _run(self, binary: str, *args: str, timeout: float = _COMMAND_TIMEOUT) -> str:
         argv = [str(self._bin / binary), *args]
         try:
-            done = subprocess.run(  # noqa: S603 - argv is built here, no shell
+            done = subprocess.run(
                 argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                 timeout=timeout, user=self._user, cwd=self.workdir, check=False)
         except subprocess.TimeoutExpired:

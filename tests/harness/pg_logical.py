@@ -19,8 +19,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ._common import ServiceStartError, free_port
-from ._process import _Service, _tcp_accepts, _wait_for
+from consumerkit.testing._common import ServiceStartError, free_port
+from consumerkit.testing._process import _Service, _tcp_accepts, _wait_for
 
 __all__ = ["LogicalPostgres", "debian_bin_dir", "postgres_bin_dir", "start_logical_postgres"]
 
@@ -77,7 +77,7 @@ def _as_user() -> dict[str, Any]:
         ensure_folder_permissions(POSTGRES_BIN_PATH, readable | stat.S_IXGRP | stat.S_IXOTH)
         ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib", readable)
     except ImportError:
-        subprocess.run(["useradd", "-s", "/bin/sh", _SYSTEM_USER],  # noqa: S603,S607
+        subprocess.run(["useradd", "-s", "/bin/sh", _SYSTEM_USER],
                        capture_output=True, check=False)
     return {"user": _SYSTEM_USER}
 
@@ -100,7 +100,7 @@ class LogicalPostgres(_Service):
         atexit.register(self.stop)
 
     def _pg_ctl(self, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(  # noqa: S603 - argv built here, no shell
+        return subprocess.run(
             [str(self.bindir / "pg_ctl"), "-D", str(self.pgdata), *args],
             capture_output=True, text=True, timeout=timeout, check=False, **self._as)
 
@@ -147,8 +147,8 @@ def start_logical_postgres(timeout: float = 60.0, bindir: Path | None = None
     server = LogicalPostgres(bindir, workdir, free_port())
     if server._as:
         shutil.chown(workdir, user=_SYSTEM_USER)
-        os.chmod(workdir, 0o755)  # noqa: S103 - the server's user must reach its dir
-    done = subprocess.run(  # noqa: S603 - argv built here, no shell
+        os.chmod(workdir, 0o755)
+    done = subprocess.run(
         [str(bindir / "initdb"), "-D", str(server.pgdata), "-U", "postgres", "--auth=trust",
          "--encoding=UTF8", "--no-sync"],
         capture_output=True, text=True, timeout=timeout, check=False, **server._as)

@@ -1,6 +1,6 @@
 """Apache Kafka for tests: a KRaft cluster of one or three nodes run from Maven Central's jars.
 
-:func:`start_kafka` fetches the jars once (:mod:`consumerkit.testing.kafka_jars`), formats one log
+:func:`start_kafka` fetches the jars once (:mod:`tests.harness.kafka_jars`), formats one log
 dir per node and starts every node in combined mode (broker and controller) with static voters on
 free loopback ports. The cluster is ready when its metadata lists every broker; every wait is
 bounded, and a node that dies or stays silent raises :class:`ServiceStartError` with its log's
@@ -8,7 +8,7 @@ tail. Without Java 17+ or Maven, :class:`MissingToolError` says in one line what
 
 The handle's nodes can be killed (SIGKILL), stopped, started again on the same ports and log dir,
 paused (SIGSTOP) and resumed; ``leader``, ``controller`` and ``coordinator`` say which node holds
-a partition, the metadata quorum or a consumer group (:mod:`consumerkit.testing.kafka_lookup`).
+a partition, the metadata quorum or a consumer group (:mod:`tests.harness.kafka_lookup`).
 With ``proxied=True`` each node advertises a :class:`TcpProxy` in front of its client port, so
 ``node.proxy.hold()`` cuts it off from clients and the other brokers (not from the quorum).
 """
@@ -26,9 +26,10 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
+from consumerkit.testing._common import ServiceStartError, free_port
+from consumerkit.testing._process import _Service, _tcp_accepts
+
 from . import kafka_lookup
-from ._common import ServiceStartError, free_port
-from ._process import _Service, _tcp_accepts
 from .kafka_config import (
     JVM_OPTIONS,
     log_option,
@@ -87,7 +88,7 @@ class KafkaNode:
         if self.running():
             return
         with self.log_path.open("ab") as log:
-            self._process = subprocess.Popen(  # noqa: S603 - argv is built here, no shell
+            self._process = subprocess.Popen(
                 self._argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 cwd=self.home, start_new_session=True,
             )
@@ -249,7 +250,7 @@ def _format_nodes(java: str, lib: Path, nodes: list[KafkaNode], cluster_id: str,
                 "kafka.tools.StorageTool", "format", "-t", cluster_id,
                 "-c", str(node.home / "server.properties"), *extra]
         log = (node.home / "format.log").open("wb")
-        running.append((node, log, subprocess.Popen(  # noqa: S603 - argv built here
+        running.append((node, log, subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)))
     deadline = time.monotonic() + timeout
     failed: dict[int, str] = {}
@@ -277,7 +278,7 @@ def start_kafka(
 
     Three nodes: replication factor 3, ``min.insync.replicas=2``, unclean leader election off.
     One node: every replication factor 1. ``security`` adds a SASL_SSL listener with ACLs
-    (:mod:`consumerkit.testing.kafka_security`).
+    (:mod:`tests.harness.kafka_security`).
     """
     if brokers not in (1, 3):
         raise ValueError(f"start_kafka runs 1 or 3 brokers, not {brokers}")

@@ -1,7 +1,7 @@
 """Debezium for tests: a standalone Kafka Connect worker running the outbox connector.
 
 :func:`start_debezium` runs ``org.apache.kafka.connect.cli.ConnectStandalone`` from Maven
-Central's jars (:mod:`consumerkit.testing.connect_jars`) with the connector settings of
+Central's jars (:mod:`tests.harness.connect_jars`) with the connector settings of
 :func:`consumerkit.outbox.debezium.event_router_config` (the ones a team deploys) plus the
 connection to a PostgreSQL with ``wal_level=logical`` (:func:`start_logical_postgres`), and
 waits, bounded, until the Connect REST API reports the connector and its task RUNNING and the
@@ -31,10 +31,11 @@ from typing import Any
 
 import asyncpg
 
-from ..outbox.debezium import event_router_config
-from ..outbox.table import OutboxTable
-from ._common import ServiceStartError, free_port
-from ._process import _Service
+from consumerkit.outbox.debezium import event_router_config
+from consumerkit.outbox.table import OutboxTable
+from consumerkit.testing._common import ServiceStartError, free_port
+from consumerkit.testing._process import _Service
+
 from .connect_jars import DEBEZIUM_KAFKA_VERSION, DEBEZIUM_VERSION, connect_lib
 from .kafka_config import JVM_OPTIONS, LOG4J2, render_properties
 from .kafka_jars import MissingToolError, require_tools
@@ -83,7 +84,7 @@ class DebeziumWorker(_Service):
         """Start the worker (again, with its offsets file) and wait until it streams."""
         if not self.running():
             with self.log_path.open("ab") as log:
-                self._process = subprocess.Popen(  # noqa: S603 - argv built here, no shell
+                self._process = subprocess.Popen(
                     self._argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     cwd=self.home, start_new_session=True)
         self.wait_running(timeout)
@@ -91,7 +92,7 @@ class DebeziumWorker(_Service):
     def status(self) -> dict[str, Any] | None:
         """The connector's status from the REST API, ``None`` while it does not answer."""
         try:
-            with urllib.request.urlopen(  # noqa: S310 - a loopback http URL built here
+            with urllib.request.urlopen(
                     f"{self.url}/connectors/{self.name}/status", timeout=5) as answer:
                 found: dict[str, Any] = json.loads(answer.read())
                 return found

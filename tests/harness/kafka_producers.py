@@ -5,7 +5,7 @@ list producer ids was written with idempotence on, from the broker's own answer.
 
 aiokafka has no class for the request: :mod:`._describe_producers` declares it with aiokafka
 0.14's protocol classes, loaded only when asked for (older aiokafka versions lack them), as
-:mod:`consumerkit.testing.kafka_lookup` loads DescribeQuorum. Each partition is asked of its
+:mod:`tests.harness.kafka_lookup` loads DescribeQuorum. Each partition is asked of its
 leader.
 """
 
