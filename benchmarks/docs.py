@@ -14,6 +14,8 @@ COMPARED = Path(__file__).resolve().parent / "compared.md"
 """The peers compared from their code (omni-box cannot run here), after every run's figures."""
 CDC = Path(__file__).resolve().parent / "cdc.md"
 """The relay against Debezium, written by ``python -m benchmarks.cdc --docs`` (it needs Java)."""
+CLAIM_WAIT = Path(__file__).resolve().parent / "claim_wait.md"
+"""The claim's wait, guard against advisory locks (``python -m benchmarks.claim_wait``)."""
 
 INTRO = """\
 # Benchmarks
@@ -104,6 +106,7 @@ def write(document: dict[str, Any], page: Path = PAGE) -> Path:
     page.write_text(INTRO.format(machine=machine)
                     + f"{BEGIN['tansu']}\n{runs['tansu']}\n{END}\n\n"
                     + KAFKA + f"{BEGIN['kafka']}\n{runs['kafka']}\n{END}\n\n"
+                    + (CLAIM_WAIT.read_text() + "\n" if CLAIM_WAIT.exists() else "")
                     + COMPARED.read_text()
                     + ("\n" + CDC.read_text() if CDC.exists() else ""))
     return page

@@ -17,6 +17,7 @@ receivers then run under a role that owns nothing and may create nothing in the 
 ``parked_audit``                      SELECT, INSERT (who replayed or discarded a key)
 each dedup table                      SELECT, INSERT, UPDATE, DELETE (claims; the
                                       table layout's cleanup deletes)
+its ``_guard`` table                  SELECT, INSERT, DELETE (the claim's wait)
 each outbox table                     SELECT, INSERT, DELETE (write; relay deletes)
 its ``_failures`` side table          SELECT, INSERT, UPDATE, DELETE (relay state)
 its ``_leases``, ``_relays``          SELECT, INSERT, UPDATE, DELETE (relay leases)
@@ -97,6 +98,8 @@ async def runtime_grants(conn: DbConnection, schema: str, role: str) -> list[str
         kind, _, name = component.partition(":")
         if kind == "dedup":
             tables[name] = "SELECT, INSERT, UPDATE, DELETE"
+            if await conn.fetchval("SELECT to_regclass($1)", f"{schema}.{name}_guard"):
+                tables[f"{name}_guard"] = "SELECT, INSERT, DELETE"
             functions += [f"{name}_claim", f"{name}_claim_many"]
         elif kind == PARKING:
             tables[PARKED_KEYS] = tables[PARKED_RECORDS] = "SELECT, INSERT, UPDATE, DELETE"

@@ -5,6 +5,10 @@ lock derived from the schema name, so concurrent migrations of one schema run on
 other and each later one finds the work done. DDL in PostgreSQL is transactional: a failed
 migration leaves nothing half-built.
 
+A step that replaces the claim function while transactions may hold the old one's locks runs
+in a second transaction, once the transactions older than the first one's commit have ended
+(:attr:`Step.after_older_transactions`, :mod:`consumerkit.dedup.guard`).
+
 ``{schema}.consumerkit_schema_version`` records the steps applied, per component: ``core``
 (schema-wide objects such as the dead-letter table) and ``dedup:<table>`` (one per dedup table,
 since a policy may name its own table). An upgrade appends a step to a component's list; a
@@ -25,6 +29,7 @@ import asyncpg
 
 from .deadletter.table import dead_letter_ddl
 from .dedup.ddl_functions import ddl_functions_ddl, record_interval
+from .dedup.guard import guard_ddl, wait_for_older_transactions
 from .dedup.layout import check_layout
 from .dedup.legacy import claim_ddl, claim_many_ddl, dedup_ddl, table_dedup_ddl
 from .dedup.names import names_ddl
@@ -55,10 +60,27 @@ class Step:
     version: int
     description: str
     statements: Callable[[str, DedupPolicy], list[str]]
+    after_older_transactions: bool = False
+    """Run in a transaction of its own, once every transaction that was running when the
+    steps before it committed has ended (a claim function replaced while transactions may
+    still hold the old one's locks: :mod:`consumerkit.dedup.guard`)."""
 
 
 def _lean_claim(schema: str, policy: DedupPolicy) -> list[str]:
-    return [lean_claim_many_ddl(schema, policy)]
+    return [lean_claim_many_ddl(schema, policy, "advisory")]
+
+
+def _guarded_claim(schema: str, policy: DedupPolicy) -> list[str]:
+    return [*guard_ddl(schema, policy.table),
+            lean_claim_many_ddl(schema, policy, "guard and advisory")]
+
+
+def _guard_only_claim(schema: str, policy: DedupPolicy) -> list[str]:
+    return [lean_claim_many_ddl(schema, policy, "guard")]
+
+
+_GUARDED = "bulk claim waiting on a guard table's unique index and on the advisory locks"
+_GUARD_ONLY = "bulk claim waiting on the guard alone, no lock-table entry per id"
 
 
 CORE_STEPS = (
@@ -84,18 +106,22 @@ DEDUP_STEPS = (
     Step(4, "lean rows: ids packed per claim, UUIDs in 16 bytes, names as keys", lean_rows_ddl),
     Step(5, "bulk claim taking its locks in one statement", _lean_claim),
     Step(6, "bulk claim telling UUIDs by a cast, not a pattern", _lean_claim),
+    Step(7, _GUARDED, _guarded_claim),
+    Step(8, _GUARD_ONLY, _guard_only_claim, after_older_transactions=True),
 )
 TABLE_DEDUP_STEPS = (
     Step(1, "plain dedup table with a unique key and its bulk claim function", table_dedup_ddl),
     Step(2, "lean rows: ids packed per claim, UUIDs in 16 bytes, names as keys", lean_rows_ddl),
     Step(3, "bulk claim taking its locks in one statement", _lean_claim),
     Step(4, "bulk claim telling UUIDs by a cast, not a pattern", _lean_claim),
+    Step(5, _GUARDED, _guarded_claim),
+    Step(6, _GUARD_ONLY, _guard_only_claim, after_older_transactions=True),
 )
 
 
 async def migrate(
     conn: DbConnection, schema: str = "consumerkit", policy: DedupPolicy = DEFAULT_POLICY,
-    *, namespace: str | None = None,
+    *, namespace: str | None = None, older_transactions_timeout: float = 300.0,
 ) -> None:
     """Create or upgrade ``schema``: the dead-letter table and the dedup table of ``policy``
     with its claim function, then (partitioned layout) create the dedup partitions the next
@@ -103,8 +129,15 @@ async def migrate(
     expired rows are deleted by :func:`~consumerkit.dedup.partitions.maintain`, in short
     transactions of its own.
 
+    A step that must wait for older transactions (:attr:`Step.after_older_transactions`)
+    runs after that commit, in a second transaction, once every transaction of the database
+    that was running then has ended: at most ``older_transactions_timeout`` seconds. Call it
+    outside a transaction (as consumers, receivers and the command line do), so that the first
+    transaction's commit is a real one.
+
     Every identifier is validated before any SQL runs. Raises :class:`StartupError` when the
-    database refuses a step, or when the dedup table exists with the other layout.
+    database refuses a step, when an older transaction outlasts the timeout, or when the
+    dedup table exists with the other layout.
     """
     identifier(schema, "schema name")
     check_dedup_names(schema, policy)
@@ -114,9 +147,7 @@ async def migrate(
     components = (("core", CORE_STEPS), (f"dedup:{policy.table}", dedup_steps))
     try:
         async with conn.transaction():
-            await conn.execute(
-                "SELECT pg_advisory_xact_lock(hashtextextended($1, $2))",
-                f"consumerkit.migrate\x1f{schema}", LOCK_SEED)
+            await _lock(conn, schema)
             await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {identifier(schema)}")
             await conn.execute(
                 f"""CREATE TABLE IF NOT EXISTS {versions} (
@@ -127,14 +158,18 @@ async def migrate(
                     PRIMARY KEY (component, version)
                 )""")
             await check_layout(conn, schema, policy)
+            existing = await applied_versions(conn, schema)
             for component, steps in components:
-                created |= await apply_steps(conn, schema, component, steps, policy)
+                created |= await apply_steps(conn, schema, component, steps, policy,
+                                             stop_before_wait=True)
             await migrate_parking(conn, schema)
             if policy.layout == "partitioned":
                 await record_interval(conn, schema, policy.table, policy.partition_interval)
                 await maintain(conn, schema, policy, namespace=namespace)
             elif namespace is not None:
                 await register(conn, schema, policy.table, namespace, policy.retention)
+        created |= await _steps_after_older_transactions(
+            conn, schema, components, policy, existing, older_transactions_timeout)
     except asyncpg.PostgresError as exc:
         hint = ("; a role without DDL rights runs with migrate=False after the owner ran "
                 "consumerkit migrate (docs/security.md)"
@@ -149,10 +184,43 @@ async def migrate(
                     "run migrate as an owner role that is not a superuser (docs/security.md)")
 
 
+async def _lock(conn: DbConnection, schema: str) -> None:
+    """Take the migration lock of ``schema`` for the caller's transaction."""
+    await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, $2))",
+                       f"consumerkit.migrate\x1f{schema}", LOCK_SEED)
+
+
+async def _steps_after_older_transactions(
+    conn: DbConnection, schema: str, components: tuple[tuple[str, tuple[Step, ...]], ...],
+    policy: DedupPolicy, existing: dict[str, int], timeout: float,
+) -> bool:
+    """Apply the steps left by the first transaction, each after the transactions older
+    than its wait have ended; whether any ran. A component this very migration created
+    skips the wait: no transaction can have used what the steps before replaced, which
+    became visible with it. The wait holds no lock, so other processes migrating at the same
+    time (and waiting for the lock) finish their first transaction meanwhile."""
+    ran = False
+    applied = await applied_versions(conn, schema)
+    for component, steps in components:
+        if not any(s.after_older_transactions and s.version > applied.get(component, 0)
+                   for s in steps):
+            continue
+        if component in existing:
+            await wait_for_older_transactions(
+                conn, timeout, f"migration of {component} waits for the transactions that "
+                "may hold the claim function's old locks")
+        async with conn.transaction():
+            await _lock(conn, schema)
+            ran |= await apply_steps(conn, schema, component, steps, policy)
+    return ran
+
+
 async def apply_steps(conn: DbConnection, schema: str, component: str,
-                      steps: tuple[Step, ...], policy: DedupPolicy = DEFAULT_POLICY) -> bool:
+                      steps: tuple[Step, ...], policy: DedupPolicy = DEFAULT_POLICY,
+                      *, stop_before_wait: bool = False) -> bool:
     """Run the steps of ``component`` not recorded yet, in the caller's transaction (which
-    holds the migration lock and has created the version table); whether any ran."""
+    holds the migration lock and has created the version table); whether any ran. With
+    ``stop_before_wait``, stop at the first step that must wait for older transactions."""
     versions = qualified(schema, VERSION_TABLE)
     applied = {row["version"] for row in await conn.fetch(
         f"SELECT version FROM {versions} WHERE component = $1", component)}
@@ -160,6 +228,8 @@ async def apply_steps(conn: DbConnection, schema: str, component: str,
     for step in steps:
         if step.version in applied:
             continue
+        if stop_before_wait and step.after_older_transactions:
+            break
         for statement in step.statements(schema, policy):
             await conn.execute(statement)
         await conn.execute(

@@ -20,6 +20,7 @@ import asyncpg
 
 from ..shared.identifiers import qualified
 from ..types import DbConnection
+from .guard import guard_name
 from .names import FUNCTION as NAME_KEY
 from .partitions import maintain, partition_floor, partition_name
 from .policy import DedupPolicy
@@ -101,6 +102,8 @@ async def measure_cleanup(
             # CASCADE: the table's {table}_ids view goes with it
             await conn.execute(
                 f"DROP TABLE IF EXISTS {qualified(schema, policy.table)} CASCADE")
+            await conn.execute(
+                f"DROP TABLE IF EXISTS {qualified(schema, guard_name(policy.table))}")
             claim_many = claim_function(schema, policy.table, "claim_many")
             await conn.execute(f"DROP FUNCTION IF EXISTS {claim_many}")
     return CleanupCost(rows, drop_seconds, delete_seconds, vacuum_seconds, dropped.dropped,

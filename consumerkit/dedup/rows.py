@@ -20,10 +20,11 @@ ids compare byte by byte, and the index does not depend on the C library's colla
 ``{table}_ids`` is a view with one row per id (namespace, event_id, seen_at, handler,
 details), for people and tests; consumers never read it.
 
-The claim keeps the rules of :mod:`consumerkit.dedup.postgres`: the advisory lock per
-(namespace, id), in sorted order, then a lookup that sees every transaction that held a lock
-before, then the window. The ``"table"`` layout claims the same way (it has no unique key to
-wait on any more) and adds a ``seen_at`` index for its batched cleanup.
+The claim keeps the rules of :mod:`consumerkit.dedup.postgres`: the wait for a concurrent
+claim of each (namespace, id), in sorted order (:mod:`consumerkit.dedup.guard`), then a lookup
+that sees every transaction that held an id before, then the window. The ``"table"`` layout
+claims the same way (it has no unique key to wait on any more) and adds a ``seen_at`` index
+for its batched cleanup.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from ..shared.identifiers import identifier, qualified
+from .guard import ADVISORY_WAIT, GUARD_WAIT, guard_ddl, guard_name
 from .ids import UUID_SQL_PATTERN
 from .names import FUNCTION as NAME_KEY
 from .names import TABLE as NAMES
@@ -44,6 +46,8 @@ DECLARE
     v_ns bigint := %(ns_key)s;
     v_uuids uuid[];
     v_texts text[] COLLATE "C";
+    v_ids text[] COLLATE "C";
+    v_entries tid[];
     v_is_uuid boolean[];
     v_horizon timestamptz;
     v_status text[];
@@ -55,17 +59,14 @@ BEGIN
             USING ERRCODE = 'feature_not_supported',
                   HINT = 'a snapshot older than the claim lock can miss a concurrent claim';
     END IF;
-    -- one lock per distinct id, always taken in the same (sorted) order: two batches that
-    -- share ids wait for each other instead of deadlocking
+    -- the wait for a concurrent claim of any of our ids, each distinct id once, in sorted
+    -- order: two batches that share ids wait for each other instead of deadlocking
+    -- (consumerkit.dedup.guard)
+    v_ids := ARRAY(SELECT DISTINCT e COLLATE "C" FROM unnest(p_event_ids) AS e ORDER BY 1);
     PERFORM set_config('lock_timeout', p_lock_timeout, true);
-    -- one statement, not a loop of them (a tenth of the claim's time): a function scan of
-    -- the sorted array calls the lock function element by element, in the array's order
-    PERFORM pg_advisory_xact_lock(h)
-       FROM unnest(ARRAY(SELECT DISTINCT hashtextextended(p_namespace || chr(31) || e, %(seed)d)
-                           FROM unnest(p_event_ids) AS e ORDER BY 1)) AS h;
-    PERFORM set_config('lock_timeout', v_lock_timeout, true);
+@WAIT@    PERFORM set_config('lock_timeout', v_lock_timeout, true);
     -- every statement from here takes a fresh snapshot (READ COMMITTED, VOLATILE): it sees
-    -- every transaction that held one of our locks before us. An id is a canonical UUID
+    -- every transaction that held one of our ids before us. An id is a canonical UUID
     -- when it has the form's 36 bytes and the uuid type prints it back unchanged: the cast
     -- costs a fifth of the pattern match. It fails on 36 bytes the type cannot read (rare:
     -- other ids are shorter or longer and never reach it); that batch takes the pattern
@@ -169,11 +170,12 @@ def object_names(table: str) -> dict[str, str]:
 
 def check_dedup_names(schema: str, policy: DedupPolicy) -> None:
     """Validate every name derived from ``policy.table`` before any SQL runs: the table, its
-    indexes, view and claim function and (partitioned layout) its partitions must each fit
-    PostgreSQL's 63 characters."""
+    indexes, view, guard and claim function and (partitioned layout) its partitions must each
+    fit PostgreSQL's 63 characters."""
     qualified(schema, policy.table)
     claim_function(schema, policy.table, "claim_many")
     object_names(policy.table)
+    guard_ddl(schema, policy.table)
     if policy.layout == "partitioned":
         check_partition_names(policy.table)
 
@@ -223,11 +225,19 @@ def view_ddl(schema: str, policy: DedupPolicy) -> str:
                              UNION ALL SELECT x FROM unnest(t.texts) AS x) AS e(event_id)"""
 
 
-def claim_many_ddl(schema: str, policy: DedupPolicy) -> str:
-    """The statement (re)creating ``{table}_claim_many`` over the lean rows."""
+WAITS = {"guard": GUARD_WAIT, "advisory": ADVISORY_WAIT,
+         "guard and advisory": GUARD_WAIT + ADVISORY_WAIT}
+"""The claim function's ways to wait: today's guard; the advisory locks per id of the versions
+before it; both, for the upgrade from one to the other (their claims exclude each other)."""
+
+
+def claim_many_ddl(schema: str, policy: DedupPolicy, wait: str = "guard") -> str:
+    """The statement (re)creating ``{table}_claim_many`` over the lean rows, waiting the way
+    ``wait`` names (a key of :data:`WAITS`)."""
     function = claim_function(schema, policy.table, "claim_many")
-    body = _CLAIM_MANY_BODY % {
-        "seed": LOCK_SEED, "table": qualified(schema, policy.table), "uuid": UUID_SQL_PATTERN,
+    body = _CLAIM_MANY_BODY.replace("@WAIT@", WAITS[wait]) % {
+        "seed": LOCK_SEED, "guard": qualified(schema, guard_name(policy.table)),
+        "table": qualified(schema, policy.table), "uuid": UUID_SQL_PATTERN,
         "ns_key": key_sql("p_namespace"), "handler_key": key_sql("c.handler"),
         "name_key": qualified(schema, NAME_KEY)}
     return f"""CREATE OR REPLACE FUNCTION {function}(

@@ -47,7 +47,7 @@ async def test_migrate_creates_every_table_once_and_says_so(
     assert code == 0, out
     assert reported(out) == [
         "created dead-letter table, retention registry and consumer offsets (version 8)",
-        "created dedup table processed_events (version 6)",
+        "created dedup table processed_events (version 8)",
         "created parked keys, their records and audit (version 1)",
         "created outbox and its side tables outbox (version 2)",
         "created outbox and its side tables orders_outbox (version 2)",
@@ -59,7 +59,7 @@ async def test_migrate_creates_every_table_once_and_says_so(
     assert code == 0, out
     assert reported(out) == [
         "dead-letter table, retention registry and consumer offsets: already present (version 8)",
-        "dedup table processed_events: already present (version 6)",
+        "dedup table processed_events: already present (version 8)",
         "parked keys, their records and audit: already present (version 1)",
         "outbox and its side tables outbox: already present (version 2)",
         "outbox and its side tables orders_outbox: already present (version 2)",

@@ -1,5 +1,5 @@
-"""The bulk claim under concurrency: sorted locks, a fresh snapshot after the last lock, and
-the verdicts of a batch that waited for another one."""
+"""The bulk claim under concurrency: sorted guard entries, a fresh snapshot after the last
+wait, and the verdicts of a batch that waited for another one."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from datetime import datetime
 import asyncpg
 
 from consumerkit.dedup import PostgresDedupStore
-from consumerkit.dedup.partitions import LOCK_SEED
 from consumerkit.envelope import Envelope
 from consumerkit.types import Claim, ClaimRequest, ClaimStatus
 
+from .claim_waits import claim_waiting
 from .conftest import Conn, Connect
 from .dedup_rows import count_ids
 
@@ -28,35 +28,21 @@ def _requests(*event_ids: str) -> list[ClaimRequest]:
         partition=0, offset=n, timestamp=now), "charge") for n, e in enumerate(event_ids)]
 
 
-async def _blocked_on_advisory_lock(observer: Conn, blocked: Conn) -> None:
-    pid = blocked.get_server_pid()
-    for _ in range(1000):
-        if await observer.fetchval(
-                "SELECT count(*) FROM pg_locks WHERE pid = $1 AND locktype = 'advisory'"
-                " AND NOT granted", pid):
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the second claim never waited for the first")
-
-
 async def _claim(store: PostgresDedupStore, conn: Conn, *event_ids: str) -> list[Claim]:
     async with conn.transaction(isolation="read_committed"):
         return await store.claim_many(conn, NAMESPACE, _requests(*event_ids))
 
 
-async def test_a_batch_blocked_on_its_last_lock_sees_the_commit_that_released_it(
+async def test_a_batch_blocked_on_its_last_id_sees_the_commit_that_released_it(
     connect: Connect, migrated: str,
 ) -> None:
-    """The second batch takes its locks in hash order and waits on the LAST one, held by the
-    first batch; the look-up that follows runs after that wait and must see the first batch's
-    commit (the function's later statement takes a fresh snapshot)."""
+    """The second batch enters its ids in the guard in sorted order and waits on the LAST
+    one, held by the first batch; the look-up that follows runs after that wait and must see
+    the first batch's commit (the function's later statement takes a fresh snapshot)."""
     first, second, observer = await connect(), await connect(), await connect()
     store = PostgresDedupStore(migrated)
     ids = [f"id-{n}" for n in range(8)]
-    hashes = {e: await observer.fetchval(
-        "SELECT hashtextextended($1 || chr(31) || $2, $3)", NAMESPACE, e, LOCK_SEED)
-        for e in ids}
-    last = max(ids, key=lambda e: hashes[e])
+    last = max(ids)
 
     tx = first.transaction(isolation="read_committed")
     await tx.start()
@@ -64,11 +50,7 @@ async def test_a_batch_blocked_on_its_last_lock_sees_the_commit_that_released_it
         CLAIMED]
     others = [e for e in ids if e != last]
     waiting = asyncio.create_task(_claim(store, second, *reversed(ids)))
-    await _blocked_on_advisory_lock(observer, second)
-    held = await observer.fetchval(
-        "SELECT count(*) FROM pg_locks WHERE pid = $1 AND locktype = 'advisory' AND granted",
-        second.get_server_pid())
-    assert held == len(others)  # every earlier lock taken, waiting on the last one
+    await claim_waiting(observer, second, first)
     await tx.commit()
 
     claims = await asyncio.wait_for(waiting, 10)
@@ -88,7 +70,7 @@ async def test_a_batch_whose_first_holder_rolls_back_claims_everything(
     await tx.start()
     await store.claim_many(first, NAMESPACE, _requests("r-1", "r-2"))
     waiting = asyncio.create_task(_claim(store, second, "r-3", "r-2", "r-1"))
-    await _blocked_on_advisory_lock(observer, second)
+    await claim_waiting(observer, second, first)
     await tx.rollback()
     assert [c.status for c in await asyncio.wait_for(waiting, 10)] == [CLAIMED] * 3
 

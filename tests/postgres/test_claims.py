@@ -14,6 +14,7 @@ from consumerkit.errors import ConfigurationError
 from consumerkit.schema import migrate
 from consumerkit.types import Claim, ClaimRequest, ClaimStatus
 
+from .claim_waits import claim_waiting
 from .conftest import Conn, Connect
 from .dedup_rows import details, store_ids, stored
 
@@ -152,19 +153,6 @@ def test_names_are_validated() -> None:
         PostgresDedupStore("consumerkit", DedupPolicy(table="x" * 58))  # x..x_claim > 63
 
 
-async def _wait_until_blocked(observer: Conn, blocked: Conn) -> None:
-    """Return once ``blocked`` waits for an advisory lock (polls pg_locks, bounded)."""
-    pid = blocked.get_server_pid()
-    for _ in range(1000):
-        waiting = await observer.fetchval(
-            "SELECT count(*) FROM pg_locks WHERE pid = $1 AND locktype = 'advisory'"
-            " AND NOT granted", pid)
-        if waiting:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the second claim never waited for the first")
-
-
 @pytest.mark.parametrize(
     ("first_commits", "second_sees"), [(True, ClaimStatus.DUPLICATE), (False, ClaimStatus.CLAIMED)],
     ids=["commit", "rollback"])
@@ -179,7 +167,7 @@ async def test_a_concurrent_claim_waits_for_the_first_transaction(
     assert first.status is ClaimStatus.CLAIMED
 
     second = asyncio.create_task(_claim(store, zombie, _envelope("e-10", offset=9)))
-    await _wait_until_blocked(observer, zombie)
+    await claim_waiting(observer, zombie)
     assert not second.done()
 
     await (tx.commit() if first_commits else tx.rollback())

@@ -36,13 +36,14 @@ async def test_migrate_creates_partitioned_dedup_table_and_dead_letters(
 ) -> None:
     kinds = await _relkinds(conn, migrated)
     assert kinds == {
-        "processed_events": "p", "dead_letters": "r", "consumerkit_schema_version": "r",
+        "processed_events": "p", "processed_events_guard": "r", "dead_letters": "r",
+        "consumerkit_schema_version": "r",
         "consumerkit_retention": "r", "consumerkit_partition_intervals": "r",
         "consumerkit_names": "r", "consumer_offsets": "r",
         "parked_keys": "r", "parked_records": "r", "parked_audit": "r",
     }
     assert await applied_versions(conn, migrated) == {
-        "core": 8, "dedup:processed_events": 6, "parking": 1}
+        "core": 8, "dedup:processed_events": 8, "parking": 1}
     # migrate ran maintenance: exactly one partition holds the database's now().
     now = await conn.fetchval("SELECT now()")
     parts = await list_partitions(conn, migrated, "processed_events")
@@ -56,7 +57,7 @@ async def test_migrate_is_idempotent(conn: Conn, migrated: str) -> None:
     await migrate(conn, migrated)
     assert await list_partitions(conn, migrated, "processed_events") == before
     rows = await conn.fetchval(f'SELECT count(*) FROM "{migrated}".consumerkit_schema_version')
-    assert rows == 15
+    assert rows == 17
 
 
 async def test_concurrent_migrations_apply_each_step_once(connect: Connect, schema: str) -> None:
@@ -69,7 +70,8 @@ async def test_concurrent_migrations_apply_each_step_once(connect: Connect, sche
         ("core", 7), ("core", 8),
         ("dedup:processed_events", 1), ("dedup:processed_events", 2),
         ("dedup:processed_events", 3), ("dedup:processed_events", 4),
-        ("dedup:processed_events", 5), ("dedup:processed_events", 6), ("parking", 1)]
+        ("dedup:processed_events", 5), ("dedup:processed_events", 6),
+        ("dedup:processed_events", 7), ("dedup:processed_events", 8), ("parking", 1)]
     assert len(await list_partitions(conns[0], schema, "processed_events")) == 5
 
 
@@ -79,7 +81,7 @@ async def test_a_second_policy_table_is_added(conn: Conn, migrated: str) -> None
     assert kinds["audit_events"] == "p"
     assert kinds["processed_events"] == "p"
     assert await applied_versions(conn, migrated) == {
-        "core": 8, "dedup:processed_events": 6, "dedup:audit_events": 6, "parking": 1}
+        "core": 8, "dedup:processed_events": 8, "dedup:audit_events": 8, "parking": 1}
 
 
 @pytest.mark.parametrize(
