@@ -174,8 +174,8 @@ class Relay:
                          redact_dsn(self._dsn))
                 while not self._stopping.is_set():
                     try:
-                        await self._round()
-                        self._outages = 0
+                        if await self._round():  # a paused round keeps the back-off growing
+                            self._outages = 0
                     except _DB_ERRORS as exc:
                         await self._pause(f"database unavailable: {exc!r}")
                         await self._drop_connections()
@@ -194,7 +194,9 @@ class Relay:
         log.info("outbox relay %s: %s, stopping", self.name, sig.name)
         self.stop()
 
-    async def _round(self) -> None:
+    async def _round(self) -> bool:
+        """Claim, send and settle one batch; ``False`` when the sink failed it whole (the
+        relay paused)."""
         if not self._owner.healthy or time.monotonic() >= self._rebalance_at:
             await self._owner.rebalance()
             self._rebalance_at = time.monotonic() + self.rebalance_interval
@@ -207,15 +209,16 @@ class Relay:
         events = await self._store.claim(conn, owned, self.batch_size) if owned else []
         if not events:
             await self._idle(conn)
-            return
+            return True
         try:
             results = await self.sink.send(events)
         except Exception as exc:  # a failed batch is an outage: pause, count no attempt
             await self._pause(f"sink failed the whole batch: {exc!r}")
-            return
+            return False
         if faults.ON:
             faults.point("relay_after_publish")
         await self._settle(conn, events, results)
+        return True
 
     async def _settle(self, conn: asyncpg.Connection[asyncpg.Record],
                       events: list[OutboxEvent], results: list[BaseException | None]) -> None:

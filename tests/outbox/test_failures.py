@@ -31,6 +31,7 @@ from consumerkit.outbox import (
     count_failed,
     skip_failed,
 )
+from consumerkit.outbox.routing import TopicRoute
 from consumerkit.outbox.store import Failure, RelayStore
 from consumerkit.outbox.table import SLOTS
 from consumerkit.retry import RetryPolicy
@@ -294,3 +295,33 @@ async def test_a_fixed_route_created_just_after_the_start_is_waited_for(
 
 async def _logged(caplog: pytest.LogCaptureFixture, text: str) -> bool:
     return any(text in record.getMessage() for record in caplog.records)
+
+
+async def test_a_routed_topic_missing_for_good_backs_off_the_relay_s_pauses(
+    pg_pool: asyncpg.Pool[asyncpg.Record], postgres_dsn: str, kafka_bootstrap: str,
+    outbox: Outbox, outbox_table: OutboxTable, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A templated route naming a topic nobody created fails every batch whole: the relay
+    pauses. Each pause must wait longer than the last (the log said so every 0.8 s before,
+    forever): a round that pauses is no round that went well."""
+    caplog.set_level(logging.WARNING, "consumerkit.outbox")
+    async with pg_pool.acquire() as conn, conn.transaction():
+        await outbox.add(conn, event_type="e", aggregate_type=f"missing-{uuid4().hex[:8]}",
+                         aggregate_id="a-1", payload={"n": 1})
+    sink = KafkaSink(kafka_bootstrap, route=TopicRoute("{aggregate_type}"),
+                     kafka_options=dict(PRODUCER_OPTIONS))
+    relay = Relay(postgres_dsn, sink, schema=outbox_table.schema, handle_signals=False,
+                  retry=RetryPolicy(max_attempts=10, initial_delay=0.2, max_delay=5.0))
+    async with RelayRunning(relay):
+        async def paused_four_times() -> bool:
+            return relay.pauses >= 4
+
+        await wait_until(paused_four_times, 60, "four pauses")
+    delays = [r.args[1] for r in caplog.records
+              if "paused for" in r.getMessage() and isinstance(r.args, tuple)
+              and isinstance(r.args[1], float)]
+    assert len(delays) >= 4, delays
+    # the n-th pause waits in [base/2, base], base = 0.2 * 2 ** (n - 1): the fourth at least
+    # 0.8 s, past anything the first could wait
+    assert delays[3] >= 0.8 > 0.2 >= delays[0], delays
+
