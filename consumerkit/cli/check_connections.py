@@ -58,7 +58,7 @@ async def check_connections(dsn: str | None, args: argparse.Namespace, concurren
                 "current_setting('superuser_reserved_connections')::int AS reserved, "
                 "(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
                 "AND pid <> pg_backend_pid()) AS others")
-    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
+    except (OSError, TimeoutError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError):
         return  # PostgreSQL's own check says why
     room = limits["most"] - limits["reserved"] - limits["others"]
     where = (f"max_connections {limits['most']} - {limits['reserved']} reserved - "

@@ -48,8 +48,8 @@ async def check_pooler(dsn: str, declared: Pooler, report: Findings) -> None:
     (nothing when PostgreSQL does not answer: its own check says so)."""
     try:
         found = await transaction_pooled(dsn)
-    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError):
-        return
+    except (OSError, TimeoutError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        return  # unreachable or malformed (a ValueError quoting it): the PostgreSQL check said
     if found is None:
         report.ok(f"each client keeps its PostgreSQL backend (postgres_pooler={declared})")
     elif declared == "transaction":
