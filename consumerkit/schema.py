@@ -206,6 +206,10 @@ async def _steps_after_older_transactions(
                    for s in steps):
             continue
         if component in existing:
+            if conn.is_in_transaction():  # both steps would commit at once: no wait between
+                raise StartupError(
+                    f"migration of {component} upgrades in two transactions: call migrate "
+                    "on a connection outside a transaction")
             await wait_for_older_transactions(
                 conn, timeout, f"migration of {component} waits for the transactions that "
                 "may hold the claim function's old locks")

@@ -140,7 +140,7 @@ class Pipeline(Unapplied):
                     outage = lost <= _LOST_CONNECTIONS_PER_MESSAGE
             else:
                 if breaker is not None:
-                    breaker.resolved(decoded)
+                    breaker.resolved(decoded, ran=claim.status is ClaimStatus.CLAIMED)
                 return await self.settle(claim, record, decoded, attempt, abandon)
             stall = (None if outage or breaker is None else
                      breaker.failed(decoded.route.name, key_of(record), error, decoded))

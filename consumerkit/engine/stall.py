@@ -72,11 +72,17 @@ def fault(error: BaseException) -> tuple[bool, BaseException] | None:
         if (marked := marked_systemic(link)) is not None:
             return marked, link
         state = sqlstate(link)
-        if state in SYSTEMIC:
+        if state in SYSTEMIC or _no_partition(link, state):
             return True, link
         if state is not None and state[:2] in RECORD_FAULTS:
             return False, link
     return None
+
+
+def _no_partition(link: BaseException, state: str | None) -> bool:
+    """A row no partition takes (a time-partitioned outbox whose maintenance lags):
+    PostgreSQL reports it as a check violation (23514), but every record would hit it."""
+    return state == "23514" and str(link).startswith("no partition of relation")
 
 
 def key_of(record: RecordLike) -> Hashable:
@@ -199,6 +205,9 @@ class Breaker:
         if self.reason is None:
             self.reason, self.tries = verdict.reason, 0
             self.observe.stalled(verdict.reason)
+            # a new stall: the records acquitted by the last one wait in it like any other,
+            # rather than spend their attempts against what may be a service down after all
+            self._alone.clear()
         if verdict.certain:
             self._certain = True
         else:  # the records whose failures made the streak have tried too
@@ -215,12 +224,13 @@ class Breaker:
         self.tries += 1
         return self.policy.delay(self.tries)
 
-    def resolved(self, me: object) -> None:
+    def resolved(self, me: object, *, ran: bool = True) -> None:
         """``me`` got through (applied, or a duplicate): if it probes, the stall is over; if
-        it had not failed in it either, the failures of a streak's stall were each their
+        its handler ran (``ran``: not a duplicate, which proves nothing of the cause) and it
+        had not failed in the stall either, the failures of a streak's stall were each their
         record's own."""
         if self.probe is me:
-            self._end(acquit=id(me) not in self._tried)
+            self._end(acquit=ran and id(me) not in self._tried)
 
     def leave(self, me: object) -> None:
         """``me`` stops probing: it failed for a reason of its own (a poison record says

@@ -181,3 +181,21 @@ async def test_concurrent_upgrades_apply_each_step_once(connect: Connect, schema
         f'SELECT version FROM "{schema}".consumerkit_schema_version WHERE component = $1'
         " AND version > 6 ORDER BY version", COMPONENT)
     assert [r["version"] for r in rows] == [7, 8]
+
+
+async def test_an_upgrade_inside_the_caller_s_transaction_is_refused(
+    connect: Connect, schema: str,
+) -> None:
+    """Inside a transaction both steps would commit at once, the transitional body and the
+    guard-only one, with no wait between: claims of the old body still running and of the
+    new one would not exclude each other. The upgrade refuses, and changes nothing."""
+    migrator = await connect()
+    policy = DedupPolicy()
+    await migrate(migrator, schema, policy)
+    await _as_before_the_guard(migrator, schema, policy)
+    outer = migrator.transaction()
+    await outer.start()
+    with pytest.raises(StartupError, match="outside a transaction"):
+        await migrate(migrator, schema, policy, older_transactions_timeout=0.5)
+    await outer.rollback()
+    assert (await applied_versions(migrator, schema))[COMPONENT] == LAST_ADVISORY["partitioned"]

@@ -410,3 +410,49 @@ def test_a_cancelled_statement_is_nobody_s_failure_only_while_stopping() -> None
     assert judge(HandlerFailure(cancelled)) == (cancelled, False)  # a statement_timeout, say
     assert judge(HandlerFailure(cancelled), stopping=True) == (cancelled, True)
     assert judge(cancelled, stopping=True) == (cancelled, True)
+
+
+async def test_a_duplicate_probe_ends_the_stall_but_acquits_nobody() -> None:
+    b, told = breaker(after_keys=3)
+    bad = [object() for _ in range(3)]
+    verdict = streak_stall(b, *bad)
+    waiting = [asyncio.create_task(b.turn(r, asyncio.Event())) for r in bad[:2]]
+    await asyncio.sleep(0)
+    fresh = object()
+    new = asyncio.create_task(b.turn(fresh, asyncio.Event()))
+    await asyncio.sleep(0)
+    back = asyncio.create_task(b.turn(bad[2], asyncio.Event()))
+    assert await asyncio.wait_for(new, 5) is True
+    b.resolved(fresh, ran=False)  # a redelivered duplicate: its handler never ran
+    assert await asyncio.wait_for(asyncio.gather(back, *waiting), 5) == [True] * 3
+    assert told.reasons == [verdict.reason, None]
+    # the service may still be down: the failed records are not judged alone, and the
+    # streak they made (no record of the handler was applied) stalls again at once
+    assert b.failed("h", "k0", ValueError("refused"), bad[0]) is not None
+
+
+async def test_a_new_stall_takes_back_the_last_one_s_acquittals() -> None:
+    b, _ = breaker(after_keys=3)
+    bad = [object() for _ in range(3)]
+    streak_stall(b, *bad)
+    fresh = object()
+    b.probe = fresh  # the record not yet tried probes, and gets through
+    b.resolved(fresh)
+    b.succeeded("h", fresh)  # and was applied (the pipeline tells both)
+    assert all(b.failed("h", f"k{i}", ValueError("refused"), r) is None
+               for i, r in enumerate(bad))  # acquitted: each judged alone
+    streak_stall(b, *[object() for _ in range(3)])  # new keys fail alike: down after all
+    # the acquitted record's next failure is the stall's again: it waits, spending nothing
+    assert b.failed("h", "k0", ValueError("refused"), bad[0]) is not None
+    assert b.blocks("h")
+
+
+def test_a_row_no_partition_takes_stalls_though_postgresql_calls_it_a_check() -> None:
+    b, _ = breaker()
+    missing = asyncpg.CheckViolationError(
+        'no partition of relation "outbox" found for row')
+    verdict = b.failed("h", "k", missing)
+    assert verdict is not None
+    assert verdict.certain
+    assert b.failed("h", "k", asyncpg.CheckViolationError(
+        'new row for relation "items" violates check constraint "items_n_check"')) is None
