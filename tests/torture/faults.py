@@ -15,6 +15,7 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from consumerkit.outbox import NewEvent, Outbox
+from consumerkit.shared.identifiers import identifier
 from tests.harness.kafka import KafkaCluster
 
 from .cluster import Database, OwnRedis, ReplicatedCluster, TansuBroker, pause_process
@@ -25,6 +26,8 @@ SESSION_TIMEOUT = 3.0  # the consumers' session_timeout_ms, in seconds
 FAILPOINT_WAIT = 8.0  # how long an armed fail-point may take to be reached
 ARM_AFTER = 3.0  # seconds a process must have run before a fail-point is armed in it
 HOLD_BACK = 2.0  # seconds the standby misses every commit before the primary is killed
+HELD_EFFECTS = 20  # effects applied on the primary alone before that
+HOLD_BACK_MAX = 20.0  # the most a failover waits for them
 
 
 @dataclass
@@ -123,10 +126,25 @@ async def postgres_failover(rig: Rig) -> bool:
     if not isinstance(rig.postgres, ReplicatedCluster):
         return False
     pair = rig.postgres.pair
+    before = await _effects(rig)
     pair.hold_back()
-    await asyncio.sleep(HOLD_BACK)  # the fault: what commits now is on the primary alone
+    # The fault needs effects the standby lacks: a consumer just killed or rebalancing may
+    # apply nothing for seconds, so wait (bounded) until some are applied on the primary alone,
+    # then long enough for their offsets to be committed after them.
+    deadline = time.monotonic() + HOLD_BACK_MAX
+    while await _effects(rig) < before + HELD_EFFECTS and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(HOLD_BACK)
     await asyncio.to_thread(rig.postgres.fail_over)
     return True
+
+
+async def _effects(rig: Rig) -> int:
+    conn = await rig.connect()
+    try:
+        return int(await conn.fetchval(f"SELECT count(*) FROM {identifier(rig.schema)}.effects"))
+    finally:
+        await conn.close()
 
 
 async def redis_flushall(rig: Rig) -> bool:
