@@ -17,7 +17,6 @@ from consumerkit import Consumer, HandlerContext, RetryPolicy
 from consumerkit.shared.identifiers import identifier
 from consumerkit.testing.services import MakeTopic
 
-from ..brokers import ON_KAFKA
 from .ledger import (
     Event,
     Running,
@@ -184,8 +183,6 @@ async def test_a_service_down_for_every_key_stays_a_stall_for_new_records_too(
     assert await dead_letters(pg_pool, pg_schema) == []
 
 
-@pytest.mark.skipif(ON_KAFKA, reason="on three Apache Kafka nodes a record was taken while the "
-                    "grant was revoked (CI rehearsal of this landing): cause not found yet")
 async def test_a_revoked_grant_holds_new_records_back_until_it_is_given_again(
     postgres_dsn: str, kafka_bootstrap: str, make_topic: MakeTopic, pg_schema: str,
     pg_pool: asyncpg.Pool,
