@@ -6,7 +6,13 @@ from .catalog import EventCatalog, Receives, Sends
 from .consumer import Consumer
 from .context import BatchContext, HandlerContext
 from .deadletter import DeadLetterEntry, DeadLetterTable, DeadLetterTopic
-from .dedup import DedupPolicy, InMemoryDedupStore, PostgresDedupStore, store_for
+from .dedup import (
+    DedupPolicy,
+    InMemoryDedupStore,
+    MemoryDedupCache,
+    PostgresDedupStore,
+    store_for,
+)
 from .envelope import Envelope, Record, WireFormat
 from .errors import (
     ConfigurationError,
@@ -70,6 +76,7 @@ __all__ = [
     "DeadLetterTable",
     "DeadLetterTopic",
     "InMemoryDedupStore",
+    "MemoryDedupCache",
     "PostgresDedupStore",
     "RedisDedupCache",
     "migrate",

@@ -66,8 +66,7 @@ async def serve(consumer: Consumer, stack: contextlib.AsyncExitStack) -> None:
         await sink.open(resources)
         stack.push_async_callback(sink.close)
     if consumer.dedup_cache is not None:
-        if hasattr(consumer.dedup_cache, "on_lookup"):  # the cache counts its own answers
-            consumer.dedup_cache.on_lookup = observer.cache_lookup
+        consumer.dedup_cache.on_lookup = observer.cache_lookup  # it counts its own answers
         await consumer.dedup_cache.open()
         stack.push_async_callback(consumer.dedup_cache.close)
     parking = await open_parking(stack, pool, consumer.schema, consumer.name, observer,
@@ -94,7 +93,7 @@ async def serve(consumer: Consumer, stack: contextlib.AsyncExitStack) -> None:
     engine.source = engine.commits.source = source
     await source.start()
     stack.push_async_callback(bounded, source.stop, consumer.shutdown_timeout)
-    if isinstance(source, KafkaSource):  # the topics' retention is the broker's to tell
+    if consumer.source_factory is None:  # Kafka's: the topics' retention is its to tell
         await check_horizon(consumer.dedup, topics=consumer.topics, kafka_bootstrap=bootstrap,
                             retry=consumer.retry, handler_timeout=consumer.handler_timeout,
                             kafka_options=consumer.kafka_options)

@@ -19,7 +19,8 @@ PUBLIC: dict[str, list[str]] = {
         "ConsumerStats", "DeadLetter", "DeadLetterEntry", "DeadLetterTable",
         "DeadLetterTopic", "DecodeError", "DedupPolicy", "Envelope", "EventCatalog",
         "HandlerContext", "HandlerDefinitionError", "HandlerRegistry", "HandlerSignal",
-        "InMemoryDedupStore", "KafkaSink", "MissingExtraError", "Outbox", "OutboxSink",
+        "InMemoryDedupStore", "KafkaSink", "MemoryDedupCache", "MissingExtraError", "Outbox",
+        "OutboxSink",
         "PostgresDedupStore", "Publishes", "Receives", "Record", "RedisDedupCache", "Relay",
         "Retry", "RetryPolicy", "Sends", "StartupError", "TransportError",
         "UndeclaredEventError", "UpcasterChainError",
@@ -31,7 +32,8 @@ PUBLIC: dict[str, list[str]] = {
     ],
     "consumerkit.dedup": [
         "DedupPolicy", "ExpiredPolicy", "InMemoryDedupStore", "Layout",
-        "MaintenanceReport", "PartitionInfo", "PostgresDedupStore", "RedisDedupCache",
+        "MaintenanceReport", "MemoryDedupCache", "PartitionInfo", "PostgresDedupStore",
+        "RedisDedupCache",
         "list_partitions", "maintain", "store_for",
     ],
     "consumerkit.observability": [
