@@ -23,6 +23,7 @@ from .ledger import (
     Step,
     build,
     create_ledger,
+    engine_of,
     ledger_rows,
     make_events,
     publish,
@@ -286,7 +287,7 @@ async def test_a_statement_cancelled_at_shutdown_is_no_handler_failure(
     async with Running(consumer):
         pid = await asyncio.wait_for(backend, 60)
         stopping = asyncio.create_task(consumer.stop())
-        engine = consumer._engine
+        engine = engine_of(consumer)
         assert engine is not None
         await wait_for(lambda: true(all(s.abandon.is_set() for s in engine.states.values())),
                        30, "the stop to abandon the partition's work")
