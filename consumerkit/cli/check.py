@@ -2,17 +2,17 @@
 
 PostgreSQL: reachable, ``synchronous_commit`` on, every table migrated, dedup partitions
 created at least one interval ahead, no replication slot inactive or keeping more WAL than
-``--max-slot-wal``, a slot reading each outbox a connector reads; a warning for each asynchronous standby (a failover to it
-can lose acknowledged commits). The broker: reachable, every topic present, no topic
-keeping records longer than the dedup window, every consumed or published topic replicated
-(replication factor, ``min.insync.replicas``, no unclean leader election: a ``WARNING``,
-which leaves the exit status 0, since a development cluster may have one broker), and with
-published topics the relay's idempotent producer fitting the broker. With ``MODULE:ATTR`` the
-consumer's own schema, dedup policy, topics, retries and outbox are checked, and the event
-types of its topics' recent records against its handlers (see :mod:`.check_sample`). With
-``--handlers MODULE:ATTR`` the parked records, dead letters and unpublished outbox rows are
-decoded by that consumer's handlers (see :mod:`.check_handlers`). Exit status 1 when
-anything is wrong, else 0 and a short all-clear (warnings do not change it).
+``--max-slot-wal``, a slot reading each outbox a connector reads; a warning for each
+asynchronous standby (a failover to it can lose acknowledged commits). The broker: reachable,
+every topic present, no topic keeping records longer than the dedup window, every consumed or
+published topic replicated (replication factor, ``min.insync.replicas``, no unclean leader
+election: a ``WARNING``, which leaves the exit status 0, since a development cluster may have
+one broker), and with published topics the relay's idempotent producer fitting the broker. With
+``MODULE:ATTR`` the consumer's own schema, dedup policy, topics, retries and outbox are
+checked, and the event types of its topics' recent records against its handlers (see
+:mod:`.check_sample`). With ``--handlers MODULE:ATTR`` the parked records, dead letters and
+unpublished outbox rows are decoded by that consumer's handlers (see :mod:`.check_handlers`).
+Exit status 1 when anything is wrong, else 0 and a short all-clear (warnings do not change it).
 """
 
 from __future__ import annotations

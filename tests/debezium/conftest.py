@@ -15,6 +15,7 @@ import pytest_asyncio
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from consumerkit.outbox import Outbox, OutboxRetention, OutboxTable, migrate_outbox
+from consumerkit.outbox.retention import ensure_publication
 from tests.harness import (
     DebeziumWorker,
     KafkaCluster,
@@ -106,6 +107,7 @@ async def new_cdc(postgres: LogicalPostgres, kafka: KafkaCluster, partitions: in
     conn = await asyncpg.connect(postgres.dsn)
     try:
         await migrate_outbox(conn, table)
+        await ensure_publication(conn, table)  # the slot is the connector's, made at its start
     finally:
         await conn.close()
     topic = f"cdc.{suffix}"
@@ -120,8 +122,8 @@ MakeCdc = Callable[..., Awaitable[Cdc]]
 async def make_cdc(cdc_postgres: LogicalPostgres, cdc_kafka: KafkaCluster
                    ) -> AsyncIterator[MakeCdc]:
     """``await make_cdc(partitions, retention=None)``: a migrated outbox in a fresh schema and
-    its topic (the connector is started by ``cdc.start()``); stopped and its slot (and a
-    retained outbox's publication) dropped afterwards."""
+    its topic (the connector is started by ``cdc.start()``); stopped and its slot and
+    publication dropped afterwards."""
     made: list[Cdc] = []
 
     async def make(partitions: int = 3, retention: OutboxRetention | None = None) -> Cdc:
@@ -133,9 +135,8 @@ async def make_cdc(cdc_postgres: LogicalPostgres, cdc_kafka: KafkaCluster
     for cdc in made:
         if cdc.worker is not None:
             cdc.worker.stop()
-        if cdc.table.retention is not None:
-            conn = await asyncpg.connect(cdc_postgres.dsn)
-            try:
-                await conn.execute(f'DROP PUBLICATION IF EXISTS "{cdc.table.publication}"')
-            finally:
-                await conn.close()
+        conn = await asyncpg.connect(cdc_postgres.dsn)
+        try:
+            await conn.execute(f'DROP PUBLICATION IF EXISTS "{cdc.table.publication}"')
+        finally:
+            await conn.close()
