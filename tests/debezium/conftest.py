@@ -82,9 +82,10 @@ class Cdc:
         return Outbox(self.table.schema, self.table.table, notify=False,
                       retention=self.table.retention)
 
-    def start(self, flush_interval_ms: int = 1000) -> DebeziumWorker:
+    def start(self, flush_interval_ms: int = 1000, slot: str | None = None) -> DebeziumWorker:
+        """Start the connector on ``slot``: by default one it creates at its start."""
         self.worker = start_debezium(self.kafka.bootstrap, self.postgres, table=self.table,
-                                     slot=f"ck_{self.table.schema}",
+                                     slot=slot or f"ck_{self.table.schema}",
                                      flush_interval_ms=flush_interval_ms)
         return self.worker
 
