@@ -40,7 +40,11 @@ def event_router_config(table: OutboxTable = EXAMPLE_TABLE) -> dict[str, str]:
     committed before, and a publication it creates would hold every table
     (``autocreate.mode=all_tables``), so that it decodes every dedup insert, or, for an outbox
     kept in time partitions, each partition under its own name, where the EventRouter would
-    see no row of the table it was given. The connector then needs no more than to read."""
+    see no row of the table it was given. The connector then needs no more than to read.
+    ``snapshot.mode=no_data``: a first start streams from the slot's creation on; the
+    default (``initial``) would stream from its snapshot's position instead, skipping what the
+    slot kept before it, the very events written ahead of the connector (a delete-at-insert
+    outbox's rows are gone, so no snapshot finds them either)."""
     router = "transforms.outbox."
     return {
         "connector.class": CONNECTOR_CLASS,
@@ -60,6 +64,7 @@ def event_router_config(table: OutboxTable = EXAMPLE_TABLE) -> dict[str, str]:
         "key.converter": "org.apache.kafka.connect.storage.StringConverter",
         "value.converter": "org.apache.kafka.connect.storage.StringConverter",
         "header.converter": "org.apache.kafka.connect.storage.SimpleHeaderConverter",
+        "snapshot.mode": "no_data",
         "slot.name": table.replication_slot,
         "publication.name": table.publication,
         "publication.autocreate.mode": "disabled",
