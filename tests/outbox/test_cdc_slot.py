@@ -157,3 +157,27 @@ async def test_check_reports_a_cdc_outbox_no_slot_reads(
     assert "no replication slot reads" not in out
     assert (f"ok       outbox {cdc_table.schema}.outbox is read by replication slot "
             f"{cdc_table.replication_slot}") in out
+
+
+async def test_migrate_makes_the_slot_when_told_a_connector_reads_the_outbox(
+    logical_postgres: LogicalPostgres, capsys: pytest.CaptureFixture[str],
+) -> None:
+    table = OutboxTable(f"slot_{uuid.uuid4().hex[:8]}", "outbox")
+    code, out = await run(capsys, "migrate", "--postgres", logical_postgres.dsn,
+                          "--schema", table.schema, "--outbox-cdc")
+    conn = await asyncpg.connect(logical_postgres.dsn)
+    try:
+        try:
+            assert code == 0, out
+            assert (f"replication slot {table.replication_slot} (pgoutput) created, "
+                    f"publication {table.publication}") in out
+            async with conn.transaction():  # the writer finds it
+                await Outbox(table.schema, "outbox", delete_after_insert=True).add(
+                    conn, event_type="e", aggregate_type="a", aggregate_id="1", payload={})
+        finally:
+            await conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM "
+                               "pg_replication_slots WHERE slot_name = $1",
+                               table.replication_slot)
+            await conn.execute(f'DROP PUBLICATION IF EXISTS "{table.publication}"')
+    finally:
+        await conn.close()
