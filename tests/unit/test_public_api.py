@@ -44,11 +44,12 @@ PUBLIC: dict[str, list[str]] = {
         "PostgresOffsets",
     ],
     "consumerkit.outbox": [
-        "DEFAULT_RETRY", "FailedEvent", "KafkaSink", "NewEvent", "NotInTransactionError",
-        "Outbox", "OutboxEvent", "OutboxRetention", "OutboxSink", "OutboxTable",
-        "PermanentSendError", "Relay", "SLOTS", "TopicRoute", "cleanup", "count_failed",
-        "failed_events", "live_relays", "maintain_outbox", "migrate_outbox",
-        "retry_failed", "skip_failed",
+        "CdcSetup", "DEFAULT_RETRY", "FailedEvent", "KafkaSink", "NewEvent",
+        "NoReplicationSlotError", "NotInTransactionError", "Outbox", "OutboxEvent",
+        "OutboxRetention", "OutboxSink", "OutboxTable", "PermanentSendError", "Relay", "SLOTS",
+        "TopicRoute", "cleanup", "count_failed", "failed_events", "live_relays",
+        "maintain_outbox", "migrate_outbox", "prepare_cdc", "retry_failed", "skip_failed",
+        "slot_reading",
     ],
     "consumerkit.parking": [
         "ParkedKey", "ParkedRecord",
