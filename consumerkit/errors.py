@@ -20,6 +20,7 @@ Every exception the library raises derives from :class:`ConsumerKitError`::
     │                             (exported by consumerkit.outbox)
     ├── NoReplicationSlotError    a delete-at-insert outbox has no replication slot reading it
     │                             (exported by consumerkit.outbox; its events would be lost)
+    ├── WebhookError              a webhook delivery that may succeed later (retried)
     ├── PermanentSendError        an outbox sink's destination refused an event for good
     │                             (exported by consumerkit.outbox; the event is given up on)
     ├── ParkingError              a parked key cannot be found, or its replay stopped
@@ -31,8 +32,7 @@ Every exception the library raises derives from :class:`ConsumerKitError`::
     │                             (defined in consumerkit.cli.errors; one line, exit status 1)
     └── DemoFailed                the demo could not finish (defined in consumerkit.demo.scenario)
 
-Not under it yet: ``consumerkit.WebhookError`` (defined in consumerkit.webhook.status, a
-delivery the relay retries), and the internal ``HandlerFailure`` family of
+Not under it: the internal ``HandlerFailure`` family of
 ``consumerkit.shared.failures`` (``ClaimBlocked``, ``ConnectionLost``), which never reaches a
 user's code.
 
@@ -162,6 +162,21 @@ class NoReplicationSlotError(ConsumerKitError):
     dead-lettering its records."""
 
     systemic = True
+
+
+class WebhookError(ConsumerKitError):
+    """A delivery that may succeed later: a timeout, a connection failure, or an answer of
+    408, 429 or 5xx. The relay retries it after its back-off.
+
+    ``status`` is the answer's status code (``None`` when no answer came); ``retry_after``
+    the seconds the receiver asked the sender to wait (``None`` if it did not say).
+    """
+
+    def __init__(self, message: str, *, status: int | None = None,
+                 retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
 
 
 class PermanentSendError(ConsumerKitError):

@@ -27,8 +27,8 @@ from consumerkit.dedup.partitions import list_partitions, maintain, partition_fl
 from consumerkit.errors import StartupError
 from consumerkit.outbox import KafkaSink, Outbox, Relay
 from consumerkit.schema import migrate
+from consumerkit.shared.webhook.signature import WebhookSecret, generate_secret, sign_headers
 from consumerkit.testing.services import MakeTopic
-from consumerkit.webhook.signature import WebhookSecret, generate_secret, sign_headers
 from tests.webhooks.conftest import serve
 
 from ..brokers import PRODUCER_OPTIONS

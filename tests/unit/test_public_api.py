@@ -71,11 +71,11 @@ PUBLIC: dict[str, list[str]] = {
         "RebalanceHandler", "Source",
     ],
     "consumerkit.webhook": [
-        "WebhookError", "WebhookReceiver",
+        "WebhookError", "WebhookReceiver", "generate_secret",
     ],
 }
 # Exported errors not yet defined in consumerkit.errors, each waiting on its module's owner.
-OUTSIDE_THE_TREE = {"WebhookError"}
+OUTSIDE_THE_TREE: set[str] = set()
 
 
 @pytest.mark.parametrize("module", sorted(PUBLIC))
