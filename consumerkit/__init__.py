@@ -6,12 +6,19 @@ from .catalog import EventCatalog, Receives, Sends
 from .consumer import Consumer
 from .context import BatchContext, HandlerContext
 from .deadletter import DeadLetterEntry, DeadLetterTable, DeadLetterTopic
+from .deadletter.store import DeadLetterFilter
 from .dedup import DedupPolicy, InMemoryDedupStore, PostgresDedupStore, store_for
+from .engine.dead_letters import (
+    DeadLetterReplayReport,
+    discard_dead_letters,
+    replay_dead_letters,
+)
 from .envelope import Envelope, Record, WireFormat
 from .errors import (
     ConfigurationError,
     ConsumerKitError,
     DeadLetter,
+    DeadLetterError,
     DecodeError,
     HandlerDefinitionError,
     HandlerSignal,
@@ -74,6 +81,11 @@ __all__ = [
     "RedisDedupCache",
     "migrate",
     "store_for",
+    # dead letters brought back
+    "DeadLetterFilter",
+    "DeadLetterReplayReport",
+    "discard_dead_letters",
+    "replay_dead_letters",
     # webhooks
     "WebhookError",
     "WebhookReceiver",
@@ -82,6 +94,7 @@ __all__ = [
     "ConfigurationError",
     "ConsumerKitError",
     "DeadLetter",
+    "DeadLetterError",
     "DecodeError",
     "HandlerDefinitionError",
     "HandlerSignal",

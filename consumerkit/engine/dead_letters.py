@@ -34,7 +34,7 @@ from ..deadletter import store
 from ..deadletter.store import DeadLetterFilter, StoredDeadLetter
 from ..deadletter.table import pg_text
 from ..display import displayable
-from ..errors import ConsumerKitError, DecodeError
+from ..errors import DeadLetterError, DecodeError
 from ..observability.metrics import ConsumerMetrics
 from ..observability.observer import Observer, fanout
 from ..stats import StatsObserver
@@ -53,12 +53,8 @@ LANES = 4
 the database to the consumers."""
 
 
-class DeadLetterError(ConsumerKitError):
-    """A replay or discard refused as a whole (another one runs, no database, a wrong name)."""
-
-
 @dataclass(frozen=True, slots=True)
-class ReplayReport:
+class DeadLetterReplayReport:
     """What a replay did with the entries it chose: ``replayed`` (applied now),
     ``duplicates`` (applied before: marked replayed without running the handler), ``failed``
     (failed again: left waiting, the error beside them), ``held_back`` (behind a failed entry
@@ -84,7 +80,7 @@ class Preview:
 
 
 async def replay_dead_letters(consumer: Consumer, chosen: DeadLetterFilter | None = None, *,
-                              note: str | None = None) -> ReplayReport:
+                              note: str | None = None) -> DeadLetterReplayReport:
     """Apply the waiting dead letters ``chosen`` names (of ``consumer``; default all) through
     ``consumer``'s handlers, in per-key order, exactly once however often this runs; each one
     marked replayed by the database role with ``note``. Raises :class:`DeadLetterError` when
@@ -190,7 +186,7 @@ async def exclusive(conn: DbConnection, schema: str, partitions: list[tuple[str,
 
 
 async def _replay(replayer: Replayer, pool: asyncpg.Pool, schema: str,
-                  entries: list[StoredDeadLetter], note: str | None) -> ReplayReport:
+                  entries: list[StoredDeadLetter], note: str | None) -> DeadLetterReplayReport:
     lanes: dict[tuple[str, int, bytes | None], list[StoredDeadLetter]] = {}
     for entry in entries:  # in (topic, partition, offset) order: each lane in its key's order
         lanes.setdefault((entry.entry.topic, entry.entry.partition, entry.entry.key),
@@ -224,7 +220,7 @@ async def _replay(replayer: Replayer, pool: asyncpg.Pool, schema: str,
     finally:
         for (topic, outcome), count in sorted(by_topic.items()):
             replayer.observe.dead_letters_resolved(topic, outcome, count)
-    return ReplayReport(len(entries), counts["replayed"], counts["duplicates"],
+    return DeadLetterReplayReport(len(entries), counts["replayed"], counts["duplicates"],
                         counts["failed"], counts["held_back"], counts["gone"],
                         tuple(failures))
 
