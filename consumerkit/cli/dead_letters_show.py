@@ -75,13 +75,12 @@ async def dry_run(consumer: Consumer, chosen: DeadLetterFilter, try_handlers: bo
                 print(f"{where}: would fail: {displayable(preview.error, 500)}")
                 continue
             route = preview.decoded.route
-            verdict, text = "ok", ""
+            verdict, text = "decodes", ""
             if try_handlers:
                 verdict, text = await try_route(consumer, conn, route,
-                                                trial(where, preview.decoded))
+                                                trial("the entry", preview.decoded))
             failing += verdict == "problem"
-            print(f"{where}: {'decodes' if verdict == 'ok' else verdict}, handler "
-                  f"{route.name}{displayable(text, 600)}")
+            print(f"{where}: {verdict}, handler {route.name}{displayable(text, 600)}")
     print(f"dry run: {len(previews)} dead letters, {len(previews) - failing} would be "
           f"replayed, {failing} would fail; nothing was written")
     return 1 if failing else 0
