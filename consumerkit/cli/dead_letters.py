@@ -179,12 +179,12 @@ async def replay_command(args: argparse.Namespace) -> int:
     except DeadLetterError as exc:
         raise CommandError(str(exc)) from None
     for failure in report.failures:
-        print(f"failed again: {failure}")
+        print(f"not replayed: {failure}")
     print(f"{report.chosen} dead letters: {report.replayed} replayed, {report.duplicates} "
           f"applied before (marked replayed), {report.failed} failed again (kept waiting), "
-          f"{report.held_back} held back behind a failed entry of their key, {report.gone} "
+          f"{report.held_back} held back behind an earlier entry of their key, {report.gone} "
           "replayed or discarded meanwhile")
-    return 1 if report.failed else 0
+    return 1 if report.failed or report.held_back else 0
 
 
 async def _tables(work: Awaitable[T]) -> T:

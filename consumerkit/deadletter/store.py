@@ -152,6 +152,18 @@ def mark_replayed_sql(schema: str) -> str:
             "WHERE id = $1 AND status = 'waiting'")
 
 
+async def first_waiting(conn: DbConnection, schema: str, consumer: str, topics: list[str],
+                        ) -> dict[tuple[str, int, bytes | None], int]:
+    """The offset of the first waiting entry of each key of ``consumer`` on ``topics``: an
+    entry behind one that a replay did not choose must wait for it (the key's order)."""
+    rows = await conn.fetch(
+        f'SELECT DISTINCT ON (topic, "partition", key) topic, "partition", key, "offset" '
+        f"FROM {qualified(schema, TABLE)} WHERE consumer = $1 AND status = 'waiting' "
+        'AND topic = ANY($2::text[]) ORDER BY topic, "partition", key, "offset"',
+        consumer, topics)
+    return {(r["topic"], r["partition"], r["key"]): r["offset"] for r in rows}
+
+
 async def replay_failed(conn: DbConnection, schema: str, entry_id: int, error: str) -> None:
     """Record beside a waiting entry that a replay failed again, and why."""
     await conn.execute(

@@ -58,8 +58,9 @@ class DeadLetterReplayReport:
     """What a replay did with the entries it chose: ``replayed`` (applied now),
     ``duplicates`` (applied before: marked replayed without running the handler), ``failed``
     (failed again: left waiting, the error beside them), ``held_back`` (behind a failed entry
-    of their key), ``gone`` (replayed or discarded by someone else meanwhile); ``failures``:
-    a line for each failed entry."""
+    of their key, or behind an earlier waiting one that was not chosen), ``gone`` (replayed
+    or discarded by someone else meanwhile); ``failures``: a line for each entry that failed
+    again and each key held back behind an entry not chosen."""
 
     chosen: int
     replayed: int = 0
@@ -194,6 +195,16 @@ async def _replay(replayer: Replayer, pool: asyncpg.Pool, schema: str,
     counts = {"replayed": 0, "duplicates": 0, "failed": 0, "held_back": 0, "gone": 0}
     by_topic: dict[tuple[str, str], int] = {}  # (topic, outcome): told once, at the end
     failures: list[str] = []
+    if entries:  # a key with an earlier entry waiting that was not chosen waits for it
+        async with pool.acquire() as conn:
+            first = await store.first_waiting(conn, schema, entries[0].entry.consumer,
+                                              sorted({e.entry.topic for e in entries}))
+        for where, lane in list(lanes.items()):
+            if first.get(where, lane[0].entry.offset) < lane[0].entry.offset:
+                del lanes[where]
+                counts["held_back"] += len(lane)
+                failures.append(f"{_failure(lane[0], '')}held back: an earlier entry of its "
+                                "key waits and was not chosen (replay it first, or discard it)")
     queue = list(lanes.values())
     queue.reverse()
 

@@ -53,7 +53,7 @@ async def test_a_replay_killed_half_way_and_run_again_applies_each_entry_once(
     rest = len(buried) - counts["replayed"]
     assert again.out.strip() == (
         f"{rest} dead letters: {rest} replayed, 0 applied before (marked replayed), 0 failed "
-        "again (kept waiting), 0 held back behind a failed entry of their key, 0 replayed or "
+        "again (kept waiting), 0 held back behind an earlier entry of their key, 0 replayed or "
         "discarded meanwhile")
     async with pg_pool.acquire() as conn:
         verify(await ledger_rows(conn, pg_schema), [b.event for b in buried])

@@ -94,6 +94,10 @@ async def test_a_filter_takes_only_its_entries_and_discard_keeps_them_marked(
     buried = letters(keys=4, per_key=3)
     await bury(pg_pool, pg_schema, buried)
     app = consumer(postgres_dsn, pg_schema, Broken(None, 0), CollectorRegistry())
+    behind = await replay_dead_letters(app, DeadLetterFilter(ids=(10,)))  # evt-1-3
+    assert (behind.chosen, behind.replayed, behind.held_back) == (1, 0, 1)
+    assert behind.failures[0].endswith("held back: an earlier entry of its key waits and was "
+                                       "not chosen (replay it first, or discard it)")
     report = await replay_dead_letters(app, DeadLetterFilter(partition=1, limit=2))
     assert (report.chosen, report.replayed) == (2, 2)
     async with pg_pool.acquire() as conn:
