@@ -3,24 +3,35 @@ that still fails keeps its entries waiting, with why, and holds back its later o
 
 from __future__ import annotations
 
+import json
 import time
+from typing import Any
 
 import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
+from pydantic import BaseModel
 
 import consumerkit.schema as schema_module
 from consumerkit import (
     Consumer,
+    DeadLetterEntry,
     DeadLetterFilter,
+    DeadLetterTable,
     HandlerContext,
+    HandlerRegistry,
+    Outbox,
     RetryPolicy,
     discard_dead_letters,
+    handler,
     replay_dead_letters,
+    upcaster,
 )
 from consumerkit.deadletter.table import TABLE
+from consumerkit.outbox import OutboxTable, migrate_outbox
 from consumerkit.schema import CORE_STEPS, migrate
 from consumerkit.shared.identifiers import qualified
+from consumerkit.types import SinkResources
 
 from ..integration.ledger import Step, ledger_handler, ledger_rows, verify
 from .conftest import APP, bury, letters, statuses
@@ -132,3 +143,56 @@ async def test_dead_letters_of_an_older_schema_are_waiting_after_the_upgrade(
             f"SELECT status, replay_attempts, resolved_at FROM {qualified(pg_schema, TABLE)}")
     assert row is not None
     assert (row["status"], row["replay_attempts"], row["resolved_at"]) == ("waiting", 0, None)
+
+
+class Order(BaseModel):
+    order_id: str
+    total_cents: int
+
+
+@handler("order.created", version=2)
+async def accept_order(event: Order, ctx: HandlerContext) -> None:
+    await ctx.publish(event_type="order.accepted", aggregate_type="order",
+                      aggregate_id=event.order_id, payload={"total_cents": event.total_cents})
+
+
+@upcaster("order.created", from_version=1)
+def rename_amount(doc: dict[str, Any]) -> dict[str, Any]:
+    doc["total_cents"] = doc.pop("amount")
+    return doc
+
+
+async def test_a_replay_goes_through_the_upcasters_and_the_outbox_once(
+    postgres_dsn: str, pg_schema: str, pg_pool: asyncpg.Pool,
+) -> None:
+    await bury(pg_pool, pg_schema, [])
+    async with pg_pool.acquire() as conn:
+        await migrate_outbox(conn, OutboxTable(pg_schema, "outbox"))
+    sink = DeadLetterTable()
+    await sink.open(SinkResources(pg_pool, pg_schema, "", {}))
+    await sink.send(DeadLetterEntry(  # a version 1 document, from before the rename
+        consumer=APP, topic="orders", partition=0, offset=7, key=b"o-1",
+        value=b'{"order_id": "o-1", "amount": 250}',
+        headers=[("id", b"evt-o-1"), ("event_type", b"order.created"),
+                 ("event_version", b"1")],
+        reason="handler_failed", detail="outbox table missing", event_id="evt-o-1"))
+    app = Consumer(name=APP, handlers=[HandlerRegistry([accept_order, rename_amount])],
+                   topics=["orders"], postgres_dsn=postgres_dsn, schema=pg_schema,
+                   outbox=Outbox(), handle_signals=False)
+    first = await replay_dead_letters(app)
+    assert (first.replayed, first.failed) == (1, 0)
+    # a second entry of the same event id (dead-lettered again from another copy of the
+    # record) is absorbed by the dedup claim, and marked replayed
+    await sink.send(DeadLetterEntry(
+        consumer=APP, topic="orders", partition=0, offset=8, key=b"o-1",
+        value=b'{"order_id": "o-1", "amount": 250}',
+        headers=[("id", b"evt-o-1"), ("event_type", b"order.created"),
+                 ("event_version", b"1")],
+        reason="handler_failed", detail="again", event_id="evt-o-1"))
+    second = await replay_dead_letters(app)
+    assert (second.replayed, second.duplicates) == (0, 1)
+    rows = await pg_pool.fetch(
+        f"SELECT type, payload FROM {qualified(pg_schema, 'outbox')}")
+    assert [(r["type"], json.loads(r["payload"])) for r in rows] == [
+        ("order.accepted", {"total_cents": 250})]
+    assert await statuses(pg_pool, pg_schema) == {"replayed": 2}
