@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -26,6 +27,8 @@ from .decode import Decoded
 
 if TYPE_CHECKING:
     from ..consumer import Consumer
+
+log = logging.getLogger("consumerkit.deadletter")
 
 OUTAGE_WAITS = 30
 """Waits for a database that is away before an entry's replay gives up (capped back-off:
@@ -77,7 +80,10 @@ class Replayer:
                 if outage and outages < OUTAGE_WAITS:
                     attempt -= 1
                     outages += 1
-                    await asyncio.sleep(self.retry.delay(min(outages, 8)))
+                    delay = self.retry.delay(min(outages, 8))
+                    log.warning("replaying dead letter #%d: not its fault (%s), trying again "
+                                "in %.1fs", entry.id, describe(error), delay)
+                    await asyncio.sleep(delay)
                     continue
                 if isinstance(error, DeadLetter):
                     return "failed", f"dead_lettered_by_handler: {describe(error)}"

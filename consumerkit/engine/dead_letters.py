@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import dataclasses
 import hashlib
-import logging
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -46,7 +45,6 @@ from .lifecycle import open_pool
 if TYPE_CHECKING:
     from ..consumer import Consumer
 
-log = logging.getLogger("consumerkit.deadletter")
 
 LANES = 4
 """Keys replayed at once: enough to hide a transaction's round trips, few enough to leave
@@ -227,7 +225,11 @@ async def _replay(replayer: Replayer, pool: asyncpg.Pool, schema: str,
                     break
 
     try:
-        await asyncio.gather(*(run() for _ in range(min(LANES, len(queue)))))
+        async with asyncio.TaskGroup() as lanes_running:  # one fails: the others stop too
+            for _ in range(min(LANES, len(queue))):
+                lanes_running.create_task(run())
+    except BaseExceptionGroup as group:  # raised as it was, for one line in the CLI
+        raise group.exceptions[0] from None
     finally:
         for (topic, outcome), count in sorted(by_topic.items()):
             replayer.observe.dead_letters_resolved(topic, outcome, count)

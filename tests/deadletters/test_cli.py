@@ -165,3 +165,18 @@ async def test_a_bad_filter_is_one_line(argv: list[str], expected: str, app_dir:
     assert done.code == 2
     assert expected in done.err
     assert "Traceback" not in done.err
+
+
+async def test_another_consumers_entries_or_an_unmigrated_schema_are_one_line(
+    postgres_dsn: str, pg_schema: str, app_dir: Path,
+) -> None:
+    env = {"DEAD_TEST_SCHEMA": pg_schema}
+    other = await cli(*REPLAY, "--consumer", "billing", "--postgres", postgres_dsn,
+                      cwd=app_dir, env=env)
+    assert (other.code, other.output.strip()) == (
+        1, "consumerkit: the dead letters of consumer 'billing' are replayed through that "
+           f"consumer; the app given is consumer '{APP}'")
+    missing = await cli(*REPLAY, "--postgres", postgres_dsn, cwd=app_dir, env=env)
+    assert missing.code == 1
+    assert len(missing.output.strip().splitlines()) == 1, missing.output
+    assert "does not exist: run `consumerkit migrate`" in missing.output
