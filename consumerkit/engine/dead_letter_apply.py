@@ -18,12 +18,13 @@ import asyncpg
 from ..deadletter import store
 from ..deadletter.store import StoredDeadLetter
 from ..dedup.stores import store_for
-from ..errors import DeadLetter, DecodeError, is_retriable
+from ..errors import DeadLetter, DeadLetterError, DecodeError, is_retriable
 from ..observability.observer import Observer
 from ..shared.failures import describe, judge
 from ..types import ClaimStatus
 from .apply import Applier
 from .decode import Decoded
+from .stall import systemic_cause
 
 if TYPE_CHECKING:
     from ..consumer import Consumer
@@ -77,6 +78,11 @@ class Replayer:
                 error, outage = judge(raised)
                 if isinstance(error, _Gone):
                     return "gone", None
+                if (cause := systemic_cause(error)) is not None:  # every entry would hit it
+                    raise DeadLetterError(
+                        f"replay stopped at dead letter #{entry.id}: {cause.sqlstate} "
+                        f"{describe(cause)}; it and the entries not replayed yet stay waiting"
+                    ) from None
                 if outage and outages < OUTAGE_WAITS:
                     attempt -= 1
                     outages += 1

@@ -16,6 +16,7 @@ import consumerkit.schema as schema_module
 from consumerkit import (
     Consumer,
     DeadLetterEntry,
+    DeadLetterError,
     DeadLetterFilter,
     DeadLetterTable,
     HandlerContext,
@@ -196,3 +197,18 @@ async def test_a_replay_goes_through_the_upcasters_and_the_outbox_once(
     assert [(r["type"], json.loads(r["payload"])) for r in rows] == [
         ("order.accepted", {"total_cents": 250})]
     assert await statuses(pg_pool, pg_schema) == {"replayed": 2}
+
+
+async def test_a_failure_every_entry_would_hit_stops_the_replay_at_once(
+    postgres_dsn: str, pg_schema: str, pg_pool: asyncpg.Pool,
+) -> None:
+    await bury(pg_pool, pg_schema, letters(keys=3, per_key=2))
+    await pg_pool.execute(f'DROP TABLE "{pg_schema}".ledger')  # a deploy that forgot it
+    app = consumer(postgres_dsn, pg_schema, Broken(None, 0), CollectorRegistry())
+    started = time.monotonic()
+    with pytest.raises(DeadLetterError, match=r"replay stopped at dead letter #\d+: 42P01 "
+                                              r"UndefinedTableError: relation .*ledger.* does "
+                                              r"not exist"):
+        await replay_dead_letters(app)
+    assert time.monotonic() - started < 30  # not waited on as an outage
+    assert await statuses(pg_pool, pg_schema) == {"waiting": 6}
