@@ -11,6 +11,7 @@ from .dedup import DedupPolicy, InMemoryDedupStore, PostgresDedupStore, store_fo
 from .engine.dead_letters import (
     DeadLetterReplayReport,
     discard_dead_letters,
+    preview_dead_letters,
     replay_dead_letters,
 )
 from .envelope import Envelope, Record, WireFormat
@@ -85,6 +86,7 @@ __all__ = [
     "DeadLetterFilter",
     "DeadLetterReplayReport",
     "discard_dead_letters",
+    "preview_dead_letters",
     "replay_dead_letters",
     # webhooks
     "WebhookError",

@@ -25,9 +25,8 @@ PUBLIC: dict[str, list[str]] = {
         "Retry", "RetryPolicy", "Sends", "StartupError", "TransportError",
         "UndeclaredEventError", "UpcasterChainError",
         "WebhookError", "WebhookReceiver", "WebhookSink", "WireFormat", "__version__",
-        "discard_dead_letters", "handler", "migrate", "migrate_outbox", "replay_dead_letters",
-        "store_for", "tune_gc",
-        "upcaster",
+        "discard_dead_letters", "handler", "migrate", "migrate_outbox", "preview_dead_letters",
+        "replay_dead_letters", "store_for", "tune_gc", "upcaster",
     ],
     "consumerkit.deadletter": [
         "DeadLetterEntry", "DeadLetterTable", "DeadLetterTopic", "list_dead_letters",
