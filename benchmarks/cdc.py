@@ -40,7 +40,15 @@ from typing import Any
 import asyncpg
 from aiokafka import AIOKafkaConsumer
 
-from consumerkit.outbox import KafkaSink, NewEvent, Outbox, OutboxTable, Relay, migrate_outbox
+from consumerkit.outbox import (
+    KafkaSink,
+    NewEvent,
+    Outbox,
+    OutboxTable,
+    Relay,
+    migrate_outbox,
+    prepare_cdc,
+)
 from consumerkit.transport.kafka_admin import create_topic
 from tests.harness import LogicalPostgres, start_debezium, start_kafka, start_logical_postgres
 from tests.harness.connect_jars import DEBEZIUM_KAFKA_VERSION
@@ -184,11 +192,16 @@ async def run(args: argparse.Namespace) -> list[Phase]:
             relay.stop()
             await asyncio.wait_for(running, 60)
         cdc_writer = Outbox(table.schema, table.table, notify=False, delete_after_insert=True)
+        conn = await asyncpg.connect(postgres.dsn)
+        try:  # the slot only now: it must not see the relay's rows
+            await prepare_cdc(conn, table)
+        finally:
+            await conn.close()
         for name, overrides in (("Debezium (delete after insert)", {}),
                                 ("Debezium, poll.interval.ms=50", {"poll.interval.ms": "50"})):
             worker = await asyncio.to_thread(
                 functools.partial(start_debezium, kafka.bootstrap, postgres, table=table,
-                                  slot=f"ck_{table.schema}", overrides=overrides))
+                                  slot=table.replication_slot, overrides=overrides))
             try:
                 async with Arrivals(kafka.bootstrap, aggregate) as arrivals:
                     phases.append(await measure(name, postgres.dsn, cdc_writer, aggregate,

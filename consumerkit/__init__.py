@@ -7,7 +7,13 @@ from .consumer import Consumer
 from .context import BatchContext, HandlerContext
 from .deadletter import DeadLetterEntry, DeadLetterTable, DeadLetterTopic
 from .deadletter.store import DeadLetterFilter
-from .dedup import DedupPolicy, InMemoryDedupStore, PostgresDedupStore, store_for
+from .dedup import (
+    DedupPolicy,
+    InMemoryDedupStore,
+    MemoryDedupCache,
+    PostgresDedupStore,
+    store_for,
+)
 from .engine.dead_letters import (
     DeadLetterReplayReport,
     discard_dead_letters,
@@ -78,6 +84,7 @@ __all__ = [
     "DeadLetterTable",
     "DeadLetterTopic",
     "InMemoryDedupStore",
+    "MemoryDedupCache",
     "PostgresDedupStore",
     "RedisDedupCache",
     "migrate",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
@@ -17,15 +16,12 @@ from .dedup.policy import DedupPolicy
 from .engine.configure import configure, records_given
 from .engine.decode import Decoder
 from .engine.lifecycle import connect
-from .engine.observing import Observed
-from .engine.runner import Engine
-from .engine.serve import serve
+from .engine.run import Run
 from .engine.unhandled import TypePolicy, Unhandled
 from .envelope import WireFormat
 from .errors import ConfigurationError
 from .observability.observer import Observer
 from .offsets import OFFSET_STORES, OffsetStoreName
-from .offsets.recheck import Recheck
 from .outbox.writer import Outbox
 from .registry import HandlerSource, RouteTable
 from .retry import RetryPolicy
@@ -106,7 +102,6 @@ class Consumer:
         self.offset_store: OffsetStoreName = offset_store
         # what stands in front of PostgreSQL (shared/pooler.py): checked by configure()
         self.postgres_pooler: Pooler = postgres_pooler
-        self._recheck: Recheck | None = None
         self.routes = RouteTable.build(handlers)
         self.dedup = dedup or DedupPolicy()
         self.dedup_cache = dedup_cache
@@ -157,12 +152,9 @@ class Consumer:
         self.registry = registry
         self.lag_interval = 5.0  # seconds between end-offset requests for the lag
         self.parking_interval = 30.0  # seconds between refreshes of the parked keys' gauges
-        self._observed: Observed | None = None  # made when run() knows the DSN
         self.started = asyncio.Event()
-        self._engine: Engine | None = None
+        self._run: Run | None = None  # what run() opened, while it runs
         self._stop_requested = asyncio.Event()  # a stop was asked (stop(), a signal)
-        self._ending = False  # the run ended, asked to or not: no longer ready
-        self._force = asyncio.Event()
         self._finished = asyncio.Event()
 
     def configure(self, **values: Any) -> None:
@@ -234,7 +226,8 @@ class Consumer:
 
     @property
     def assignment(self) -> list[Partition]:
-        return sorted(self._engine.states) if self._engine else []
+        engine = self._run.engine if self._run is not None else None
+        return sorted(engine.states) if engine is not None else []
 
     async def migrate(self) -> None:
         """Create or upgrade consumerkit's tables (idempotent; safe concurrently)."""
@@ -246,11 +239,12 @@ class Consumer:
         gracefully. Raises :class:`StartupError` if a service or topic is missing."""
         if self._running:
             raise ConfigurationError("a Consumer runs once; create a new one to run again")
-        self._services()
+        dsn, bootstrap = self._services()
         self._running = True
         try:
             async with contextlib.AsyncExitStack() as stack:
-                await serve(self, stack)
+                self._run = Run(self, dsn, bootstrap, self._stop_requested)
+                await self._run.serve(stack)
         finally:
             self._finished.set()
 
@@ -261,40 +255,15 @@ class Consumer:
             await self._finished.wait()
 
     def _request_stop(self) -> None:
-        self._stop_requested.set()
-        if self._engine is not None:
-            self._engine.stopping.set()
+        if self._run is not None:
+            self._run.request_stop()
+        else:
+            self._stop_requested.set()
 
     async def readiness(self) -> str | None:
         """``None`` once start-up is complete, the group is joined (the first assignment,
         even an empty one, came), no failure every record would hit stalls it and PostgreSQL
         answers a query; else the reason why not."""
-        reason = await self._readiness()
-        if self._observed is not None:
-            self._observed.tell(reason)  # observers hear of changes only
-        return reason
-
-    async def _readiness(self) -> str | None:
-        if self._ending or self._finished.is_set() or self._stop_requested.is_set():
-            return "stopping"
-        if not self.started.is_set() or self._engine is None or self._observed is None:
-            return "starting"
-        if not self._engine.joined.is_set():
-            return f"waiting to join consumer group {self.name}"
-        breaker = self._engine.pipeline.breaker
-        if breaker is not None and (stalled := breaker.reason) is not None:
-            return f"stalled: {stalled}"
-        # its own connection: a busy pool must not make the consumer look unready
-        return await self._observed.probe.check()
-
-    def _connections_changed(self) -> None:
-        if self._recheck is not None:  # a server that moved back is found before any apply
-            self._recheck.lost()
-
-    def _on_signal(self, sig: signal.Signals) -> None:
-        if self._stop_requested.is_set():
-            log.warning("second %s: abandoning in-flight work now", sig.name)
-            self._force.set()
-            return
-        log.info("%s received: finishing in-flight work, then stopping", sig.name)
-        self._request_stop()
+        if self._run is None:
+            return "stopping" if self._stop_requested.is_set() else "starting"
+        return await self._run.readiness()

@@ -18,6 +18,8 @@ Every exception the library raises derives from :class:`ConsumerKitError`::
     ├── DecodeError               a record cannot become an event (reason code; dead-lettered)
     ├── NotInTransactionError     the outbox was written outside a transaction
     │                             (exported by consumerkit.outbox)
+    ├── NoReplicationSlotError    a delete-at-insert outbox has no replication slot reading it
+    │                             (exported by consumerkit.outbox; its events would be lost)
     ├── PermanentSendError        an outbox sink's destination refused an event for good
     │                             (exported by consumerkit.outbox; the event is given up on)
     ├── ParkingError              a parked key cannot be found, or its replay stopped
@@ -152,6 +154,16 @@ class DecodeError(ConsumerKitError):
 class NotInTransactionError(ConsumerKitError):
     """The outbox was written outside a transaction: the event would not commit or roll back
     with the caller's business writes."""
+
+
+class NoReplicationSlotError(ConsumerKitError):
+    """An event was added to an outbox that deletes each row as it inserts it
+    (``delete_after_insert``) while no logical replication slot reads that outbox: nothing
+    would ever see the event. Create the slot (``consumerkit outbox migrate --cdc``) before
+    the first event. Every record would hit it: it stalls a consumer rather than
+    dead-lettering its records."""
+
+    systemic = True
 
 
 class PermanentSendError(ConsumerKitError):

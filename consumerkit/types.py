@@ -79,6 +79,9 @@ class DedupCache(Protocol):
     and the consumer carries on with the store alone.
     """
 
+    on_lookup: Callable[[int, int, int], None] | None
+    """Told ``(hits, misses, errors)`` of every lookup (the consumer's metrics), if set."""
+
     def check(self, policy: DedupPolicy) -> None:
         """Refuse (:class:`~consumerkit.errors.ConfigurationError`) a cache that could outlive
         the store's ``policy.retention``; called when the consumer is built."""

@@ -8,7 +8,7 @@ import logging
 from datetime import timedelta
 
 from consumerkit import Consumer, RetryPolicy
-from consumerkit.dedup import DedupPolicy, InMemoryDedupStore, maintain
+from consumerkit.dedup import DedupPolicy, InMemoryDedupStore, MemoryDedupCache, maintain
 from consumerkit.dedup.horizon import redelivery_horizon_check
 from consumerkit.dedup.redis import RedisDedupCache
 from consumerkit.envelope import Envelope
@@ -32,6 +32,14 @@ def with_redis_cache(kafka: str, postgres: str, redis_url: str) -> Consumer:
     return Consumer(name="billing", handlers=[billing], topics=["orders"],
                     kafka_bootstrap=kafka, postgres_dsn=postgres, dedup=partitioned,
                     dedup_cache=cache)
+
+
+def with_memory_cache(kafka: str, postgres: str) -> Consumer:
+    # The ids this process applied, kept in its memory (no round trip, no Redis); what
+    # another process applied is still absorbed by PostgreSQL.
+    return Consumer(name="billing", handlers=[billing], topics=["orders"],
+                    kafka_bootstrap=kafka, postgres_dsn=postgres, dedup=partitioned,
+                    dedup_cache=MemoryDedupCache(max_ids=200_000))
 
 
 async def claim_twice_in_memory(tx: DbConnection) -> list[ClaimStatus]:

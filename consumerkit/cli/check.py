@@ -2,17 +2,17 @@
 
 PostgreSQL: reachable, ``synchronous_commit`` on, every table migrated, dedup partitions
 created at least one interval ahead, no replication slot inactive or keeping more WAL than
-``--max-slot-wal``; a warning for each asynchronous standby (a failover to it
-can lose acknowledged commits). The broker: reachable, every topic present, no topic
-keeping records longer than the dedup window, every consumed or published topic replicated
-(replication factor, ``min.insync.replicas``, no unclean leader election: a ``WARNING``,
-which leaves the exit status 0, since a development cluster may have one broker), and with
-published topics the relay's idempotent producer fitting the broker. With ``MODULE:ATTR`` the
-consumer's own schema, dedup policy, topics, retries and outbox are checked, and the event
-types of its topics' recent records against its handlers (see :mod:`.check_sample`). With
-``--handlers MODULE:ATTR`` the parked records, dead letters and unpublished outbox rows are
-decoded by that consumer's handlers (see :mod:`.check_handlers`). Exit status 1 when
-anything is wrong, else 0 and a short all-clear (warnings do not change it).
+``--max-slot-wal``, a slot reading each outbox a connector reads; a warning for each
+asynchronous standby (a failover to it can lose acknowledged commits). The broker: reachable,
+every topic present, no topic keeping records longer than the dedup window, every consumed or
+published topic replicated (replication factor, ``min.insync.replicas``, no unclean leader
+election: a ``WARNING``, which leaves the exit status 0, since a development cluster may have
+one broker), and with published topics the relay's idempotent producer fitting the broker. With
+``MODULE:ATTR`` the consumer's own schema, dedup policy, topics, retries and outbox are
+checked, and the event types of its topics' recent records against its handlers (see
+:mod:`.check_sample`). With ``--handlers MODULE:ATTR`` the parked records, dead letters and
+unpublished outbox rows are decoded by that consumer's handlers (see :mod:`.check_handlers`).
+Exit status 1 when anything is wrong, else 0 and a short all-clear (warnings do not change it).
 """
 
 from __future__ import annotations
@@ -113,6 +113,8 @@ class Deployment:
     pooler: Pooler = "none"  # what the deployment says stands in front of PostgreSQL
     concurrency: int = 4  # the consumers' (a Consumer's default with batches)
     consumer: Any = field(default=None, repr=False)  # the Consumer of MODULE:ATTR, if given
+    # the outboxes a connector reads (Debezium): each needs a replication slot reading it
+    cdc_outboxes: list[OutboxTable] = field(default_factory=list)
 
 
 @dataclass
@@ -147,6 +149,7 @@ async def check_command(args: argparse.Namespace) -> int:
     await check_connections(deployment.dsn, args, deployment.concurrency, deployment.pooler,
                             report)
     await check_slots.check_slots(deployment.dsn, args.max_slot_wal, report)
+    await check_slots.check_cdc_outboxes(deployment.dsn, deployment.cdc_outboxes, report)
     await check_broker(deployment, report)
     if deployment.consumer is not None:  # its topics' event types against its handlers
         await check_sample.check_sample(deployment.consumer, args.sample,
@@ -176,12 +179,13 @@ async def _deployment(args: argparse.Namespace, settings: CommonSettings) -> Dep
 
 async def _described(args: argparse.Namespace, settings: CommonSettings) -> Deployment:
     if args.target is None:
+        outboxes = [OutboxTable(settings.db_schema, t) for t in args.outbox_tables or []]
         return Deployment(
             dsn=settings.dsn(), bootstrap=settings.kafka_bootstrap, schema=settings.db_schema,
             policy=DedupPolicy(retention=args.retention, partition_interval=args.interval,
                                table=args.table, expired=args.expired),
             topics=args.topics or [],
-            outboxes=[OutboxTable(settings.db_schema, t) for t in args.outbox_tables or []],
+            outboxes=outboxes, cdc_outboxes=outboxes if args.outbox_cdc else [],
             kafka_options=settings.kafka_options(),
             offset_store=getattr(settings, "offset_store", "postgres"),
             pooler=settings.postgres_pooler,
@@ -193,6 +197,8 @@ async def _described(args: argparse.Namespace, settings: CommonSettings) -> Depl
         dsn=consumer.postgres_dsn, bootstrap=consumer.kafka_bootstrap, schema=consumer.schema,
         policy=consumer.dedup, topics=[*consumer.topics, *(args.topics or [])],
         outboxes=[consumer.outbox.table] if consumer.outbox is not None else [],
+        cdc_outboxes=[consumer.outbox.table] if consumer.outbox is not None and (
+            consumer.outbox.delete_after_insert or consumer.outbox.table.retention) else [],
         kafka_options=consumer.kafka_options, retry=consumer.retry,
         handler_timeout=consumer.handler_timeout, offset_store=consumer.offset_store,
         pooler=consumer.postgres_pooler, concurrency=consumer.concurrency,

@@ -134,9 +134,11 @@ async def read_recent(bootstrap: str, topics: Sequence[str], options: Mapping[st
     found: dict[str, list[RecordLike]] = {topic: [] for topic in topics}
     await reader.start()
     try:
-        known = await reader.topics()
-        parts = [TopicPartition(t, p) for t in topics if t in known
-                 for p in sorted(reader.partitions_for_topic(t) or ())]
+        # One all-topics metadata request: the reader's own metadata holds only the topics it
+        # has asked about (on Apache Kafka, none yet), so partitions_for_topic() is empty.
+        cluster = await reader._client.fetch_all_metadata()
+        parts = [TopicPartition(t, p) for t in topics
+                 for p in sorted(cluster.partitions_for_topic(t) or ())]
         if not parts:
             return found
         begin = await reader.beginning_offsets(parts)

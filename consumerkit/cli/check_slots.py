@@ -1,6 +1,7 @@
 """``consumerkit check``'s replication slot lines: a slot without a reader, or one keeping more
 WAL than ``--max-slot-wal``, fills the database's disk (see docs/operations/runbooks.md,
-"A replication slot keeping WAL")."""
+"A replication slot keeping WAL"); an outbox read by change data capture without a slot
+reading it loses the events written before its connector first starts."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import re
 from typing import Protocol
 
 from ..errors import ConsumerKitError
+from ..outbox.cdc import slot_reading
 from ..outbox.replication import DEFAULT_MAX_RETAINED, replication_slots, slot_problems
+from ..outbox.table import OutboxTable
 from .errors import database
 
 _SIZE = re.compile(r"(\d+)\s*([KMGT]i?B|B)?", re.IGNORECASE)
@@ -34,6 +37,9 @@ def wal_size(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--outbox-cdc", action="store_true",
+                        help="the --outbox-table tables are read by a connector (Debezium): "
+                        "report one that no replication slot reads")
     parser.add_argument("--max-slot-wal", type=wal_size, default=DEFAULT_MAX_RETAINED,
                         metavar="SIZE", help="report a replication slot keeping more WAL than "
                         "this (default: 1GiB)")
@@ -53,3 +59,24 @@ async def check_slots(dsn: str | None, max_retained: int, report: Reporter) -> N
     if slots and not problems:
         report.ok(f"replication slots read and within the WAL limit: "
                   f"{', '.join(s.name for s in slots)}")
+
+
+async def check_cdc_outboxes(dsn: str | None, tables: list[OutboxTable],
+                             report: Reporter) -> None:
+    """A problem per outbox read by change data capture that no replication slot reads."""
+    if not tables:
+        return
+    try:
+        async with database(dsn) as conn:
+            found = [(t, await slot_reading(conn, t)) for t in tables]
+    except ConsumerKitError:
+        return
+    for t, slot in found:
+        name = f"{t.schema}.{t.table}"
+        if slot is not None:
+            report.ok(f"outbox {name} is read by replication slot {slot}")
+            continue
+        report.problem(f"no replication slot reads outbox {name} (change data capture): "
+                       "events written before its connector first starts are lost; run "
+                       f"`consumerkit outbox migrate --cdc --schema {t.schema} --table "
+                       f"{t.table}` and give the connector slot.name={t.replication_slot}")

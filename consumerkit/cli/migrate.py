@@ -3,8 +3,9 @@
 The dead-letter table and the retention registry (component ``core``), the dedup table and its
 claim functions (``dedup:<table>``, then its partitions ahead), the parked keys' tables
 (``parking``), and each outbox with its
-failure and idempotency-key side tables (``outbox:<table>``). Idempotent: a second run finds
-everything already present.
+failure and idempotency-key side tables (``outbox:<table>``); with ``--outbox-cdc``, each
+outbox's publication and replication slot for a connector, made before any event. Idempotent:
+a second run finds everything already present.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import sys
 
 from ..dedup.policy import DedupPolicy
 from ..grants import runtime_grants
+from ..outbox.cdc import prepare_cdc
+from ..outbox.cli import cdc_line
 from ..outbox.retention import OutboxRetention
 from ..outbox.table import OutboxTable, migrate_outbox
 from ..schema import applied_versions, migrate
@@ -45,6 +48,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--outbox-retention", type=duration, metavar="DURATION",
                         help="create the outbox tables kept this long in time partitions, "
                         "for change data capture (OutboxRetention; partitions one day wide)")
+    parser.add_argument("--outbox-cdc", action="store_true",
+                        help="the outbox is read by a connector (Debezium): also create its "
+                        "publication and replication slot, before any event")
     parser.add_argument("--print-grants", metavar="ROLE",
                         help="then print the GRANTs a runtime role needs (docs/security.md)")
     parser.set_defaults(handler=migrate_command)
@@ -70,8 +76,11 @@ async def migrate_command(args: argparse.Namespace) -> int:
     async with database(dsn(args)) as conn:
         before = await applied_versions(conn, args.schema)
         await migrate(conn, args.schema, policy)
+        cdc = []
         for table in outboxes:
             await migrate_outbox(conn, table)
+            if args.outbox_cdc:
+                cdc.append(cdc_line(await prepare_cdc(conn, table)))
         after = await applied_versions(conn, args.schema)
         grants = (await runtime_grants(conn, args.schema, args.print_grants)
                   if args.print_grants else [])
@@ -80,6 +89,8 @@ async def migrate_command(args: argparse.Namespace) -> int:
     wanted = ["core", f"dedup:{policy.table}", "parking", *(f"outbox:{t.table}" for t in outboxes)]
     for component in wanted:
         print(describe(component, before.get(component), after.get(component)), file=report)
+    for line in cdc:
+        print(line, file=report)
     print(f"schema {args.schema} is up to date", file=report)
     if grants:
         print("\n".join(grants))

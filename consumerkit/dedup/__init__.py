@@ -1,9 +1,11 @@
 """Deduplication: the policy, the stores (PostgreSQL in two layouts, in-memory for tests), the
-Redis cache in front of them, maintenance and the redelivery-horizon check."""
+caches in front of them (Redis, or the process's memory), maintenance and the
+redelivery-horizon check."""
 
 from typing import TYPE_CHECKING
 
 from .memory import InMemoryDedupStore
+from .memory_cache import MemoryDedupCache
 from .partitions import MaintenanceReport, PartitionInfo, list_partitions, maintain
 from .policy import DedupPolicy, ExpiredPolicy, Layout
 from .postgres import PostgresDedupStore
@@ -18,6 +20,7 @@ __all__ = [
     "InMemoryDedupStore",
     "Layout",
     "MaintenanceReport",
+    "MemoryDedupCache",
     "PartitionInfo",
     "PostgresDedupStore",
     "RedisDedupCache",

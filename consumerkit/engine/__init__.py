@@ -2,7 +2,7 @@
 
 A record's way, one module per step::
 
-    serve        a consumer's run wired: what it opens before the engine, closes after
+    run          a consumer's run wired: what it opens before the engine, closes after
     runner       fetch from the broker, hand records to keyed lanes, have the watermarks
                  committed (through :mod:`consumerkit.offsets`)
       ownership    a partition's ownership begun and ended: rebalances, rewinds, drain

@@ -105,6 +105,8 @@ class Engine(Ownership):
                 fetched, owners = fetch.result()
                 await _gaps.first_offsets(source, fetched, owners, stop)
                 known = await self._known(fetched)
+                if self._put_back(fetched, owners):
+                    continue
                 for part, records in fetched.items():
                     self._dispatch(part, records, owners[part], known.get(part, ()))
         finally:
@@ -114,6 +116,21 @@ class Engine(Ownership):
             await asyncio.gather(*(t for t in (fetch, stop, committer) if t is not None),
                                  return_exceptions=True)
         self._raise_bug()
+
+    def _put_back(self, fetched: dict[Partition, list[RecordLike]],
+                  owners: dict[Partition, PartitionState | None]) -> bool:
+        """Whether a stall began while ``fetched`` was on its way (records published after
+        it can come in a fetch already waiting): they are read again once it is over."""
+        breaker = self.pipeline.breaker
+        if breaker is None or not breaker.holding():
+            return False
+        assert self.source is not None
+        for part, records in fetched.items():
+            state = self.states.get(part)
+            if records and state is owners[part] and state is not None and (
+                    not state.abandon.is_set()):
+                self.source.seek(part, records[0].offset)
+        return True
 
     def _raise_bug(self) -> None:
         """Raise what broke a lane (a bug), if anything did."""

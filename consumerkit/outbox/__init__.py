@@ -4,10 +4,11 @@ Writer: :class:`Outbox` (``add``, ``add_many``). Relay: :class:`Relay` with a si
 :class:`KafkaSink` or your own :class:`OutboxSink`. Tables: :func:`migrate_outbox`.
 Operations: :func:`failed_events`, :func:`count_failed`, :func:`retry_failed`,
 :func:`skip_failed`, :func:`cleanup`, :func:`live_relays`. For change data capture, an outbox
-kept for a retention in time partitions: :class:`OutboxRetention`, :func:`maintain_outbox`.
+kept for a retention in time partitions: :class:`OutboxRetention`, :func:`maintain_outbox`;
+its publication and replication slot, made before the first event: :func:`prepare_cdc`.
 """
 
-from ..errors import NotInTransactionError, PermanentSendError
+from ..errors import NoReplicationSlotError, NotInTransactionError, PermanentSendError
 from .admin import (
     FailedEvent,
     cleanup,
@@ -18,6 +19,7 @@ from .admin import (
     retry_failed,
     skip_failed,
 )
+from .cdc import CdcSetup, prepare_cdc, slot_reading
 from .event import OutboxEvent
 from .kafka import KafkaSink
 from .relay import DEFAULT_RETRY, Relay
@@ -30,9 +32,11 @@ from .writer import NewEvent, Outbox
 __all__ = [
     "DEFAULT_RETRY",
     "SLOTS",
+    "CdcSetup",
     "FailedEvent",
     "KafkaSink",
     "NewEvent",
+    "NoReplicationSlotError",
     "NotInTransactionError",
     "Outbox",
     "OutboxEvent",
@@ -48,6 +52,8 @@ __all__ = [
     "live_relays",
     "maintain_outbox",
     "migrate_outbox",
+    "prepare_cdc",
     "retry_failed",
     "skip_failed",
+    "slot_reading",
 ]

@@ -2,11 +2,13 @@
 
     consumerkit outbox failed|retry|skip|cleanup|maintain|migrate [--postgres DSN]
         [--schema S] [--table T] [--id UUID ...] [--all] [--older-than 7d] [--batch N]
-        [--limit N] [--retention 7d] [--interval 1d] [--premake N]
+        [--limit N] [--retention 7d] [--interval 1d] [--premake N] [--cdc]
 
 ``--retention`` names an outbox kept in time partitions for change data capture
 (:mod:`~consumerkit.outbox.retention`): ``migrate`` creates it so, ``maintain`` (which needs
-it) makes its partitions ahead and drops those past it.
+it) makes its partitions ahead and drops those past it. ``migrate --cdc`` also creates what a
+change data capture connector reads, before the first event (:mod:`~consumerkit.outbox.cdc`):
+a publication holding the outbox table alone and a ``pgoutput`` replication slot.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from .admin import (
     retry_failed,
     skip_failed,
 )
+from .cdc import CdcSetup, prepare_cdc
 from .retention import OutboxRetention
 from .table import OutboxTable, migrate_outbox
 
@@ -50,6 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser,
                         help="with --retention: the partitions' width")
     parser.add_argument("--premake", type=int, default=3,
                         help="with --retention: partitions made ahead")
+    parser.add_argument("--cdc", action="store_true",
+                        help="migrate: the outbox is read by a connector (Debezium): also "
+                        "create its publication and replication slot, before any event")
 
 
 async def run(args: argparse.Namespace, conn: asyncpg.Connection[Any]) -> None:
@@ -60,6 +66,8 @@ async def run(args: argparse.Namespace, conn: asyncpg.Connection[Any]) -> None:
         await migrate_outbox(conn, table)
         print(f"outbox {table.schema}.{table.table} is up to date"
               + ("" if retention is None else f"; publication {table.publication}"))
+        if args.cdc:
+            print(cdc_line(await prepare_cdc(conn, table)))
     elif args.action == "maintain":
         if retention is None:
             raise ConsumerKitError("outbox maintain: pass --retention, e.g. 7d (rows older "
@@ -83,3 +91,11 @@ async def run(args: argparse.Namespace, conn: asyncpg.Connection[Any]) -> None:
             raise ConsumerKitError("outbox cleanup: pass --older-than, e.g. 7d")
         n = await cleanup(conn, args.older_than, table=table, batch=args.batch)
         print(f"{n} outbox rows deleted")
+
+
+def cdc_line(setup: CdcSetup) -> str:
+    """What the connector is to be configured with, after :func:`prepare_cdc`."""
+    made = "created" if setup.created_slot else "already present"
+    return (f"replication slot {setup.slot} (pgoutput) {made}, publication "
+            f"{setup.publication}: configure the connector with slot.name={setup.slot}, "
+            f"publication.name={setup.publication}")

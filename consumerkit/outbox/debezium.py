@@ -3,7 +3,8 @@
 :func:`event_router_config` is the one source of the connector's settings:
 ``examples/debezium_outbox.json`` and the docs are checked against it, and
 ``consumerkit.testing.start_debezium`` runs it. Only the connection settings
-(:data:`CONNECTION_KEYS`) differ between deployments.
+(:data:`CONNECTION_KEYS`) differ between deployments: the slot and the publication are the
+ones ``consumerkit outbox migrate --cdc`` made (:func:`~consumerkit.outbox.prepare_cdc`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ the EventRouter can place a column in a header but cannot expand it into several
 
 CONNECTION_KEYS = frozenset({
     "database.hostname", "database.port", "database.user", "database.password",
-    "database.dbname", "topic.prefix", "slot.name", "publication.name",
+    "database.dbname", "topic.prefix",
 })
 
 
@@ -33,13 +34,18 @@ def event_router_config(table: OutboxTable = EXAMPLE_TABLE) -> dict[str, str]:
     ``table``: key = aggregate id, value = the JSON payload, headers ``id``, ``event_type``,
     ``aggregate_type``, ``occurred_at`` and ``headers`` (the writer's), topic = aggregate type.
 
-    For an outbox kept in time partitions (``table.retention``), also the publication
-    ``migrate_outbox`` created with ``publish_via_partition_root``, which the connector must
-    not create itself (its own would publish each partition under its own name, and the
-    EventRouter would see no row of the table it was given)."""
+    The slot and the publication are the ones :func:`~consumerkit.outbox.prepare_cdc`
+    creates before the first event (``consumerkit outbox migrate --cdc``), which the
+    connector must not create itself: a slot it creates at its first start keeps no event
+    committed before, and a publication it creates would hold every table
+    (``autocreate.mode=all_tables``), so that it decodes every dedup insert, or, for an outbox
+    kept in time partitions, each partition under its own name, where the EventRouter would
+    see no row of the table it was given. The connector then needs no more than to read.
+    ``snapshot.mode=no_data``: a first start streams from the slot's creation on; the
+    default (``initial``) would stream from its snapshot's position instead, skipping what the
+    slot kept before it, the very events written ahead of the connector (a delete-at-insert
+    outbox's rows are gone, so no snapshot finds them either)."""
     router = "transforms.outbox."
-    publication = {} if table.retention is None else {
-        "publication.name": table.publication, "publication.autocreate.mode": "disabled"}
     return {
         "connector.class": CONNECTOR_CLASS,
         "plugin.name": "pgoutput",
@@ -58,14 +64,14 @@ def event_router_config(table: OutboxTable = EXAMPLE_TABLE) -> dict[str, str]:
         "key.converter": "org.apache.kafka.connect.storage.StringConverter",
         "value.converter": "org.apache.kafka.connect.storage.StringConverter",
         "header.converter": "org.apache.kafka.connect.storage.SimpleHeaderConverter",
-        **publication,
+        "snapshot.mode": "no_data",
+        "slot.name": table.replication_slot,
+        "publication.name": table.publication,
+        "publication.autocreate.mode": "disabled",
     }
 
 
 def deployment_settings(config: Mapping[str, str]) -> dict[str, str]:
     """``config`` without its connection settings: what must equal :func:`event_router_config`
-    for the table it names. The publication's name stays when the connector must not create
-    it: then it is the one ``migrate_outbox`` made."""
-    kept = {"publication.name"} if config.get("publication.autocreate.mode") == "disabled" \
-        else set()
-    return {k: v for k, v in config.items() if k not in CONNECTION_KEYS - kept}
+    for the table it names (the slot and the publication included: the migration's)."""
+    return {k: v for k, v in config.items() if k not in CONNECTION_KEYS}

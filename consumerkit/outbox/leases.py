@@ -17,11 +17,14 @@ its leases run short, and a batch is sent well before another relay may take its
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import math
 import random
 import time
 import uuid
+from collections.abc import AsyncIterator
 
 import asyncpg
 
@@ -146,6 +149,46 @@ class LeaseOwner:
                      len(owned), SLOTS, self.members)
         self.owned = frozenset(owned)
         return self.owned
+
+    @contextlib.asynccontextmanager
+    async def kept(self) -> AsyncIterator[None]:
+        """Renew the leases every quarter of their time to live while the body runs (a batch
+        being sent, however long the broker takes): they never run short under a relay that
+        still reaches the database, so no other relay takes its slots mid-send."""
+        done = asyncio.Event()
+        keeper = asyncio.create_task(self._keep(done), name="consumerkit-relay-leases")
+        try:
+            yield
+        finally:
+            done.set()  # the renewal under way, if any, ends before the connection is reused
+            await keeper
+
+    async def _keep(self, done: asyncio.Event) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.ttl / 4):
+                    await done.wait()
+                    return
+            await self.renew()
+
+    async def renew(self) -> None:
+        """Extend the membership and the leases still held; a lease lost meanwhile (it had
+        expired and another relay took it) leaves :attr:`owned`. A failure is logged: the
+        leases then run short by themselves, and the claim stops."""
+        conn = self._conn
+        if conn is None or conn.is_closed():
+            return
+        started = time.monotonic()
+        try:
+            async with conn.transaction():
+                await conn.execute(self._join, self.holder, self.ttl)
+                kept = {r["slot"] for r in await conn.fetch(self._renew, self.holder,
+                                                             self.ttl)}
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            log.warning("outbox relay %s could not renew its leases: %r", self._name, exc)
+            return
+        self._valid_until = started + self.ttl / 2
+        self.owned = self.owned & kept
 
     async def close(self) -> None:
         """Give the leases back (the other relays take them at their next rebalance)."""

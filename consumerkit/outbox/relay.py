@@ -211,7 +211,8 @@ class Relay:
             await self._idle(conn)
             return True
         try:
-            results = await self.sink.send(events)
+            async with self._owner.kept():  # leases renewed while the broker takes its time
+                results = await self.sink.send(events)
         except Exception as exc:  # a failed batch is an outage: pause, count no attempt
             await self._pause(f"sink failed the whole batch: {exc!r}")
             return False

@@ -12,10 +12,11 @@ The same connection LISTENs for the writers' notifications.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import random
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import asyncpg
 
@@ -95,6 +96,11 @@ class SlotOwner:
                      len(owned), SLOTS, self.members)
         self.owned = frozenset(owned)
         return self.owned
+
+    @contextlib.asynccontextmanager
+    async def kept(self) -> AsyncIterator[None]:
+        """While a batch is sent: session locks stay with the session, nothing to renew."""
+        yield
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None

@@ -95,6 +95,13 @@ class OutboxTable:
         return f"{self.table}_cdc_{digest.hexdigest()}"
 
     @property
+    def replication_slot(self) -> str:
+        """The logical replication slot ``consumerkit outbox migrate --cdc`` creates for change
+        data capture, named as the publication (slots and publications have separate
+        namespaces)."""
+        return self.publication
+
+    @property
     def lock_class(self) -> int:
         """The first half of the relays' two-key advisory locks: one per outbox table."""
         return zlib.crc32(f"consumerkit.outbox\x1f{self.schema}.{self.table}".encode()) & (

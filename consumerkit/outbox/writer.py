@@ -23,6 +23,7 @@ from ..observability.tracing import inject
 from ..types import DbConnection
 from ..versions import check_version, model_version
 from ._uuid7 import uuid7
+from .cdc import SlotGuard
 from .retention import OutboxRetention
 from .table import OutboxTable
 
@@ -52,7 +53,11 @@ class Outbox:
     ``notify`` sends one ``pg_notify`` per statement (PostgreSQL folds identical
     notifications of one transaction into one, delivered at commit). ``delete_after_insert``
     deletes each row in the same transaction right after inserting it: for Debezium, which
-    reads the insert from the WAL, with no built-in relay; ``retention`` keeps the rows for
+    reads the insert from the WAL, with no built-in relay: such an outbox refuses an event
+    (:class:`~consumerkit.errors.NoReplicationSlotError`) while no logical replication slot
+    reads it, since nothing would ever see the event (checked on the caller's connection,
+    then trusted for :data:`~consumerkit.outbox.cdc.SLOT_CHECK_TTL` seconds, not per event;
+    ``require_slot=False`` turns the check off); ``retention`` keeps the rows for
     Debezium that long instead, in time partitions dropped whole (``migrate_outbox`` and
     ``maintain_outbox`` with ``outbox.table``; a consumer publishing through it maintains
     them). An event's schema version (the
@@ -68,7 +73,7 @@ class Outbox:
     def __init__(self, schema: str | None = None, table: str = "outbox", *,
                  notify: bool = True, delete_after_insert: bool = False,
                  version_header: str = "event_version",
-                 retention: OutboxRetention | None = None) -> None:
+                 retention: OutboxRetention | None = None, require_slot: bool = True) -> None:
         if delete_after_insert and retention is not None:
             raise ConfigurationError("an outbox either deletes each row as it inserts it "
                                      "(delete_after_insert) or keeps rows for a retention")
@@ -77,6 +82,8 @@ class Outbox:
         self.version_header = version_header
         self.notify = notify
         self.delete_after_insert = delete_after_insert
+        self.require_slot = require_slot
+        self._slot = SlotGuard(self.table) if delete_after_insert and require_slot else None
         self._sql = _insert_sql(self.table, notify)
         self._placed: dict[str, Outbox] = {}  # this outbox in other schemas, made once each
 
@@ -90,7 +97,8 @@ class Outbox:
             table = self.table
             placed = Outbox(schema, table.table, notify=self.notify,
                             delete_after_insert=self.delete_after_insert,
-                            version_header=self.version_header, retention=table.retention)
+                            version_header=self.version_header, retention=table.retention,
+                            require_slot=self.require_slot)
             self._placed[schema] = placed
         return placed
 
@@ -116,6 +124,8 @@ class Outbox:
                 "with the business writes")
         if not events:
             return []
+        if self._slot is not None:
+            await self._slot.check(conn)
         now = datetime.now(UTC)
         columns: list[list[Any]] = [[] for _ in range(8)]
         locks: set[int] = set()

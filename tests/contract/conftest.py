@@ -21,6 +21,7 @@ import pytest
 import redis.asyncio
 
 from consumerkit.dedup import DedupPolicy, InMemoryDedupStore, maintain, store_for
+from consumerkit.dedup.memory_cache import MemoryDedupCache
 from consumerkit.dedup.postgres import PostgresDedupStore
 from consumerkit.dedup.redis import RedisDedupCache
 from consumerkit.envelope import Envelope
@@ -33,7 +34,7 @@ Connect: TypeAlias = Callable[[], Awaitable[Conn]]
 NAMESPACE = "billing"
 RETENTION = timedelta(days=7)
 SKEW = timedelta(hours=1)
-KINDS = ["partitioned", "table", "memory", "redis"]
+KINDS = ["partitioned", "table", "memory", "redis", "memory-cache"]
 
 
 def envelope(event_id: str, event_time: datetime | None = None, offset: int = 7) -> Envelope:
@@ -72,7 +73,7 @@ class Subject:
     store: DedupStore
     policy: DedupPolicy
     schema: str
-    cache: RedisDedupCache | None = None
+    cache: RedisDedupCache | MemoryDedupCache | None = None
 
     async def begin(
         self, conn: Conn, envelopes: Sequence[Envelope], *, namespace: str = NAMESPACE,
@@ -177,6 +178,13 @@ async def subject(
                       policy, pg_schema)
         return
     await migrate(conn, pg_schema, policy, namespace=NAMESPACE)
+    if kind == "memory-cache":
+        memory = MemoryDedupCache()
+        memory.check(policy)
+        await memory.open()
+        yield Subject(kind, store_for(pg_schema, policy), policy, pg_schema, memory)
+        await memory.close()
+        return
     if kind != "redis":
         yield Subject(kind, store_for(pg_schema, policy), policy, pg_schema)
         return

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import asyncpg
 
+from consumerkit.dedup.memory_cache import MemoryDedupCache
 from consumerkit.dedup.redis import RedisDedupCache
 from consumerkit.types import ClaimStatus
 from examples import dedup_strategies
@@ -27,3 +28,11 @@ def test_the_cache_example_builds_a_consumer_with_a_checked_cache() -> None:
     assert consumer.dedup_cache.ttl == timedelta(days=1) <= consumer.dedup.retention
     assert dedup_strategies.table.layout == "table"
     assert "pw" not in repr(consumer.dedup_cache)
+
+
+def test_the_memory_cache_example_builds_a_consumer_with_a_checked_cache() -> None:
+    consumer = dedup_strategies.with_memory_cache(
+        "127.0.0.1:9092", "postgresql://app@db.invalid/app")
+    assert isinstance(consumer.dedup_cache, MemoryDedupCache)
+    assert consumer.dedup_cache.max_ids == 200_000
+    assert consumer.dedup_cache.ttl <= consumer.dedup.retention  # checked by the consumer

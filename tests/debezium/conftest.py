@@ -15,6 +15,7 @@ import pytest_asyncio
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from consumerkit.outbox import Outbox, OutboxRetention, OutboxTable, migrate_outbox
+from consumerkit.outbox.retention import ensure_publication
 from tests.harness import (
     DebeziumWorker,
     KafkaCluster,
@@ -81,9 +82,10 @@ class Cdc:
         return Outbox(self.table.schema, self.table.table, notify=False,
                       retention=self.table.retention)
 
-    def start(self, flush_interval_ms: int = 1000) -> DebeziumWorker:
+    def start(self, flush_interval_ms: int = 1000, slot: str | None = None) -> DebeziumWorker:
+        """Start the connector on ``slot``: by default one it creates at its start."""
         self.worker = start_debezium(self.kafka.bootstrap, self.postgres, table=self.table,
-                                     slot=f"ck_{self.table.schema}",
+                                     slot=slot or f"ck_{self.table.schema}",
                                      flush_interval_ms=flush_interval_ms)
         return self.worker
 
@@ -106,6 +108,7 @@ async def new_cdc(postgres: LogicalPostgres, kafka: KafkaCluster, partitions: in
     conn = await asyncpg.connect(postgres.dsn)
     try:
         await migrate_outbox(conn, table)
+        await ensure_publication(conn, table)  # the slot is the connector's, made at its start
     finally:
         await conn.close()
     topic = f"cdc.{suffix}"
@@ -120,8 +123,8 @@ MakeCdc = Callable[..., Awaitable[Cdc]]
 async def make_cdc(cdc_postgres: LogicalPostgres, cdc_kafka: KafkaCluster
                    ) -> AsyncIterator[MakeCdc]:
     """``await make_cdc(partitions, retention=None)``: a migrated outbox in a fresh schema and
-    its topic (the connector is started by ``cdc.start()``); stopped and its slot (and a
-    retained outbox's publication) dropped afterwards."""
+    its topic (the connector is started by ``cdc.start()``); stopped and its slot and
+    publication dropped afterwards."""
     made: list[Cdc] = []
 
     async def make(partitions: int = 3, retention: OutboxRetention | None = None) -> Cdc:
@@ -133,9 +136,8 @@ async def make_cdc(cdc_postgres: LogicalPostgres, cdc_kafka: KafkaCluster
     for cdc in made:
         if cdc.worker is not None:
             cdc.worker.stop()
-        if cdc.table.retention is not None:
-            conn = await asyncpg.connect(cdc_postgres.dsn)
-            try:
-                await conn.execute(f'DROP PUBLICATION IF EXISTS "{cdc.table.publication}"')
-            finally:
-                await conn.close()
+        conn = await asyncpg.connect(cdc_postgres.dsn)
+        try:
+            await conn.execute(f'DROP PUBLICATION IF EXISTS "{cdc.table.publication}"')
+        finally:
+            await conn.close()

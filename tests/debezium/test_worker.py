@@ -90,6 +90,6 @@ async def test_the_documented_example_runs(make_cdc: MakeCdc) -> None:
     conn = await asyncpg.connect(cdc.postgres.dsn)
     try:
         assert await conn.fetchval("SELECT count(*) FROM pg_replication_slots "
-                                   "WHERE slot_name = 'consumerkit_outbox'") == 0
+                                   "WHERE slot_name = $1", cdc.table.replication_slot) == 0
     finally:
         await conn.close()

@@ -202,12 +202,11 @@ def worker_properties(bootstrap: str, home: Path, rest_port: int,
 
 def connector_properties(name: str, postgres: LogicalPostgres, table: OutboxTable,
                          slot: str) -> dict[str, str]:
-    """The deployed connector settings for ``table`` plus this PostgreSQL's connection."""
+    """The deployed connector settings for ``table`` plus this PostgreSQL's connection, with
+    the replication slot ``slot``; the publication is the table's, which must exist
+    (``migrate_outbox`` with a retention, else ``prepare_cdc`` or ``ensure_publication``)."""
     return {
         "name": name,
-        # a publication of its own, unless the table's settings name one (a retained outbox)
-        "publication.name": f"{slot}_pub",
-        "publication.autocreate.mode": "filtered",
         **event_router_config(table),
         "database.hostname": postgres.host,
         "database.port": str(postgres.port),

@@ -15,6 +15,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from pydantic import BaseModel
 
 from consumerkit import Consumer, HandlerContext, RetryPolicy, handler
+from consumerkit.engine.runner import Engine
 from consumerkit.shared.identifiers import identifier
 from consumerkit.types import DbConnection
 
@@ -219,3 +220,9 @@ class Running:
             await self.task
         finally:
             _RUNNING.discard(self.task)
+
+
+def engine_of(consumer: Consumer) -> Engine | None:
+    """The engine of ``consumer``'s run, while it runs (what the tests look into)."""
+    run = consumer._run
+    return run.engine if run is not None else None

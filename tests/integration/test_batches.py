@@ -358,6 +358,7 @@ class SetCache:
     def __init__(self, *known: str) -> None:
         self.ids = set(known)
         self.asked: list[str] = []
+        self.on_lookup: Callable[[int, int, int], None] | None = None
 
     def check(self, policy: object) -> None:
         pass

@@ -22,6 +22,7 @@ from .ledger import (
     Step,
     build,
     create_ledger,
+    engine_of,
     ledger_rows,
     make_events,
     publish,
@@ -63,7 +64,7 @@ async def test_a_full_consumer_keeps_polling_and_stays_in_its_group(
 
 
 async def _in_flight(consumer: Consumer, value: int) -> bool:
-    engine = consumer._engine
+    engine = engine_of(consumer)
     return engine is not None and int(engine.in_flight) >= value
 
 

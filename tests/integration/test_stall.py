@@ -22,6 +22,7 @@ from .ledger import (
     Step,
     build,
     create_ledger,
+    engine_of,
     ledger_rows,
     make_events,
     publish,
@@ -91,8 +92,9 @@ async def test_a_table_that_appears_late_stalls_the_consumer_and_nothing_is_dead
 
         await wait_for(held, LATE + 30, f"{LATE:g}s of stall")
         assert consumer.stats.commits == 0  # no offset moved past the waiting records
-        assert consumer._engine is not None
-        assert consumer._engine.in_flight <= len(first)  # the second wave stayed on the broker
+        engine = engine_of(consumer)
+        assert engine is not None
+        assert engine.in_flight <= len(first)  # the second wave stayed on the broker
         assert await dead_letters(pg_pool, pg_schema) == []
         assert consumer.stats.dead_lettered == 0
         assert consumer.stats.applied == 0

@@ -83,7 +83,7 @@ async def test_migrate_makes_partitions_ahead_and_the_publication_debezium_reads
     assert config["table.include.list"] == f"{kept.schema}.{kept.table}"
     assert config["publication.name"] == kept.publication
     assert config["publication.autocreate.mode"] == "disabled"
-    assert "publication.name" not in event_router_config(OutboxTable(kept.schema, "plain"))
+    assert config["slot.name"] == kept.replication_slot
 
 
 async def test_writes_land_in_the_partition_of_their_insert_time_whatever_occurred_at(

@@ -4,8 +4,9 @@ coming and one of them stops; a relay whose leases ran short publishes nothing."
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -13,7 +14,7 @@ import orjson
 import pytest
 
 from consumerkit.errors import ConfigurationError
-from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay
+from consumerkit.outbox import KafkaSink, Outbox, OutboxEvent, OutboxTable, Relay
 from consumerkit.outbox.admin import cleanup
 from consumerkit.outbox.slots import SlotOwner
 from consumerkit.outbox.table import SLOTS
@@ -84,6 +85,58 @@ async def _shared(*relays: Relay) -> bool:
 
 async def _alone(relay: Relay) -> bool:
     return len(relay.slots) == SLOTS
+
+
+class _SlowFirstBatch:
+    """A broker that takes ``delay`` seconds to take the first batch, then answers at once."""
+
+    def __init__(self, sink: KafkaSink, delay: float) -> None:
+        self.sink = sink
+        self.delay = delay
+        self.sending = asyncio.Event()
+
+    async def open(self) -> None:
+        await self.sink.open()
+
+    async def send(self, events: Sequence[OutboxEvent]) -> list[BaseException | None]:
+        if not self.sending.is_set():
+            self.sending.set()
+            await asyncio.sleep(self.delay)  # the fault: acknowledgements that take long
+        return await self.sink.send(events)
+
+    async def close(self) -> None:
+        await self.sink.close()
+
+
+async def test_a_batch_sent_for_longer_than_its_leases_keeps_its_slots(
+    pgbouncer: Callable[..., PgBouncer], pg_pool: asyncpg.Pool[asyncpg.Record],
+    kafka_bootstrap: str, make_topic: MakeTopic, outbox: Outbox, outbox_table: OutboxTable,
+) -> None:
+    """The leases are renewed while a batch is sent: a second relay waiting for slots takes
+    none of them during a send three lease lifetimes long, and publishes no row twice."""
+    bouncer = pgbouncer(pool_size=3)
+    topic = await make_topic(partitions=1)
+    await _write(pg_pool, outbox, 0, 100)
+    slow = _relay(bouncer.dsn, kafka_bootstrap, topic, outbox_table, "slow")
+    assert slow._leases is not None
+    slow._leases.ttl = 2.0  # short leases, so the send outlasts them quickly
+    sink = _SlowFirstBatch(KafkaSink(kafka_bootstrap, route=topic,
+                                     kafka_options=dict(PRODUCER_OPTIONS)), 3 * 2.0)
+    slow.sink = sink
+    other = _relay(bouncer.dsn, kafka_bootstrap, topic, outbox_table, "other")
+    async with RelayRunning(slow):
+        async with asyncio.timeout(60):
+            await sink.sending.wait()
+        assert len(slow.slots) == SLOTS
+        async with RelayRunning(other):
+
+            async def drained() -> bool:
+                return await pending(pg_pool, outbox_table) == 0
+
+            await wait_until(drained, 90, "the outbox drained")
+    records = await read_all(kafka_bootstrap, [topic], lambda found: len(found) >= 100)
+    _check_once_in_order(records, 100)
+    assert slow.published + other.published == 100
 
 
 async def test_a_relay_whose_leases_ran_short_claims_nothing(

@@ -20,7 +20,8 @@ PUBLIC: dict[str, list[str]] = {
         "DeadLetterFilter", "DeadLetterReplayReport", "DeadLetterTable",
         "DeadLetterTopic", "DecodeError", "DedupPolicy", "Envelope", "EventCatalog",
         "HandlerContext", "HandlerDefinitionError", "HandlerRegistry", "HandlerSignal",
-        "InMemoryDedupStore", "KafkaSink", "MissingExtraError", "Outbox", "OutboxSink",
+        "InMemoryDedupStore", "KafkaSink", "MemoryDedupCache", "MissingExtraError", "Outbox",
+        "OutboxSink",
         "PostgresDedupStore", "Publishes", "Receives", "Record", "RedisDedupCache", "Relay",
         "Retry", "RetryPolicy", "Sends", "StartupError", "TransportError",
         "UndeclaredEventError", "UpcasterChainError",
@@ -33,7 +34,8 @@ PUBLIC: dict[str, list[str]] = {
     ],
     "consumerkit.dedup": [
         "DedupPolicy", "ExpiredPolicy", "InMemoryDedupStore", "Layout",
-        "MaintenanceReport", "PartitionInfo", "PostgresDedupStore", "RedisDedupCache",
+        "MaintenanceReport", "MemoryDedupCache", "PartitionInfo", "PostgresDedupStore",
+        "RedisDedupCache",
         "list_partitions", "maintain", "store_for",
     ],
     "consumerkit.observability": [
@@ -44,11 +46,12 @@ PUBLIC: dict[str, list[str]] = {
         "PostgresOffsets",
     ],
     "consumerkit.outbox": [
-        "DEFAULT_RETRY", "FailedEvent", "KafkaSink", "NewEvent", "NotInTransactionError",
-        "Outbox", "OutboxEvent", "OutboxRetention", "OutboxSink", "OutboxTable",
-        "PermanentSendError", "Relay", "SLOTS", "TopicRoute", "cleanup", "count_failed",
-        "failed_events", "live_relays", "maintain_outbox", "migrate_outbox",
-        "retry_failed", "skip_failed",
+        "CdcSetup", "DEFAULT_RETRY", "FailedEvent", "KafkaSink", "NewEvent",
+        "NoReplicationSlotError", "NotInTransactionError", "Outbox", "OutboxEvent",
+        "OutboxRetention", "OutboxSink", "OutboxTable", "PermanentSendError", "Relay", "SLOTS",
+        "TopicRoute", "cleanup", "count_failed", "failed_events", "live_relays",
+        "maintain_outbox", "migrate_outbox", "prepare_cdc", "retry_failed", "skip_failed",
+        "slot_reading",
     ],
     "consumerkit.parking": [
         "ParkedKey", "ParkedRecord",
