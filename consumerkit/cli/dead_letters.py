@@ -86,9 +86,10 @@ def _filter_args(parser: argparse.ArgumentParser, consumer: str,
     parser.add_argument("--since", type=moment, help="failed at or after: an ISO time "
                         "(UTC unless it says) or a duration ago, e.g. 2h (default: any)")
     parser.add_argument("--until", type=moment, help="failed before, likewise (default: any)")
+    taken = ("entries taken, in their original order (topic, partition, offset)"
+             if limit is None else "entries listed, oldest first")
     parser.add_argument("--limit", type=count, default=limit,
-                        help="entries taken, in their original order (default: "
-                             f"{'all' if limit is None else limit})")
+                        help=f"{taken} (default: {'all' if limit is None else limit})")
 
 
 def moment(text: str) -> datetime:
