@@ -25,6 +25,8 @@ Every exception the library raises derives from :class:`ConsumerKitError`::
     │                             (exported by consumerkit.outbox; the event is given up on)
     ├── ParkingError              a parked key cannot be found, or its replay stopped
     │                             (one line in the CLI)
+    ├── DeadLetterError           a replay or discard of dead letters refused as a whole
+    │                             (another one runs, no database, another consumer's)
     ├── HandlerSignal             control flow raised BY handlers, not a failure
     │   ├── Retry                     retry this message after ``delay`` seconds
     │   └── DeadLetter                send this message to the dead-letter destination now
@@ -186,6 +188,11 @@ class PermanentSendError(ConsumerKitError):
 
 class ParkingError(ConsumerKitError):
     """A parked key cannot be found, is ambiguous, or its replay stopped (one line)."""
+
+
+class DeadLetterError(ConsumerKitError):
+    """A replay or discard of dead letters refused as a whole: another one of the same
+    partitions runs, no database is configured, or the entries are another consumer's."""
 
 
 class HandlerSignal(ConsumerKitError):
