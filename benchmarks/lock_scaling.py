@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import tempfile
 import uuid
 from pathlib import Path
@@ -105,6 +106,7 @@ def cli() -> None:
     parser.add_argument("--keys", type=int, default=3000)
     parser.add_argument("--per-key", type=int, default=8)
     args = parser.parse_args()
+    logging.getLogger("consumerkit.schema").setLevel(logging.ERROR)  # migrate's superuser note
     with contextlib.ExitStack() as stack:
         dsn = args.postgres
         if dsn is None:
