@@ -126,7 +126,7 @@ async def drain(dsn: str, bootstrap: str, topic: str, schema: str, processes: in
         for i in range(processes):
             procs.add(f"consumer-{i}", "tests.torture.consumer_proc", "--dsn", dsn,
                       "--bootstrap", bootstrap, "--topic", topic, "--schema", schema,
-                      "--max-in-flight", "5000").start()
+                      "--max-in-flight", "5000", "--name", f"fleet-{schema}").start()
         consumers = procs.role("consumer")
 
         async def joined() -> bool:
@@ -135,7 +135,12 @@ async def drain(dsn: str, bootstrap: str, topic: str, schema: str, processes: in
                     str(p.log) for p in consumers if not p.running()))
             return all(_assignment(p) for p in consumers)
 
-        await _until(joined, JOIN_TIMEOUT, f"{processes} consumers in the group")
+        try:
+            await _until(joined, JOIN_TIMEOUT, f"{processes} consumers in the group")
+        except TimeoutError as exc:  # what each said last
+            tails = "\n".join(f"{p.name}: {p.log.read_text(errors='replace')[-600:]}"
+                              for p in consumers)
+            raise TimeoutError(f"{exc}\n{tails}") from None
         sampler = _Sampler(dsn)
         sampling = asyncio.create_task(sampler.run())
         before = meter() if meter is not None else {}
