@@ -11,10 +11,10 @@ transactions at once.
 
 The entries of one claim are measured: a claim of one id, in a transaction rolled back, on
 this server's own partitions. A window still filling up (fewer partitions than its retention
-keeps) is projected to its full size from the entries one partition costs. PostgreSQL 18
-keeps up to 16 of a backend's relation locks per group of 16 ``max_locks_per_transaction``
-outside the table (the fast path), so the count is an upper bound there; PostgreSQL 17 and
-older keep 16 at most.
+keeps) is projected to its full size from the entries one partition costs. Every entry of
+``pg_locks`` is counted: PostgreSQL 18 keeps about ``max_locks_per_transaction`` of a
+backend's weak relation locks outside the table (the fast path), so the count is an upper
+bound there; PostgreSQL 17 and older keep 16 at most, and a claim's partitions overflow them.
 """
 
 from __future__ import annotations
