@@ -21,6 +21,7 @@ from tests.harness.kafka import KafkaCluster
 from .cluster import Database, OwnRedis, ReplicatedCluster, TansuBroker, pause_process
 from .ledger import EVENT_TYPE
 from .procs import Proc, Procs
+from .zombie import zombie_after_claim
 
 SESSION_TIMEOUT = 3.0  # the consumers' session_timeout_ms, in seconds
 FAILPOINT_WAIT = 8.0  # how long an armed fail-point may take to be reached
@@ -274,6 +275,7 @@ KINDS: dict[str, Fault] = {
     "failpoint_after_commit": _failpoint("after_commit"),
     "failpoint_after_cache_write": _failpoint("after_cache_write"),
     "consumer_zombie": consumer_zombie,
+    "zombie_after_claim": zombie_after_claim,
     "membership_churn": membership_churn,
     "pg_terminate_consumers": _terminate("consumerkit:%"),
     "pg_terminate_relays": _terminate("consumerkit-relay%"),
