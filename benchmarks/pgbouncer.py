@@ -4,10 +4,12 @@ The benchmark starts its PgBouncers as the pooler tests do (``tests/pooler/conft
 configuration in a temporary directory, clients trusted, ``max_prepared_statements = 0``
 where the version has it) and reads ``SHOW STATS`` from each one's admin console with
 ``psql`` (the console speaks the simple query protocol only, which asyncpg does not use for
-rows). PgBouncer counts a transaction per server transaction and a "query" per
-ReadyForQuery, which is one round trip to the server: with asyncpg's statement cache off
-(``statement_cache_size=0``) each statement takes two (Parse and Describe, then Bind and
-Execute), with it on one.
+rows). PgBouncer counts a transaction per server transaction and a query per statement
+executed (a simple Query or an Execute; measured: 100 parameterised statements count 100 in
+session mode with asyncpg's statement cache on and in transaction mode with it off). The
+round trips are not counted: with the statement cache off (``statement_cache_size=0``) a
+statement with parameters takes two (Parse and Describe, then Bind and Execute), with it on
+one; one without parameters goes as a simple Query, one round trip either way.
 """
 
 from __future__ import annotations
@@ -29,11 +31,11 @@ class Counts:
     """``SHOW STATS`` totals of one PgBouncer database."""
 
     transactions: int
-    round_trips: int
+    statements: int
 
     def __sub__(self, other: Counts) -> Counts:
         return Counts(self.transactions - other.transactions,
-                      self.round_trips - other.round_trips)
+                      self.statements - other.statements)
 
 
 def missing() -> str | None:

@@ -14,7 +14,7 @@ Two PgBouncers in front of the same PostgreSQL, one in ``pool_mode = session`` a
   (:mod:`.pooler_relay`).
 
 Each figure is the median of the runs with its ratio to ``direct`` in the same run, and
-behind a PgBouncer the round trips and server transactions it counted (``SHOW STATS``) per
+behind a PgBouncer the statements and server transactions it counted (``SHOW STATS``) per
 event. ``--docs`` writes the result to ``benchmarks/pooler.md`` and into
 ``docs/benchmarks.md``.
 """
@@ -62,14 +62,19 @@ def through(way: str, dsn: str) -> type[Peer]:
     return Through
 
 
-def _figures(way: str, rates: list[float], exact: bool, direct: float | None,
+def _figures(way: str, rates: list[float], exact: bool, direct: list[float] | None,
              spent: pgbouncer.Counts | None, events: int) -> dict[str, Any]:
+    """``rates`` and ``direct`` (the direct way's, ``None`` if WRONG) run by run: the ratio is
+    the median of the rounds' own ratios, so a round slowed by other work on the machine
+    slows both sides of its ratio."""
     median = statistics.median(rates) if exact and rates else None
+    rounds = [r / d for r, d in zip(rates, direct or [], strict=False) if d]
     return {"way": way, "exact": exact, "median": median, "min": min(rates, default=None),
             "max": max(rates, default=None),
-            "ratio": median / direct if median and direct else None,
-            "round_trips_per_event": spent.round_trips / events if spent else None,
-            "round_trips_per_transaction": spent.round_trips / spent.transactions
+            "ratio": statistics.median(rounds) if exact and rounds else None,
+            "round_ratios": rounds,
+            "statements_per_event": spent.statements / events if spent else None,
+            "statements_per_transaction": spent.statements / spent.transactions
             if spent and spent.transactions else None}
 
 
@@ -83,7 +88,7 @@ async def consumer_cell(svc: Services, dsns: dict[str, str], events: int, runs: 
     spent = {way: pgbouncer.counts(dsns[way]) - c for way, c in before.items()}
     direct = summaries[peers[0].name]
     return [_figures(way, summaries[p.name].rates, summaries[p.name].exact,
-                     direct.median if direct.exact else None, spent.get(way), events * runs)
+                     direct.rates if direct.exact else None, spent.get(way), events * runs)
             for way, p in zip(dsns, peers, strict=True)]
 
 
@@ -92,15 +97,14 @@ def relay_figures(samples: dict[str, list[dict[str, Any]]], rows: int,
     def exact(way: str) -> bool:
         return all(s["exact"] for s in samples[way])
 
-    direct_rates = [s["events_per_s"] for s in samples["direct"] if s["events_per_s"]]
-    direct = statistics.median(direct_rates) if exact("direct") and direct_rates else None
+    direct = [s["events_per_s"] or 0.0 for s in samples["direct"]] if exact("direct") else None
     out = []
     for way, runs in samples.items():
-        counted = [s for s in runs if s.get("round_trips") is not None]
+        counted = [s for s in runs if s.get("statements") is not None]
         spent = pgbouncer.Counts(sum(s["transactions"] for s in counted),
-                                 sum(s["round_trips"] for s in counted)) if counted else None
-        out.append(_figures(way, [s["events_per_s"] for s in runs if s["events_per_s"]],
-                            exact(way), direct, spent, rows * len(counted)))
+                                 sum(s["statements"] for s in counted)) if counted else None
+        out.append(_figures(way, [s["events_per_s"] or 0.0 for s in runs], exact(way),
+                            direct, spent, rows * len(counted)))
     return out
 
 
@@ -108,14 +112,14 @@ def _table(rows: list[dict[str, Any]]) -> str:
     def num(v: float | None, fmt: str) -> str:
         return "-" if v is None else format(v, fmt)
 
-    lines = ["| way | events/s (min-max) | x direct | round trips per event | "
-             "round trips per transaction |", "|---|---|---|---|---|"]
+    lines = ["| way | events/s median (min-max) | x direct (median of rounds) | "
+             "statements per event | statements per transaction |", "|---|---|---|---|---|"]
     for r in rows:
         rate = (f"{r['median']:,.0f} ({r['min']:,.0f}-{r['max']:,.0f})" if r["exact"]
                 else "WRONG")
         lines.append(f"| {r['way']} | {rate} | {num(r['ratio'], '.2f')} | "
-                     f"{num(r['round_trips_per_event'], '.2f')} | "
-                     f"{num(r['round_trips_per_transaction'], '.1f')} |")
+                     f"{num(r['statements_per_event'], '.3f')} | "
+                     f"{num(r['statements_per_transaction'], '.1f')} |")
     return "\n".join(lines)
 
 
@@ -127,7 +131,7 @@ def render(doc: dict[str, Any]) -> str:
             "the same PostgreSQL reached directly and through a PgBouncer in session and in "
             "transaction mode (no protocol-level prepared statements: asyncpg's statement "
             "cache off), `postgres_pooler` set to match; medians of interleaved runs, ratios "
-            "to direct in the same run. Round trips and transactions are PgBouncer's own "
+            "to direct in the same run. Statements and transactions are PgBouncer's own "
             "counts (`SHOW STATS`); a direct connection has none to read.\n\n"
             f"**The consumer's batch path** (`consumerkit-batch`, {doc['events']:,} messages, "
             f"10 % duplicates, 4 partitions):\n\n{_table(doc['consumer'])}\n\n"
@@ -135,9 +139,9 @@ def render(doc: dict[str, Any]) -> str:
             f"every {pooler_relay.POLL:g} s):\n\n{_table(doc['relay'])}\n{END}\n")
 
 
-def write_docs(text: str, page: Path = PAGE) -> None:
-    """``text`` into ``benchmarks/pooler.md`` and in place of the last one in ``page``."""
-    RESULT.write_text(text)
+def write_docs(text: str, page: Path = PAGE, result: Path = RESULT) -> None:
+    """``text`` into ``result`` and in place of the last run's in ``page``."""
+    result.write_text(text)
     before = page.read_text()
     if BEGIN in before and END in before:
         head, rest = before.split(BEGIN, 1)

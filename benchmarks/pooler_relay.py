@@ -59,7 +59,7 @@ async def _leased(conn: asyncpg.Connection[asyncpg.Record], table: OutboxTable,
 async def run_once(direct: str, through: str, pooler: str, bootstrap: str, rows: int,
                    aggregates: int, uvloop: bool) -> dict[str, Any]:
     """One relay draining ``rows`` rows through ``through``: events/s, its check and, behind
-    a PgBouncer, the round trips and transactions it counted while draining."""
+    a PgBouncer, the statements and transactions it counted while draining."""
     conn = await asyncpg.connect(direct)
     table, topic = await _fresh(conn, bootstrap)
     relays: list[subprocess.Popen[bytes]] = []
@@ -92,7 +92,7 @@ async def run_once(direct: str, through: str, pooler: str, bootstrap: str, rows:
     verdict = check(await read_topic(bootstrap, topic, rows), rows, aggregates)
     return {"events_per_s": rows / seconds if verdict.exact else None, "seconds": seconds,
             "exact": verdict.exact, "detail": verdict.detail,
-            "round_trips": spent.round_trips if spent else None,
+            "statements": spent.statements if spent else None,
             "transactions": spent.transactions if spent else None}
 
 
