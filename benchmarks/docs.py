@@ -16,6 +16,8 @@ CDC = Path(__file__).resolve().parent / "cdc.md"
 """The relay against Debezium, written by ``python -m benchmarks.cdc --docs`` (it needs Java)."""
 CLAIM_WAIT = Path(__file__).resolve().parent / "claim_wait.md"
 """The claim's wait, guard against advisory locks (``python -m benchmarks.claim_wait``)."""
+POOLER = Path(__file__).resolve().parent / "pooler.md"
+"""Through PgBouncer against direct (``python -m benchmarks.pooler --docs``)."""
 
 INTRO = """\
 # Benchmarks
@@ -107,6 +109,7 @@ def write(document: dict[str, Any], page: Path = PAGE) -> Path:
                     + f"{BEGIN['tansu']}\n{runs['tansu']}\n{END}\n\n"
                     + KAFKA + f"{BEGIN['kafka']}\n{runs['kafka']}\n{END}\n\n"
                     + (CLAIM_WAIT.read_text() + "\n" if CLAIM_WAIT.exists() else "")
+                    + (POOLER.read_text() + "\n" if POOLER.exists() else "")
                     + COMPARED.read_text()
                     + ("\n" + CDC.read_text() if CDC.exists() else ""))
     return page
