@@ -19,6 +19,8 @@ CLAIM_WAIT = Path(__file__).resolve().parent / "claim_wait.md"
 LOCK_SCALING = Path(__file__).resolve().parent / "lock_scaling.md"
 """The lock table and CPU per message from 1 to 12 processes (``python -m
 benchmarks.lock_scaling``)."""
+POOLER = Path(__file__).resolve().parent / "pooler.md"
+"""Through PgBouncer against direct (``python -m benchmarks.pooler --docs``)."""
 
 INTRO = """\
 # Benchmarks
@@ -111,6 +113,7 @@ def write(document: dict[str, Any], page: Path = PAGE) -> Path:
                     + KAFKA + f"{BEGIN['kafka']}\n{runs['kafka']}\n{END}\n\n"
                     + (CLAIM_WAIT.read_text() + "\n" if CLAIM_WAIT.exists() else "")
                     + (LOCK_SCALING.read_text() + "\n" if LOCK_SCALING.exists() else "")
+                    + (POOLER.read_text() + "\n" if POOLER.exists() else "")
                     + COMPARED.read_text()
                     + ("\n" + CDC.read_text() if CDC.exists() else ""))
     return page

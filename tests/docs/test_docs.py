@@ -79,7 +79,7 @@ EXPECTED_PAGES = {
     "demo.md", "observability.md", "operations/index.md", "testing.md",
     "operations/metrics.md", "operations/alerts.md", "operations/runbooks.md", "parking.md",
     "torture.md", "torture-long.md", "service.md", "deployment.md", "event-versions.md",
-    "asyncapi.md", "failover.md", "kafka.md", "install.md", "first-hour.md",
+    "asyncapi.md", "failover.md", "kafka.md", "install.md", "first-hour.md", "scale.md",
 }
 KAFKA = "127.0.0.1:9092"
 DSN = "postgresql://app@db.invalid/app"

@@ -8,13 +8,14 @@ import asyncio
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 import orjson
 import pytest
 
 from consumerkit.errors import ConfigurationError
-from consumerkit.outbox import KafkaSink, Outbox, OutboxEvent, OutboxTable, Relay
+from consumerkit.outbox import KafkaSink, NewEvent, Outbox, OutboxEvent, OutboxTable, Relay
 from consumerkit.outbox.admin import cleanup
 from consumerkit.outbox.slots import SlotOwner
 from consumerkit.outbox.table import SLOTS
@@ -164,6 +165,41 @@ async def test_a_relay_whose_leases_ran_short_claims_nothing(
         await conn.close()
         await leases.close()
     assert await pg_pool.fetchval(f"SELECT count(*) FROM {outbox_table.leases}") == 0
+
+
+def _rows_read(plan: dict[str, Any], alias: str) -> float:
+    """Rows the nodes of ``plan`` scanning ``alias`` returned, loops included."""
+    own = (plan.get("Actual Rows", 0) * plan.get("Actual Loops", 1)
+           if plan.get("Alias") == alias else 0)
+    return own + sum(_rows_read(child, alias) for child in plan.get("Plans", []))
+
+
+async def test_the_claim_behind_leases_reads_a_batch_not_the_whole_backlog(
+    pgbouncer: Callable[..., PgBouncer], pg_pool: asyncpg.Pool[asyncpg.Record],
+    kafka_bootstrap: str, outbox: Outbox, outbox_table: OutboxTable,
+) -> None:
+    """The lease check is a filter on the rows read in seq order, which stop at the batch's
+    LIMIT: as a join with the leases it read and sorted every pending row for each batch (a
+    relay draining a backlog of 20,000 rows through PgBouncer ran at 0.3x of a direct one)."""
+    bouncer = pgbouncer(pool_size=2)
+    async with pg_pool.acquire() as writer, writer.transaction():
+        await outbox.add_many(writer, [NewEvent("step", "account", f"a-{n % 100}", {"n": n})
+                                       for n in range(3_000)])
+    await pg_pool.execute(f"ANALYZE {outbox_table.events}")
+    relay = _relay(bouncer.dsn, kafka_bootstrap, "unused", outbox_table, "reader")
+    leases = relay._leases
+    assert leases is not None
+    owned = await leases.rebalance()
+    conn = await asyncpg.connect(bouncer.dsn, statement_cache_size=0)
+    try:
+        assert len(await relay._store.claim(conn, owned, 50)) == 50
+        plan = orjson.loads(await conn.fetchval(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + relay._store._claim, sorted(owned), 50,
+            leases.holder, leases.ttl / 2))[0]["Plan"]
+    finally:
+        await conn.close()
+        await leases.close()
+    assert _rows_read(plan, "o") <= 500, f"the claim read {_rows_read(plan, 'o'):.0f} rows"
 
 
 async def test_cleanup_through_the_pooler_refuses_while_a_leasing_relay_lives(
