@@ -39,6 +39,13 @@ primary; after the database moved back it would answer "applied" for records who
 are gone, and they would be lost. So each check also reads the database's timeline
 (``epoch``), which a promotion or a point-in-time restore changes, and the cache is asked
 only within the current timeline, and not at all while a check is owed.
+
+**Behind a transaction pooler** (PgBouncer's ``pool_mode = transaction``) a failover closes
+only the connections of clients in a transaction at that moment: the others' next transaction
+reaches the new primary on the same client connection, and no check is owed. So each
+transaction that writes a row also compares the row's count of commits with the highest this
+consumer saw: a count not above it means the database moved back, and the transaction rolls
+back, owing the check (:meth:`Recheck.write`).
 """
 
 from __future__ import annotations
@@ -196,6 +203,14 @@ class Recheck:
             if state.outside:
                 outside.append(part)
         counts = await self.store.write_in(conn, offsets, reset=outside)
+        for state in touched:
+            seen = state.offsets.commits
+            if seen is not None and counts[state.partition] <= seen:
+                # the row lacks commits this consumer saw answered, and no connection of ours
+                # closed: behind a transaction pooler a failover reaches only the clients in
+                # a transaction then. Roll back, check, and read the partition again.
+                self.lost()
+                raise Rewound(state.partition)
         return [(s, offsets[s.partition], counts[s.partition]) for s in touched]
 
     @staticmethod
