@@ -45,7 +45,9 @@ only the connections of clients in a transaction at that moment: the others' nex
 reaches the new primary on the same client connection, and no check is owed. So each
 transaction that writes a row also compares the row's count of commits with the highest this
 consumer saw: a count not above it means the database moved back, and the transaction rolls
-back, owing the check (:meth:`Recheck.write`).
+back, owing the check (:meth:`Recheck.write`). A partition with nothing more to apply writes
+no row: there, the background task reads the timeline every ``poll`` seconds, and a new one
+(a promotion) owes the check.
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ class Recheck:
     transactions, and read again after a connection loss (see the module's text)."""
 
     def __init__(self, store: PostgresOffsets, observe: Observer, *, skip_expired: bool,
-                 ) -> None:
+                 poll: float | None = None) -> None:
         self.store = store
         self.owner: Owner | None = None  # the engine, once made
         self.observe = observe
@@ -111,6 +113,7 @@ class Recheck:
         self._lost = 1  # connection losses told; the first check is owed from the start
         self._checked = 0
         self.epoch = ""  # the database's timeline at the last check (see the module's text)
+        self.poll = poll  # seconds between reads of the timeline (behind a transaction pooler)
         self._lock = asyncio.Lock()
         self._wanted = asyncio.Event()
         self._wanted.set()
@@ -225,7 +228,9 @@ class Recheck:
         database lost are applied again without waiting for new ones."""
         failures = 0
         while not stopping.is_set():
-            await self._wanted.wait()
+            if not await self._woken():
+                await self._timeline(pool)
+                continue
             self._wanted.clear()
             try:
                 async with pool.acquire() as conn:
@@ -240,3 +245,28 @@ class Recheck:
                 await asyncio.sleep(_RETRY_DELAYS[min(failures, len(_RETRY_DELAYS) - 1)])
                 failures += 1
                 self._wanted.set()
+
+    async def _woken(self) -> bool:
+        """Wait until a check is wanted (True), or ``poll`` seconds pass (False)."""
+        if self.poll is None:
+            await self._wanted.wait()
+            return True
+        try:
+            async with asyncio.timeout(self.poll):
+                await self._wanted.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    async def _timeline(self, pool: asyncpg.Pool) -> None:
+        """A timeline other than the last check's owes a check (a promotion that closed none
+        of this consumer's connections, behind a transaction pooler)."""
+        try:
+            async with pool.acquire() as conn:
+                epoch = str(await conn.fetchval(_EPOCH))
+        except Exception:  # the database is away: the transactions meet it and say so
+            return
+        if self.epoch and epoch != self.epoch:
+            log.info("the database's timeline is now %s (was %s): reading the stored offsets "
+                     "again", epoch, self.epoch)
+            self.lost()

@@ -172,3 +172,30 @@ async def test_a_row_that_went_back_unseen_rolls_the_transaction_back_and_owes_a
         assert engine.rewound == [(part, 10)]
     finally:
         await pool.close()
+
+
+async def test_a_new_timeline_owes_a_check_without_a_connection_closing(
+    server_dsn: str,
+) -> None:
+    """A partition with nothing more to apply writes no row to find a failover by: behind a
+    transaction pooler the background task reads the timeline every ``poll`` seconds, and
+    one other than the last check's owes a check (here the one remembered is made older, as
+    a promotion makes the database's newer)."""
+    pool = await asyncpg.create_pool(server_dsn, min_size=1, max_size=1)
+    recheck = Recheck(PostgresOffsets(pool, "consumerkit", "timeline"),
+                      StatsObserver(ConsumerStats()), skip_expired=False, poll=0.05)
+    stopping = asyncio.Event()
+    running = asyncio.create_task(recheck.run(pool, stopping))
+    try:
+        async with asyncio.timeout(30):
+            while recheck.pending:  # the first check, owed from the start, is done
+                await asyncio.sleep(0.01)
+            now = recheck.epoch
+            recheck.epoch = "00000000"  # the timeline before a promotion
+            while recheck.epoch != now:  # checked again, on the current timeline
+                await asyncio.sleep(0.01)
+    finally:
+        stopping.set()
+        recheck.lost()
+        await asyncio.wait_for(running, 30)
+        await pool.close()
