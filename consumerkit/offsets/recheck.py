@@ -45,7 +45,8 @@ only the connections of clients in a transaction at that moment: the others' nex
 reaches the new primary on the same client connection, and no check is owed. So each
 transaction that writes a row also compares the row's count of commits with the highest this
 consumer saw: a count not above it means the database moved back, and the transaction rolls
-back, owing the check (:meth:`Recheck.write`). A partition with nothing more to apply writes
+back, owing the check (:meth:`Recheck.went_back`), as does the committer's own write of the
+watermarks. A partition with nothing more to apply writes
 no row: there, the background task reads the timeline every ``poll`` seconds, and a new one
 (a promotion) owes the check.
 """
@@ -206,15 +207,21 @@ class Recheck:
             if state.outside:
                 outside.append(part)
         counts = await self.store.write_in(conn, offsets, reset=outside)
-        for state in touched:
-            seen = state.offsets.commits
-            if seen is not None and counts[state.partition] <= seen:
-                # the row lacks commits this consumer saw answered, and no connection of ours
-                # closed: behind a transaction pooler a failover reaches only the clients in
-                # a transaction then. Roll back, check, and read the partition again.
+        self.went_back(touched, counts)
+        return [(s, offsets[s.partition], counts[s.partition]) for s in touched]
+
+    def went_back(self, states: Sequence[PartitionState], counts: Mapping[Partition, int],
+                  ) -> None:
+        """Raise :class:`Rewound`, owing the check, if a row just written (``counts``, in the
+        transaction still open) counts no more commits than this consumer saw answered: the
+        database moved back, and no connection of ours closed (behind a transaction pooler a
+        failover reaches only the clients in a transaction then). The transaction must roll
+        back: it would store a watermark past records whose effects the database lost."""
+        for state in states:
+            seen, count = state.offsets.commits, counts.get(state.partition)
+            if seen is not None and count is not None and count <= seen:
                 self.lost()
                 raise Rewound(state.partition)
-        return [(s, offsets[s.partition], counts[s.partition]) for s in touched]
 
     @staticmethod
     def confirm(written: Written) -> None:
