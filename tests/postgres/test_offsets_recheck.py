@@ -17,6 +17,7 @@ from consumerkit.envelope import Envelope
 from consumerkit.offsets.postgres import PostgresOffsets
 from consumerkit.offsets.recheck import Recheck, Rewound
 from consumerkit.offsets.state import PartitionState
+from consumerkit.offsets.tracker import Tracker
 from consumerkit.registry import RouteTable
 from consumerkit.stats import ConsumerStats, StatsObserver
 from consumerkit.transport.source import Partition
@@ -198,4 +199,37 @@ async def test_a_new_timeline_owes_a_check_without_a_connection_closing(
         stopping.set()
         recheck.lost()
         await asyncio.wait_for(running, 30)
+        await pool.close()
+
+
+async def test_the_committer_stores_no_watermark_on_a_row_that_went_back_unseen(
+    server_dsn: str, connect: Connect, migrated: str,
+) -> None:
+    """The committer stores the watermarks from memory: on a row that went back with no
+    connection closing, it would store one past records whose effects the database lost,
+    and the check would read the partition again from there. It rolls back, owing the
+    check."""
+    part: Partition = ("orders", 0)
+    conn = await connect()
+    pool = await asyncpg.create_pool(server_dsn, min_size=1, max_size=1)
+    try:
+        store = PostgresOffsets(pool, migrated, "committer")
+        state = PartitionState(part)
+        for offset in (10, 20):
+            state.offsets.confirmed(offset, (await store.write_in(conn, {part: offset}))[part])
+        recheck = Recheck(store, StatsObserver(ConsumerStats()), skip_expired=False)
+        recheck.owner = Engine(state)
+        await recheck.ready(conn)  # the first check, owed from the start
+        await conn.execute(f'UPDATE "{migrated}".consumer_offsets SET next_offset = 10, '
+                           "commits = commits - 1")
+        for offset in range(20, 30):  # applied on the database before it went back
+            state.offsets.started(offset)
+            state.offsets.finished(offset)
+        tracker = Tracker({part: state}, ConsumerStats())
+        tracker.database, tracker.recheck = store, recheck
+        with pytest.raises(Rewound):
+            await tracker._store([state])
+        assert await store.rows(conn, [part]) == {part: (10, 1)}  # not 30
+        assert recheck.pending
+    finally:
         await pool.close()
