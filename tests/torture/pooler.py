@@ -119,8 +119,9 @@ class Bouncer:
             command[1:1] = ["-u", owner]
             for path in (self.workdir, *self.workdir.iterdir()):
                 shutil.chown(path, owner)
+        # its log goes to stderr too: a pipe nobody reads would fill, and block PgBouncer
         self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.PIPE)
+                                        stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + START_TIMEOUT
         while not _accepts(self.listen):
             if self.process.poll() is not None or time.monotonic() > deadline:
