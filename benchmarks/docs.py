@@ -16,6 +16,9 @@ CDC = Path(__file__).resolve().parent / "cdc.md"
 """The relay against Debezium, written by ``python -m benchmarks.cdc --docs`` (it needs Java)."""
 CLAIM_WAIT = Path(__file__).resolve().parent / "claim_wait.md"
 """The claim's wait, guard against advisory locks (``python -m benchmarks.claim_wait``)."""
+LOCK_SCALING = Path(__file__).resolve().parent / "lock_scaling.md"
+"""The lock table and CPU per message from 1 to 12 processes (``python -m
+benchmarks.lock_scaling``)."""
 
 INTRO = """\
 # Benchmarks
@@ -107,6 +110,7 @@ def write(document: dict[str, Any], page: Path = PAGE) -> Path:
                     + f"{BEGIN['tansu']}\n{runs['tansu']}\n{END}\n\n"
                     + KAFKA + f"{BEGIN['kafka']}\n{runs['kafka']}\n{END}\n\n"
                     + (CLAIM_WAIT.read_text() + "\n" if CLAIM_WAIT.exists() else "")
+                    + (LOCK_SCALING.read_text() + "\n" if LOCK_SCALING.exists() else "")
                     + COMPARED.read_text()
                     + ("\n" + CDC.read_text() if CDC.exists() else ""))
     return page

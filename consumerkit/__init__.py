@@ -6,6 +6,7 @@ from .catalog import EventCatalog, Receives, Sends
 from .consumer import Consumer
 from .context import BatchContext, HandlerContext
 from .deadletter import DeadLetterEntry, DeadLetterTable, DeadLetterTopic
+from .deadletter.store import DeadLetterFilter
 from .dedup import (
     DedupPolicy,
     InMemoryDedupStore,
@@ -13,11 +14,18 @@ from .dedup import (
     PostgresDedupStore,
     store_for,
 )
+from .engine.dead_letters import (
+    DeadLetterReplayReport,
+    discard_dead_letters,
+    preview_dead_letters,
+    replay_dead_letters,
+)
 from .envelope import Envelope, Record, WireFormat
 from .errors import (
     ConfigurationError,
     ConsumerKitError,
     DeadLetter,
+    DeadLetterError,
     DecodeError,
     HandlerDefinitionError,
     HandlerSignal,
@@ -81,6 +89,12 @@ __all__ = [
     "RedisDedupCache",
     "migrate",
     "store_for",
+    # dead letters brought back
+    "DeadLetterFilter",
+    "DeadLetterReplayReport",
+    "discard_dead_letters",
+    "preview_dead_letters",
+    "replay_dead_letters",
     # webhooks
     "WebhookError",
     "WebhookReceiver",
@@ -89,6 +103,7 @@ __all__ = [
     "ConfigurationError",
     "ConsumerKitError",
     "DeadLetter",
+    "DeadLetterError",
     "DecodeError",
     "HandlerDefinitionError",
     "HandlerSignal",

@@ -20,10 +20,13 @@ Every exception the library raises derives from :class:`ConsumerKitError`::
     │                             (exported by consumerkit.outbox)
     ├── NoReplicationSlotError    a delete-at-insert outbox has no replication slot reading it
     │                             (exported by consumerkit.outbox; its events would be lost)
+    ├── WebhookError              a webhook delivery that may succeed later (retried)
     ├── PermanentSendError        an outbox sink's destination refused an event for good
     │                             (exported by consumerkit.outbox; the event is given up on)
     ├── ParkingError              a parked key cannot be found, or its replay stopped
     │                             (one line in the CLI)
+    ├── DeadLetterError           a replay or discard of dead letters refused as a whole
+    │                             (another one runs, no database, another consumer's)
     ├── HandlerSignal             control flow raised BY handlers, not a failure
     │   ├── Retry                     retry this message after ``delay`` seconds
     │   └── DeadLetter                send this message to the dead-letter destination now
@@ -31,8 +34,7 @@ Every exception the library raises derives from :class:`ConsumerKitError`::
     │                             (defined in consumerkit.cli.errors; one line, exit status 1)
     └── DemoFailed                the demo could not finish (defined in consumerkit.demo.scenario)
 
-Not under it yet: ``consumerkit.WebhookError`` (defined in consumerkit.webhook.status, a
-delivery the relay retries), and the internal ``HandlerFailure`` family of
+Not under it: the internal ``HandlerFailure`` family of
 ``consumerkit.shared.failures`` (``ClaimBlocked``, ``ConnectionLost``), which never reaches a
 user's code.
 
@@ -164,6 +166,21 @@ class NoReplicationSlotError(ConsumerKitError):
     systemic = True
 
 
+class WebhookError(ConsumerKitError):
+    """A delivery that may succeed later: a timeout, a connection failure, or an answer of
+    408, 429 or 5xx. The relay retries it after its back-off.
+
+    ``status`` is the answer's status code (``None`` when no answer came); ``retry_after``
+    the seconds the receiver asked the sender to wait (``None`` if it did not say).
+    """
+
+    def __init__(self, message: str, *, status: int | None = None,
+                 retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+
 class PermanentSendError(ConsumerKitError):
     """An outbox sink's destination refused the event for good (a 4xx from a webhook, a record
     the broker will never take): retrying cannot help, the event goes straight to FAILED."""
@@ -171,6 +188,11 @@ class PermanentSendError(ConsumerKitError):
 
 class ParkingError(ConsumerKitError):
     """A parked key cannot be found, is ambiguous, or its replay stopped (one line)."""
+
+
+class DeadLetterError(ConsumerKitError):
+    """A replay or discard of dead letters refused as a whole: another one of the same
+    partitions runs, no database is configured, or the entries are another consumer's."""
 
 
 class HandlerSignal(ConsumerKitError):

@@ -8,7 +8,7 @@ receivers then run under a role that owns nothing and may create nothing in the 
 ====================================  ===============================================
 ``consumerkit_schema_version``        SELECT (layout checks)
 ``consumerkit_retention``             SELECT, INSERT, UPDATE (retention registry)
-``dead_letters``                      SELECT, INSERT
+``dead_letters``                      SELECT, INSERT, UPDATE (a replay or discard marks them)
 ``consumerkit_names``                 SELECT, INSERT (namespace and handler keys)
 ``consumer_offsets``                  SELECT, INSERT, UPDATE (``offset_store="postgres"``,
                                       the default)
@@ -91,7 +91,7 @@ async def runtime_grants(conn: DbConnection, schema: str, role: str) -> list[str
         raise ConfigurationError(f"schema {schema} is not migrated: run consumerkit migrate")
     tables: dict[str, str] = {
         VERSION_TABLE: "SELECT", RETENTION: "SELECT, INSERT, UPDATE",
-        DEAD_LETTERS: "SELECT, INSERT", NAMES: "SELECT, INSERT",
+        DEAD_LETTERS: "SELECT, INSERT, UPDATE", NAMES: "SELECT, INSERT",
         OFFSETS: "SELECT, INSERT, UPDATE"}
     functions = [*FUNCTIONS, NAME_KEY]
     for component in components:

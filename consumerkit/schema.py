@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from .deadletter.store import resolution_ddl
 from .deadletter.table import dead_letter_ddl
 from .dedup.ddl_functions import ddl_functions_ddl, record_interval
 from .dedup.guard import guard_ddl, wait_for_older_transactions
@@ -98,6 +99,8 @@ CORE_STEPS = (
          lambda schema, _policy: ddl_functions_ddl(schema)),
     Step(8, "name keys registered by racing transactions never read as a collision",
          lambda schema, _policy: names_ddl(schema)),
+    Step(9, "dead letters replayed or discarded: status, who, when, the last replay's error",
+         lambda schema, _policy: resolution_ddl(schema)),
 )
 DEDUP_STEPS = (
     Step(1, "partitioned dedup table and claim function", dedup_ddl),

@@ -37,6 +37,9 @@ class ConsumerStats:
     expired_skipped: int = 0
     unhandled_skipped: int = 0  # records of event types no handler takes, skipped
     parked: int = 0  # records held back because their key is parked
+    dead_letters_replayed: int = 0  # by consumerkit dead-letters replay or the API
+    dead_letters_discarded: int = 0
+    dead_letter_replays_failed: int = 0
     retries: int = 0
     abandoned: int = 0
     commits: int = 0
@@ -86,6 +89,14 @@ class StatsObserver(BaseObserver):
     def parked(self, record: RecordLike, envelope: Envelope | None, handler: str,
                reason: str, detail: str, attempts: int) -> None:
         self.stats.parked += 1
+
+    def dead_letters_resolved(self, topic: str, outcome: str, count: int) -> None:
+        if outcome == "replayed":
+            self.stats.dead_letters_replayed += count
+        elif outcome == "discarded":
+            self.stats.dead_letters_discarded += count
+        else:
+            self.stats.dead_letter_replays_failed += count
 
     def abandoned(self, records: Sequence[RecordLike]) -> None:
         self.stats.abandoned += len(records)

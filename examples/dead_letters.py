@@ -1,12 +1,16 @@
-"""Reading dead letters from the table, and sending one back to its topic after a fix."""
+"""Reading dead letters from the table, and replaying them through the consumer after a fix."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import asyncpg
 
-from consumerkit import DeadLetterEntry
+from consumerkit import (
+    Consumer,
+    DeadLetterEntry,
+    DeadLetterFilter,
+    DeadLetterReplayReport,
+    replay_dead_letters,
+)
 from consumerkit.deadletter import list_dead_letters
 
 
@@ -22,10 +26,12 @@ async def show_dead_letters(postgres: str, consumer: str,
     return entries
 
 
-async def republish(producer: Any, entry: DeadLetterEntry) -> None:
-    """Send ``entry`` back to its source topic with its key, value and headers unchanged
-    (so with the same event id). A dead-lettered event has no dedup row: once the handler
-    is fixed, the republished record is applied once. It lands at the end of the partition,
-    after any later events of the same key."""
-    await producer.send_and_wait(
-        entry.topic, key=entry.key, value=entry.value, headers=list(entry.headers))
+async def replay_after_fix(consumer: Consumer, topic: str, note: str,
+                           ) -> DeadLetterReplayReport:
+    """Apply the waiting dead letters of ``topic`` through ``consumer``'s own handlers, dedup
+    claim and outbox, each key's in their original order, once however often this runs;
+    each entry is marked replayed (when, by which database role, ``note``), not deleted."""
+    report = await replay_dead_letters(consumer, DeadLetterFilter(topic=topic), note=note)
+    for failure in report.failures:  # failed again: left waiting, with the new error
+        print(f"failed again: {failure}")
+    return report

@@ -27,6 +27,7 @@ from . import (
     asyncapi,
     check,
     config,
+    dead_letters,
     dev,
     lookup,
     migrate,
@@ -73,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     config.add_parser(commands)
     check.add_parser(commands)
     migrate.add_parser(commands)
+    dead_letters.add_parser(commands)
     admin.add_parsers(commands)
     parked.add_parser(commands)
     offsets.add_parser(commands)

@@ -1,14 +1,13 @@
-"""``consumerkit dead-letters``, ``dedup`` and ``outbox``: inspect and maintain the tables."""
+"""``consumerkit dedup`` and ``outbox``: inspect and maintain the tables (``dead-letters``:
+:mod:`.dead_letters`)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 
-from ..deadletter.table import list_dead_letters
 from ..dedup import cli as dedup_cli
 from ..dedup.policy import DedupPolicy
-from ..display import displayable
 from ..outbox import cli as outbox_cli
 from ..shared.identifiers import identifier
 from .check import reach_broker
@@ -20,10 +19,6 @@ PREMAKE_MAX = 1000
 
 
 def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    letters = database_args(sub(commands, "dead-letters", "list dead-lettered messages"))
-    letters.add_argument("--consumer", help="only this consumer's (default: every consumer's)")
-    letters.add_argument("--limit", type=count, default=50, help="rows listed, oldest first")
-    letters.set_defaults(handler=dead_letters)
     dedup = database_args(sub(commands, "dedup",
                               "inspect or maintain the dedup table, check its window"))
     dedup_cli.add_arguments(dedup, policy_args)
@@ -44,19 +39,6 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
 def dsn(args: argparse.Namespace) -> str | None:
     """``--postgres``, else ``$CONSUMERKIT_POSTGRES_DSN``."""
     return args.postgres or os.environ.get("CONSUMERKIT_POSTGRES_DSN")
-
-
-async def dead_letters(args: argparse.Namespace) -> int:
-    identifier(args.schema, "schema name")
-    async with database(dsn(args)) as conn:
-        entries = await list_dead_letters(conn, args.schema, args.consumer, args.limit)
-    for e in entries:  # ids, types and details come from the records: shown escaped
-        print(f"{e.failed_at:%Y-%m-%d %H:%M:%S} {displayable(e.consumer)} "
-              f"{displayable(e.topic)}/{e.partition}/{e.offset} "
-              f"id={displayable(e.event_id, 200)} type={displayable(e.event_type, 200)} "
-              f"{displayable(e.reason)}: {displayable(e.detail, 2000)}")
-    print(f"{len(entries)} dead letters")
-    return 0
 
 
 async def dedup_command(args: argparse.Namespace) -> int:

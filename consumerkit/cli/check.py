@@ -47,6 +47,7 @@ from .check_kafka import (
     idempotence_finding,
     topic_durability,
 )
+from .check_locks import check_locks
 from .check_pooler import check_pooler
 from .common import REPLICATION_MAX, policy_args, sub, whole
 from .errors import MIGRATE_HINT, database, one_line
@@ -148,6 +149,8 @@ async def check_command(args: argparse.Namespace) -> int:
         await check_pooler(deployment.dsn, deployment.pooler, report)
     await check_connections(deployment.dsn, args, deployment.concurrency, deployment.pooler,
                             report)
+    await check_locks(deployment.dsn, args, deployment.schema, deployment.policy,
+                      deployment.concurrency, report)
     await check_slots.check_slots(deployment.dsn, args.max_slot_wal, report)
     await check_slots.check_cdc_outboxes(deployment.dsn, deployment.cdc_outboxes, report)
     await check_broker(deployment, report)

@@ -33,7 +33,8 @@ class Findings(Protocol):
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--processes", type=count, default=None, metavar="N",
                         help="consumer processes of the deployment: count the PostgreSQL "
-                        "connections it needs against max_connections (default: not counted)")
+                        "connections and lock-table entries it needs against the server's "
+                        "(default: not counted)")
     parser.add_argument("--relays", type=count, default=0, metavar="N",
                         help="with --processes: relay processes of the deployment")
 

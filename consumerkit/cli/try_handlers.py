@@ -74,25 +74,33 @@ async def try_handlers(consumer: Consumer, conn: asyncpg.Connection[Any],
                 report.note(f"{what} could not be tried: no waiting record of its type and "
                             f"no instance of {route.model.__name__} could be built: {exc}")
                 continue
-        dry = DryConnection(conn)
-        tx = conn.transaction(readonly=True)
-        await tx.start()
-        try:
-            await conn.execute(f"SET LOCAL statement_timeout = '{STATEMENT_TIMEOUT}'")
-            error = await _run(consumer, route, dry, chosen)
-        finally:
-            await tx.rollback()  # nothing a handler did stays, whatever it was
-        on = f"tried on {chosen.source}"
-        refused = next((systemic_cause(e) for e in (dry.refused, error)
-                        if e is not None and systemic_cause(e) is not None), None)
-        if refused is not None:
-            report.problem(f"{what}, {on}: {refused.sqlstate} {refused}")
-        elif error is not None:
-            report.note(f"{what} could not be tried on {chosen.source}: "
-                        f"{type(error).__name__}: {error}"[:500])
-        else:
-            report.ok(f"{what}, {on}: {dry.checked} statement"
-                      f"{'' if dry.checked == 1 else 's'} checked, none refused")
+        verdict, text = await try_route(consumer, conn, route, chosen)
+        getattr(report, verdict)(f"{what}{text}")
+
+
+async def try_route(consumer: Consumer, conn: asyncpg.Connection[Any], route: Route,
+                    chosen: Trial) -> tuple[str, str]:
+    """Run ``route``'s handler on ``chosen`` with its statements checked, never run; the
+    verdict (``ok``, ``note`` or ``problem``, as :class:`Findings` names them) and what to
+    say after the handler's name."""
+    dry = DryConnection(conn)
+    tx = conn.transaction(readonly=True)
+    await tx.start()
+    try:
+        await conn.execute(f"SET LOCAL statement_timeout = '{STATEMENT_TIMEOUT}'")
+        error = await _run(consumer, route, dry, chosen)
+    finally:
+        await tx.rollback()  # nothing a handler did stays, whatever it was
+    on = f"tried on {chosen.source}"
+    refused = next((systemic_cause(e) for e in (dry.refused, error)
+                    if e is not None and systemic_cause(e) is not None), None)
+    if refused is not None:
+        return "problem", f", {on}: {refused.sqlstate} {refused}"
+    if error is not None:
+        return "note", (f" could not be tried on {chosen.source}: "
+                        f"{type(error).__name__}: {error}")[:500]
+    return "ok", (f", {on}: {dry.checked} statement{'' if dry.checked == 1 else 's'} "
+                  "checked, none refused")
 
 
 async def _run(consumer: Consumer, route: Route, dry: DryConnection,

@@ -32,10 +32,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from ..envelope import Envelope
+from ..shared import faults
 from ..shared.identifiers import qualified
 from ..types import Claim, ClaimRequest, ClaimStatus, DbConnection
 from .ids import is_canonical_uuid
 from .names import key_sql
+from .no_wait import without_wait
 from .policy import DedupPolicy
 from .rows import check_dedup_names, claim_function, lock_timeout_setting
 
@@ -115,6 +117,8 @@ class PostgresDedupStore:
         sql = self._claim_one_handler_sql
         if any(r.handler != handler for r in requests):
             sql, handlers = self._claim_many_sql, [r.handler for r in requests]
+        if faults.ON and faults.mutant("claim_no_wait"):  # broken on purpose: see faults
+            sql = await without_wait(tx, self.schema, self.policy, sql)
         rows = await tx.fetch(
             sql, namespace, [e.event_id for e in envs], times, self.policy.retention,
             handlers,

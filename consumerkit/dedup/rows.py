@@ -226,15 +226,17 @@ def view_ddl(schema: str, policy: DedupPolicy) -> str:
 
 
 WAITS = {"guard": GUARD_WAIT, "advisory": ADVISORY_WAIT,
-         "guard and advisory": GUARD_WAIT + ADVISORY_WAIT}
+         "guard and advisory": GUARD_WAIT + ADVISORY_WAIT, "none": ""}
 """The claim function's ways to wait: today's guard; the advisory locks per id of the versions
-before it; both, for the upgrade from one to the other (their claims exclude each other)."""
+before it; both, for the upgrade from one to the other (their claims exclude each other);
+none at all, for the torture's mutant ``claim_no_wait`` only (:mod:`.no_wait`)."""
 
 
-def claim_many_ddl(schema: str, policy: DedupPolicy, wait: str = "guard") -> str:
-    """The statement (re)creating ``{table}_claim_many`` over the lean rows, waiting the way
-    ``wait`` names (a key of :data:`WAITS`)."""
-    function = claim_function(schema, policy.table, "claim_many")
+def claim_many_ddl(schema: str, policy: DedupPolicy, wait: str = "guard",
+                   suffix: str = "claim_many") -> str:
+    """The statement (re)creating ``{table}_claim_many`` (or ``{table}_{suffix}``) over the
+    lean rows, waiting the way ``wait`` names (a key of :data:`WAITS`)."""
+    function = claim_function(schema, policy.table, suffix)
     body = _CLAIM_MANY_BODY.replace("@WAIT@", WAITS[wait]) % {
         "seed": LOCK_SEED, "guard": qualified(schema, guard_name(policy.table)),
         "table": qualified(schema, policy.table), "uuid": UUID_SQL_PATTERN,

@@ -58,8 +58,9 @@ class ConsumerMetrics(BaseObserver):
     per-message ones are kept in a :class:`~consumerkit.observability.tally.Tally` and built
     at scrape time; the gauges, set a few times a minute, are prometheus-client's own."""
 
-    __slots__ = ("_ahead", "_lag", "_moved_back", "_parked_keys", "_parked_records", "_ready",
-                 "_skipped", "_skipped_by", "_slot_active", "_slot_wal", "_slots", "_tally",
+    __slots__ = ("_ahead", "_dead_letters", "_lag", "_moved_back", "_parked_keys",
+                 "_parked_records", "_ready", "_skipped", "_skipped_by", "_slot_active",
+                 "_slot_wal", "_slots", "_tally",
                  "consumer", "registry")
 
     def __init__(self, registry: CollectorRegistry, consumer: str) -> None:
@@ -97,6 +98,10 @@ class ConsumerMetrics(BaseObserver):
                                "(unhandled='skip' or an ignore pattern), by event type",
                                ("consumer", "topic", "event_type"))
         self._skipped_by: dict[tuple[str, str], Any] = {}  # label children, looked up once
+        self._dead_letters = family(registry, Counter, "consumerkit_dead_letters_resolved",
+                                    "Dead letters replayed, discarded, or whose replay failed "
+                                    "again (consumerkit dead-letters replay | discard)",
+                                    ("consumer", "topic", "outcome"))
 
     def offsets_moved_back(self, topic: str, partition: int, stored: int | None,
                            position: int) -> None:
@@ -138,6 +143,9 @@ class ConsumerMetrics(BaseObserver):
     def parking(self, keys: int, records: int) -> None:
         self._parked_keys.labels(self.consumer).set(keys)
         self._parked_records.labels(self.consumer).set(records)
+
+    def dead_letters_resolved(self, topic: str, outcome: str, count: int) -> None:
+        self._dead_letters.labels(self.consumer, topic, outcome).inc(count)
 
     def handler_finished(self, handler: str, seconds: float) -> None:
         self._tally.handler_finished(handler, seconds)

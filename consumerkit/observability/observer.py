@@ -93,6 +93,11 @@ class Observer(Protocol):
     def parking(self, keys: int, records: int) -> None:
         """Keys parked on the assigned partitions, and the records waiting behind them."""
 
+    def dead_letters_resolved(self, topic: str, outcome: str, count: int) -> None:
+        """``count`` dead letters of ``topic`` replayed, discarded or failed again
+        (``outcome``: ``replayed``, ``discarded``, ``replay_failed``) by a command or the
+        API (:mod:`consumerkit.engine.dead_letters`)."""
+
     def stalled(self, reason: str | None) -> None:
         """A failure every record would hit stalled the consumer (``reason``: what it is), or
         the stall is over (``None``)."""
@@ -173,6 +178,9 @@ class BaseObserver:
         pass
 
     def parking(self, keys: int, records: int) -> None:
+        pass
+
+    def dead_letters_resolved(self, topic: str, outcome: str, count: int) -> None:
         pass
 
     def stalled(self, reason: str | None) -> None:

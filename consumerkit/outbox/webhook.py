@@ -26,12 +26,12 @@ from uuid import UUID
 import httpx
 
 from ..display import displayable
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, WebhookError
 from ..shared.dsn import redact_dsn
-from ..webhook import headers as wh
-from ..webhook import signature
-from ..webhook.signature import WebhookSecret, secrets_of
-from ..webhook.status import WebhookError, judge
+from ..shared.webhook import headers as wh
+from ..shared.webhook import signature
+from ..shared.webhook.signature import WebhookSecret, secrets_of
+from ..shared.webhook.status import judge
 from .event import OutboxEvent
 from .sink import PermanentSendError
 
@@ -58,10 +58,10 @@ class WebhookSink:
     request (authorization, say); they are never logged nor shown in errors or ``repr``.
     ``concurrency`` is how many requests may be in flight at once (different aggregates).
     ``secrets`` (one ``whsec_...`` secret or several) sign every request per the Standard
-    Webhooks specification (:mod:`consumerkit.webhook.signature`): ``webhook-id`` is the event
-    id, ``webhook-timestamp`` the attempt's time, and ``webhook-signature`` holds one ``v1``
-    signature per secret, so a receiver that knows any one of them accepts the request (give
-    the new secret and the old one while receivers move over). Secrets are never shown.
+    Webhooks specification (:mod:`consumerkit.shared.webhook.signature`): ``webhook-id`` is the
+    event id, ``webhook-timestamp`` the attempt's time, and ``webhook-signature`` holds one
+    ``v1`` signature per secret, so a receiver that knows any one of them accepts the request
+    (give the new secret and the old one while receivers move over). Secrets are never shown.
     """
 
     def __init__(

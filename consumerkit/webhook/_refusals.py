@@ -22,8 +22,8 @@ import asyncpg
 
 from ..envelope import Envelope, Record
 from ..shared.failures import describe
+from ..shared.webhook import headers as wh
 from ..types import ClaimRequest, DedupStore
-from . import headers as wh
 
 log = logging.getLogger("consumerkit.webhook")
 

@@ -1,13 +1,13 @@
 """The webhook receiver: an ASGI application that applies each delivered event once.
 
 For each ``POST``: read the body (at most ``max_body_bytes``), verify its Standard Webhooks
-signature (401 if it does not verify: :mod:`consumerkit.webhook.signature`), decode it like a
-Kafka record whose headers are the request's (``webhook-id``, else ``Idempotency-Key``, is
-the event id, ``X-Event-Type`` the route, see :mod:`consumerkit.webhook.headers`), validate the
-payload, then claim the key and run the handler in one READ COMMITTED transaction (the
-consumer's own transaction path, :mod:`consumerkit.webhook._apply`). The answer follows
-:mod:`consumerkit.webhook.status`: 2xx means applied (now or before), 5xx/429 means "send it
-again later", other 4xx mean "this request can never succeed".
+signature (401 if it does not verify: :mod:`consumerkit.shared.webhook.signature`), decode it
+like a Kafka record whose headers are the request's (``webhook-id``, else ``Idempotency-Key``,
+is the event id, ``X-Event-Type`` the route, see :mod:`consumerkit.shared.webhook.headers`),
+validate the payload, then claim the key and run the handler in one READ COMMITTED transaction
+(the consumer's own transaction path, :mod:`consumerkit.webhook._apply`). The answer follows
+:mod:`consumerkit.shared.webhook.status`: 2xx means applied (now or before), 5xx/429 means
+"send it again later", other 4xx mean "this request can never succeed".
 
 The handler sees the same :class:`~consumerkit.Envelope` as for a Kafka record: ``event_id``
 is the ``webhook-id`` (or Idempotency-Key), ``topic`` is ``"webhook:<path>"`` when a handler
@@ -43,12 +43,12 @@ from ..schema import check_synchronous_commit, migrate
 from ..shared.failures import describe
 from ..shared.identifiers import check_name, identifier, redact_dsn
 from ..shared.pooler import Pooler, check_pooler, create_pool
+from ..shared.webhook import headers as wh
+from ..shared.webhook.signature import DEFAULT_TOLERANCE, WebhookSecret, secrets_of, verify
 from . import _answers as answers
-from . import headers as wh
 from ._apply import apply, report
 from ._asgi import BodyTooLarge, Disconnected, Receive, Scope, Send, read_body, request_headers
 from ._refusals import claim_refused
-from .signature import DEFAULT_TOLERANCE, WebhookSecret, secrets_of, verify
 
 log = logging.getLogger("consumerkit.webhook")
 
@@ -67,12 +67,13 @@ class WebhookReceiver:
     as one event). Give ``postgres_dsn`` (the receiver opens and closes its own pool of
     ``pool_size`` connections) or ``pool`` (yours; never closed here).
 
-    ``secrets`` (one ``whsec_...`` secret or several, see :mod:`consumerkit.webhook.signature`)
-    are the keys a request must be signed with: an unsigned, forged or wrongly signed request,
-    or one whose ``webhook-timestamp`` is more than ``tolerance`` seconds away from now, is
-    answered 401 before its body is parsed, and nothing is stored. Several secrets are
-    accepted during a rotation. Without secrets the receiver refuses to be built unless
-    ``allow_unsigned=True`` says that another layer authenticates the senders.
+    ``secrets`` (one ``whsec_...`` secret or several, see
+    :mod:`consumerkit.shared.webhook.signature`) are the keys a request must be signed with: an
+    unsigned, forged or wrongly signed request, or one whose ``webhook-timestamp`` is more than
+    ``tolerance`` seconds away from now, is answered 401 before its body is parsed, and nothing
+    is stored. Several secrets are accepted during a rotation. Without secrets the receiver
+    refuses to be built unless ``allow_unsigned=True`` says that another layer authenticates
+    the senders.
 
     Serve it with any ASGI server: the lifespan protocol opens and closes it, or call
     :meth:`open` and :meth:`close` (or ``async with receiver``) yourself when it is mounted

@@ -46,7 +46,7 @@ async def test_migrate_creates_every_table_once_and_says_so(
     code, out = await run(capsys, "migrate", *db)
     assert code == 0, out
     assert reported(out) == [
-        "created dead-letter table, retention registry and consumer offsets (version 8)",
+        "created dead-letter table, retention registry and consumer offsets (version 9)",
         "created dedup table processed_events (version 8)",
         "created parked keys, their records and audit (version 1)",
         "created outbox and its side tables outbox (version 2)",
@@ -58,7 +58,7 @@ async def test_migrate_creates_every_table_once_and_says_so(
     code, out = await run(capsys, "migrate", *db)
     assert code == 0, out
     assert reported(out) == [
-        "dead-letter table, retention registry and consumer offsets: already present (version 8)",
+        "dead-letter table, retention registry and consumer offsets: already present (version 9)",
         "dedup table processed_events: already present (version 8)",
         "parked keys, their records and audit: already present (version 1)",
         "outbox and its side tables outbox: already present (version 2)",

@@ -133,7 +133,8 @@ async def test_billing_example_end_to_end(
                 return bool(consumer.stats.applied == 2)
 
             await wait_until(refunded, "the first charge refunded")
-            await dead_letters.republish(producer, entry)
+            report = await dead_letters.replay_after_fix(consumer, topic, "refund issued")
+            assert (report.replayed, report.failed) == (1, 0)
             for _ in range(2):
                 await wire.publish(producer, topic, key="order-2", event_id=second,
                                    event_type="order.created",
@@ -304,7 +305,7 @@ async def test_cli_against_postgres(
     assert await asyncio.to_thread(cli, "dedup", "maintain") == 0
     assert capsys.readouterr().out.strip() == "created none; dropped none; deferred none"
     assert await asyncio.to_thread(cli, "dead-letters", "--consumer", "billing") == 0
-    assert capsys.readouterr().out.strip() == "0 dead letters"
+    assert capsys.readouterr().out.strip() == "0 dead letters waiting"
 
 
 # -- handlers that misuse ctx.tx, as docs/handlers.md describes them ---------------------------

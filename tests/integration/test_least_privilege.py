@@ -22,13 +22,22 @@ import asyncpg
 import httpx
 import pytest
 
-from consumerkit import Consumer, DedupPolicy, RetryPolicy, WebhookReceiver, WebhookSink
+from consumerkit import (
+    Consumer,
+    DeadLetterFilter,
+    DedupPolicy,
+    RetryPolicy,
+    WebhookReceiver,
+    WebhookSink,
+    discard_dead_letters,
+    replay_dead_letters,
+)
 from consumerkit.dedup.partitions import list_partitions, maintain, partition_floor
 from consumerkit.errors import StartupError
 from consumerkit.outbox import KafkaSink, Outbox, Relay
 from consumerkit.schema import migrate
+from consumerkit.shared.webhook.signature import WebhookSecret, generate_secret, sign_headers
 from consumerkit.testing.services import MakeTopic
-from consumerkit.webhook.signature import WebhookSecret, generate_secret, sign_headers
 from tests.webhooks.conftest import serve
 
 from ..brokers import PRODUCER_OPTIONS
@@ -158,6 +167,19 @@ async def test_a_role_without_ddl_rights_runs_consumer_relay_and_receiver(
     assert await pg_pool.fetchval(f"SELECT count(*) FROM {s}.outbox") == len(events)
     assert await pg_pool.fetchval(  # every record, the dead letter too, below the stored one
         f"SELECT sum(next_offset) FROM {s}.consumer_offsets") == len(events) + 1
+    # the dead letter replayed (it fails again: the error is kept beside it), then discarded
+    replayed = await replay_dead_letters(consumer)
+    assert (replayed.chosen, replayed.failed) == (1, 1)
+    restricted = await asyncpg.connect(dsn)
+    try:
+        dropped = await discard_dead_letters(
+            restricted, pg_schema, DeadLetterFilter(consumer=consumer.name), note="bad JSON")
+    finally:
+        await restricted.close()
+    assert len(dropped) == 1
+    assert await pg_pool.fetchval(
+        f"SELECT resolved_by FROM {s}.dead_letters WHERE status = 'discarded' "
+        "AND replay_attempts = 1 AND last_replay_error LIKE 'invalid_json%'") == role
 
     # the relay: slots (advisory locks), LISTEN, publish, delete, under the same role
     relay = Relay(dsn, KafkaSink(kafka_bootstrap, route=downstream,

@@ -11,11 +11,11 @@ from uuid import uuid4
 import asyncpg
 import pytest
 
+from consumerkit import WebhookError
 from consumerkit.outbox import Outbox, OutboxEvent, OutboxTable, Relay
 from consumerkit.outbox.settle import settle
 from consumerkit.outbox.webhook import WebhookSink
 from consumerkit.retry import RetryPolicy
-from consumerkit.webhook.status import WebhookError
 from tests.webhooks.conftest import Reply, ScriptedEndpoint, serve
 
 from .conftest import RelayRunning, pending, wait_until

@@ -43,7 +43,7 @@ async def test_migrate_creates_partitioned_dedup_table_and_dead_letters(
         "parked_keys": "r", "parked_records": "r", "parked_audit": "r",
     }
     assert await applied_versions(conn, migrated) == {
-        "core": 8, "dedup:processed_events": 8, "parking": 1}
+        "core": 9, "dedup:processed_events": 8, "parking": 1}
     # migrate ran maintenance: exactly one partition holds the database's now().
     now = await conn.fetchval("SELECT now()")
     parts = await list_partitions(conn, migrated, "processed_events")
@@ -57,7 +57,7 @@ async def test_migrate_is_idempotent(conn: Conn, migrated: str) -> None:
     await migrate(conn, migrated)
     assert await list_partitions(conn, migrated, "processed_events") == before
     rows = await conn.fetchval(f'SELECT count(*) FROM "{migrated}".consumerkit_schema_version')
-    assert rows == 17
+    assert rows == 18
 
 
 async def test_concurrent_migrations_apply_each_step_once(connect: Connect, schema: str) -> None:
@@ -67,7 +67,7 @@ async def test_concurrent_migrations_apply_each_step_once(connect: Connect, sche
         f'SELECT component, version FROM "{schema}".consumerkit_schema_version')
     assert sorted((r["component"], r["version"]) for r in rows) == [
         ("core", 1), ("core", 2), ("core", 3), ("core", 4), ("core", 5), ("core", 6),
-        ("core", 7), ("core", 8),
+        ("core", 7), ("core", 8), ("core", 9),
         ("dedup:processed_events", 1), ("dedup:processed_events", 2),
         ("dedup:processed_events", 3), ("dedup:processed_events", 4),
         ("dedup:processed_events", 5), ("dedup:processed_events", 6),
@@ -81,7 +81,7 @@ async def test_a_second_policy_table_is_added(conn: Conn, migrated: str) -> None
     assert kinds["audit_events"] == "p"
     assert kinds["processed_events"] == "p"
     assert await applied_versions(conn, migrated) == {
-        "core": 8, "dedup:processed_events": 8, "dedup:audit_events": 8, "parking": 1}
+        "core": 9, "dedup:processed_events": 8, "dedup:audit_events": 8, "parking": 1}
 
 
 @pytest.mark.parametrize(

@@ -31,10 +31,10 @@ GROUP_OPTIONS = {
 def build(args: argparse.Namespace) -> Consumer:
     cache = RedisDedupCache(args.redis, retry_interval=0.5) if args.redis else None
     return Consumer(
-        name=GROUP, topics=[args.topic],
+        name=args.name, topics=[args.topic],
         handlers=[(make_batch_handler if args.batch else make_handler)(args.schema)],
         kafka_bootstrap=args.bootstrap, postgres_dsn=args.dsn, schema=args.schema,
-        dedup_cache=cache, migrate=False, concurrency=4, max_in_flight=400,
+        dedup_cache=cache, migrate=False, concurrency=4, max_in_flight=args.max_in_flight,
         max_batch=args.max_batch, offset_store=args.offset_store,
         postgres_pooler=check_pooler(args.pooler),
         # faults must not exhaust the attempts of a sound event; outages spend none
@@ -50,6 +50,9 @@ def main() -> None:
     parser.add_argument("--redis", default="")
     parser.add_argument("--batch", action="store_true", help="a batch handler, ctx.defer")
     parser.add_argument("--max-batch", type=int, default=500, help="1: a transaction each")
+    parser.add_argument("--name", default=GROUP, help="the consumer group (and dedup namespace)")
+    parser.add_argument("--max-in-flight", type=int, default=400,
+                        help="records fetched but not committed (a Consumer's default: 5000)")
     parser.add_argument("--offset-store", choices=["kafka", "postgres"], default="kafka")
     parser.add_argument("--pooler", choices=POOLERS, default="none")
     args = parser.parse_args()

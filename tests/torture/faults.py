@@ -22,6 +22,7 @@ from tests.harness.kafka import KafkaCluster
 from .cluster import Database, OwnRedis, ReplicatedCluster, TansuBroker, pause_process
 from .ledger import EVENT_TYPE
 from .procs import Proc, Procs
+from .zombie import zombie_after_claim
 
 if TYPE_CHECKING:
     from .pooler import Bouncer
@@ -279,6 +280,7 @@ KINDS: dict[str, Fault] = {
     "failpoint_after_commit": _failpoint("after_commit"),
     "failpoint_after_cache_write": _failpoint("after_cache_write"),
     "consumer_zombie": consumer_zombie,
+    "zombie_after_claim": zombie_after_claim,
     "membership_churn": membership_churn,
     "pg_terminate_consumers": _terminate("consumerkit:%"),
     "pg_terminate_relays": _terminate("consumerkit-relay%"),

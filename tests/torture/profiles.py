@@ -55,7 +55,8 @@ PROFILES = {
                       fault_gap=0.5, warmup=2.0, cache=True, stall_timeout=8.0, kinds=(
                           "consumer_sigkill", "failpoint_after_claim",
                           "failpoint_before_commit", "failpoint_after_commit",
-                          "failpoint_after_cache_write", "long_transaction", "republish")),
+                          "failpoint_after_cache_write", "long_transaction", "republish",
+                          "zombie_after_claim")),
     # CI's broker-failure run on Apache Kafka: every broker fault once, with some of today's
     "kafka": Profile("kafka", events=2500, aggregates=100, rate=30.0, faults=len(KAFKA_KINDS)
                      + len(KAFKA_WITH), fault_gap=1.0, warmup=4.0, cache=False,

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
 from .procs import ROOT, Proc
+from .zombie import stopped_within
 
 # passes "before_commit" over and over; "after_claim" never
 LOOP = """
@@ -53,5 +55,19 @@ def test_a_disarmed_point_does_nothing(tmp_path: Path) -> None:
     try:
         proc.arm("")
         assert not proc.died_within(0.5)
+    finally:
+        proc.kill()
+
+
+def test_a_point_armed_to_stop_freezes_the_process_once(tmp_path: Path) -> None:
+    """``name:stop``: a zombie in the middle of its work, until SIGCONT; then it goes on
+    past the point, which no longer stops it."""
+    proc = probe(tmp_path)
+    try:
+        proc.arm("before_commit:stop")
+        assert stopped_within(proc.pid, 10)
+        proc.signal(signal.SIGCONT)
+        assert not proc.died_within(0.5)
+        assert not stopped_within(proc.pid, 0.5)
     finally:
         proc.kill()

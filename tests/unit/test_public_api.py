@@ -16,7 +16,8 @@ import consumerkit.errors
 PUBLIC: dict[str, list[str]] = {
     "consumerkit": [
         "BatchContext", "ConfigurationError", "Consumer", "ConsumerKitError",
-        "ConsumerStats", "DeadLetter", "DeadLetterEntry", "DeadLetterTable",
+        "ConsumerStats", "DeadLetter", "DeadLetterEntry", "DeadLetterError",
+        "DeadLetterFilter", "DeadLetterReplayReport", "DeadLetterTable",
         "DeadLetterTopic", "DecodeError", "DedupPolicy", "Envelope", "EventCatalog",
         "HandlerContext", "HandlerDefinitionError", "HandlerRegistry", "HandlerSignal",
         "InMemoryDedupStore", "KafkaSink", "MemoryDedupCache", "MissingExtraError", "Outbox",
@@ -25,7 +26,8 @@ PUBLIC: dict[str, list[str]] = {
         "Retry", "RetryPolicy", "Sends", "StartupError", "TransportError",
         "UndeclaredEventError", "UpcasterChainError",
         "WebhookError", "WebhookReceiver", "WebhookSink", "WireFormat", "__version__",
-        "handler", "migrate", "migrate_outbox", "store_for", "tune_gc", "upcaster",
+        "discard_dead_letters", "handler", "migrate", "migrate_outbox", "preview_dead_letters",
+        "replay_dead_letters", "store_for", "tune_gc", "upcaster",
     ],
     "consumerkit.deadletter": [
         "DeadLetterEntry", "DeadLetterTable", "DeadLetterTopic", "list_dead_letters",
@@ -71,11 +73,11 @@ PUBLIC: dict[str, list[str]] = {
         "RebalanceHandler", "Source",
     ],
     "consumerkit.webhook": [
-        "WebhookError", "WebhookReceiver",
+        "WebhookError", "WebhookReceiver", "generate_secret",
     ],
 }
 # Exported errors not yet defined in consumerkit.errors, each waiting on its module's owner.
-OUTSIDE_THE_TREE = {"WebhookError"}
+OUTSIDE_THE_TREE: set[str] = set()
 
 
 @pytest.mark.parametrize("module", sorted(PUBLIC))

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from consumerkit import WebhookReceiver, WebhookSink
-from consumerkit.webhook import headers as wh
-from consumerkit.webhook import signature
+from consumerkit.shared.webhook import headers as wh
+from consumerkit.shared.webhook import signature
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = (ROOT / "docs" / "webhooks.md").read_text()
@@ -89,7 +89,7 @@ def _receiver_codes() -> set[str]:
             position = {"error": 0, "refuse": 2, "unavailable": 1}.get(name)
             if position is not None and (code := _text(node.args[position])):
                 codes.add(code)
-    signing = ast.parse((CODE / "webhook" / "signature.py").read_text())
+    signing = ast.parse((CODE / "shared" / "webhook" / "signature.py").read_text())
     for node in ast.walk(signing):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
                 and node.func.id == "Rejection" and (code := _text(node.args[0]))):

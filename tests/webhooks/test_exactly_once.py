@@ -20,7 +20,7 @@ import orjson
 
 from consumerkit import RetryPolicy, WebhookSink
 from consumerkit.outbox import Outbox, OutboxTable, Relay, migrate_outbox
-from consumerkit.webhook.signature import generate_secret
+from consumerkit.webhook import generate_secret
 
 from .conftest import Reply, ScriptedEndpoint, wait_until
 from .handlers import CONTROL, create_effects, effects_of, order_id, receiving

@@ -13,7 +13,7 @@ import pytest
 
 from consumerkit import WebhookSink
 from consumerkit.outbox import OutboxEvent
-from consumerkit.webhook.signature import generate_secret
+from consumerkit.webhook import generate_secret
 from examples import webhooks
 
 from .conftest import Lifespan, serve

@@ -20,7 +20,7 @@ from standardwebhooks.webhooks import Webhook
 
 from consumerkit import ConfigurationError, WebhookReceiver, WebhookSink
 from consumerkit.outbox.event import OutboxEvent
-from consumerkit.webhook.signature import (
+from consumerkit.shared.webhook.signature import (
     WebhookSecret,
     generate_secret,
     sign_headers,

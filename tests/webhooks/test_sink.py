@@ -19,7 +19,7 @@ from consumerkit import ConfigurationError, WebhookError, WebhookSink
 from consumerkit.outbox.event import OutboxEvent
 from consumerkit.outbox.sink import PermanentSendError
 from consumerkit.outbox.webhook import BlockedByEarlierEvent
-from consumerkit.webhook.status import retry_after
+from consumerkit.shared.webhook.status import retry_after
 
 from .conftest import Reply, ScriptedEndpoint
 

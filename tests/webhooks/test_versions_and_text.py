@@ -25,7 +25,7 @@ from consumerkit import (
 )
 from consumerkit.outbox.event import OutboxEvent
 from consumerkit.outbox.sink import PermanentSendError
-from consumerkit.webhook.signature import generate_secret
+from consumerkit.webhook import generate_secret
 
 from .conftest import Reply, ScriptedEndpoint, serve
 from .handlers import receiving, with_search_path

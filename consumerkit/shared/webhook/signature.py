@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from ..errors import ConfigurationError
+from ...errors import ConfigurationError
 
 PREFIX = "whsec_"
 ID = "webhook-id"

@@ -28,9 +28,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from ..envelope import WireFormat
-from ..errors import DecodeError
-from ..versions import read_version
+from ...envelope import WireFormat
+from ...errors import DecodeError
+from ...versions import read_version
 
 IDEMPOTENCY_KEY = "Idempotency-Key"
 EVENT_TYPE = "X-Event-Type"

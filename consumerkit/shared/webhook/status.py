@@ -15,25 +15,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
-from ..display import displayable
-from ..errors import PermanentSendError
+from ...display import displayable
+from ...errors import PermanentSendError, WebhookError
 
 RETRIABLE_4XX = frozenset({408, 429})
-
-
-class WebhookError(Exception):
-    """A delivery that may succeed later: a timeout, a connection failure, or an answer of
-    408, 429 or 5xx. The relay retries it after its back-off.
-
-    ``status`` is the answer's status code (``None`` when no answer came); ``retry_after``
-    the seconds the receiver asked the sender to wait (``None`` if it did not say).
-    """
-
-    def __init__(self, message: str, *, status: int | None = None,
-                 retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.retry_after = retry_after
 
 
 def retriable(status: int) -> bool:
