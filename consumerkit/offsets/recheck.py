@@ -46,9 +46,8 @@ reaches the new primary on the same client connection, and no check is owed. So 
 transaction that writes a row also compares the row's count of commits with the highest this
 consumer saw: a count not above it means the database moved back, and the transaction rolls
 back, owing the check (:meth:`Recheck.went_back`), as does the committer's own write of the
-watermarks. A partition with nothing more to apply writes
-no row: there, the background task reads the timeline every ``poll`` seconds, and a new one
-(a promotion) owes the check.
+watermarks. A partition with nothing more to apply writes no row: for it, the background task
+reads the timeline every ``poll`` seconds, and a new one (a promotion) owes the check.
 """
 
 from __future__ import annotations
