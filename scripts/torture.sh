@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The torture test as CI runs it: the short profile must pass (no duplicate, lost, phantom or
-# out-of-order effect), then every deliberately broken variant must be caught at a small size.
+# out-of-order effect), directly and through PgBouncer in transaction mode, then every
+# deliberately broken variant must be caught at a small size.
 # A variant that passes once is tried with a second seed (the faults that expose it land at
 # random moments); passing both is an uncaught mutant, and fails. Where Java 17+ is installed,
 # the kafka profile (broker failures on three Apache Kafka nodes, transactional producers) must
@@ -16,6 +17,16 @@ mkdir -p "$out"
 echo "== torture: short profile"
 $python -m tests.torture --profile short --seed 1 --report "$out/short.json" \
     --markdown "$out/short.md"
+
+echo "== torture: short profile through PgBouncer in transaction mode"
+# every consumer, relay and producer through a real PgBouncer (postgres_pooler="transaction"),
+# with PgBouncer's own faults; without a pgbouncer binary the step skips, saying why
+if command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ]; then
+    $python -m tests.torture --profile short --seed 1 --pooler transaction \
+        --report "$out/short-pooler.json" --markdown "$out/short-pooler.md"
+else
+    echo "torture: pooler pass skipped: pgbouncer is not installed (apt-get install pgbouncer)"
+fi
 
 echo "== torture: the failover fault's negative control (offsets in Kafka must lose effects)"
 status=0

@@ -33,6 +33,9 @@ if TYPE_CHECKING:
     from ..consumer import Consumer
 
 log = logging.getLogger("consumerkit.consumer")
+# seconds between reads of the database's timeline behind a transaction pooler, where a
+# failover may close none of the consumer's connections (consumerkit/offsets/recheck.py)
+TIMELINE_POLL = 1.0
 
 
 class Run:
@@ -82,7 +85,8 @@ class Run:
                 await require_table(conn, consumer.schema)
             self.recheck = Recheck(
                 PostgresOffsets(pool, consumer.schema, consumer.name), observer,
-                skip_expired=consumer.dedup.expired == "skip")
+                skip_expired=consumer.dedup.expired == "skip",
+                poll=TIMELINE_POLL if consumer.postgres_pooler == "transaction" else None)
         resources = SinkResources(pool, consumer.schema, bootstrap, consumer.kafka_options,
                                   tuple(consumer.topics))
         for sink in consumer.dead_letter:

@@ -39,6 +39,15 @@ primary; after the database moved back it would answer "applied" for records who
 are gone, and they would be lost. So each check also reads the database's timeline
 (``epoch``), which a promotion or a point-in-time restore changes, and the cache is asked
 only within the current timeline, and not at all while a check is owed.
+
+**Behind a transaction pooler** (PgBouncer's ``pool_mode = transaction``) a failover closes
+only the connections of clients in a transaction at that moment: the others' next transaction
+reaches the new primary on the same client connection, and no check is owed. So each
+transaction that writes a row also compares the row's count of commits with the highest this
+consumer saw: a count not above it means the database moved back, and the transaction rolls
+back, owing the check (:meth:`Recheck.went_back`), as does the committer's own write of the
+watermarks. A partition with nothing more to apply writes no row: for it, the background task
+reads the timeline every ``poll`` seconds, and a new one (a promotion) owes the check.
 """
 
 from __future__ import annotations
@@ -96,7 +105,7 @@ class Recheck:
     transactions, and read again after a connection loss (see the module's text)."""
 
     def __init__(self, store: PostgresOffsets, observe: Observer, *, skip_expired: bool,
-                 ) -> None:
+                 poll: float | None = None) -> None:
         self.store = store
         self.owner: Owner | None = None  # the engine, once made
         self.observe = observe
@@ -104,6 +113,7 @@ class Recheck:
         self._lost = 1  # connection losses told; the first check is owed from the start
         self._checked = 0
         self.epoch = ""  # the database's timeline at the last check (see the module's text)
+        self.poll = poll  # seconds between reads of the timeline (behind a transaction pooler)
         self._lock = asyncio.Lock()
         self._wanted = asyncio.Event()
         self._wanted.set()
@@ -196,7 +206,21 @@ class Recheck:
             if state.outside:
                 outside.append(part)
         counts = await self.store.write_in(conn, offsets, reset=outside)
+        self.went_back(touched, counts)
         return [(s, offsets[s.partition], counts[s.partition]) for s in touched]
+
+    def went_back(self, states: Sequence[PartitionState], counts: Mapping[Partition, int],
+                  ) -> None:
+        """Raise :class:`Rewound`, owing the check, if a row just written (``counts``, in the
+        transaction still open) counts no more commits than this consumer saw answered: the
+        database moved back, and no connection of ours closed (behind a transaction pooler a
+        failover reaches only the clients in a transaction then). The transaction must roll
+        back: it would store a watermark past records whose effects the database lost."""
+        for state in states:
+            seen, count = state.offsets.commits, counts.get(state.partition)
+            if seen is not None and count is not None and count <= seen:
+                self.lost()
+                raise Rewound(state.partition)
 
     @staticmethod
     def confirm(written: Written) -> None:
@@ -210,7 +234,9 @@ class Recheck:
         database lost are applied again without waiting for new ones."""
         failures = 0
         while not stopping.is_set():
-            await self._wanted.wait()
+            if not await self._woken():
+                await self._timeline(pool)
+                continue
             self._wanted.clear()
             try:
                 async with pool.acquire() as conn:
@@ -225,3 +251,28 @@ class Recheck:
                 await asyncio.sleep(_RETRY_DELAYS[min(failures, len(_RETRY_DELAYS) - 1)])
                 failures += 1
                 self._wanted.set()
+
+    async def _woken(self) -> bool:
+        """Wait until a check is wanted (True), or ``poll`` seconds pass (False)."""
+        if self.poll is None:
+            await self._wanted.wait()
+            return True
+        try:
+            async with asyncio.timeout(self.poll):
+                await self._wanted.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    async def _timeline(self, pool: asyncpg.Pool) -> None:
+        """A timeline other than the last check's owes a check (a promotion that closed none
+        of this consumer's connections, behind a transaction pooler)."""
+        try:
+            async with pool.acquire() as conn:
+                epoch = str(await conn.fetchval(_EPOCH))
+        except Exception:  # the database is away: the transactions meet it and say so
+            return
+        if self.epoch and epoch != self.epoch:
+            log.info("the database's timeline is now %s (was %s): reading the stored offsets "
+                     "again", epoch, self.epoch)
+            self.lost()

@@ -13,7 +13,7 @@ from ..errors import TransportError
 from ..stats import ConsumerStats
 from ..transport.source import Partition, Source
 from .postgres import PostgresOffsets
-from .recheck import Recheck
+from .recheck import Recheck, Rewound
 from .state import PartitionState
 from .store import COMMIT_TIMEOUT
 
@@ -73,6 +73,9 @@ class Tracker:
                 log.warning("offset commit failed (%s); it will be retried",
                             exc if str(exc) else type(exc).__name__)
                 return False
+            except Rewound as exc:  # the check now owed reads the partition again
+                log.warning("offset commit abandoned: %s", exc)
+                return False
             except Exception:  # never let the committer die silently
                 log.exception("offset commit failed; it will be retried")
                 return False
@@ -100,7 +103,11 @@ class Tracker:
                       if s.partition in offsets
                       and (s.offsets.stored is None or s.offsets.stored < offsets[s.partition])}
             outside = {s.partition for s in states if s.outside}
-            counts = await self.database.write_in(conn, behind, reset=outside)
+            # in a transaction: a row found gone back must not keep a watermark from memory
+            async with conn.transaction():
+                counts = await self.database.write_in(conn, behind, reset=outside)
+                if self.recheck is not None:
+                    self.recheck.went_back(states, counts)
         for state in states:
             if state.partition in behind:
                 state.offsets.confirmed(behind[state.partition], counts[state.partition])

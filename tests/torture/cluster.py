@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -98,6 +99,8 @@ class ReplicatedCluster:
         self.pair = start_replicated_postgres()
         self.dsn = self.pair.dsn
         self.restarts = 0
+        # told the new primary's port as soon as it is promoted (the torture's PgBouncer)
+        self.on_promote: list[Callable[[int], None]] = []
 
     @property
     def pgdata(self) -> Path:
@@ -115,6 +118,8 @@ class ReplicatedCluster:
         """Kill the primary, promote the standby, then give the new primary a standby."""
         self.pair.kill_primary()
         self.pair.promote()
+        for follow in self.on_promote:
+            follow(self.pair.primary_port)
         self.pair.rebuild_standby()
 
     def stop(self, keep: bool = False) -> None:

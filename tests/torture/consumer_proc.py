@@ -11,6 +11,7 @@ import os
 
 from consumerkit import Consumer, RetryPolicy
 from consumerkit.dedup.redis import RedisDedupCache
+from consumerkit.shared.pooler import POOLERS, check_pooler
 from consumerkit.transport import kafka as kafka_transport
 
 from .ledger import make_batch_handler, make_handler
@@ -35,6 +36,7 @@ def build(args: argparse.Namespace) -> Consumer:
         kafka_bootstrap=args.bootstrap, postgres_dsn=args.dsn, schema=args.schema,
         dedup_cache=cache, migrate=False, concurrency=4, max_in_flight=args.max_in_flight,
         max_batch=args.max_batch, offset_store=args.offset_store,
+        postgres_pooler=check_pooler(args.pooler),
         # faults must not exhaust the attempts of a sound event; outages spend none
         retry=RetryPolicy(max_attempts=6, initial_delay=0.02, max_delay=0.2),
         handler_timeout=10.0, shutdown_timeout=5.0, kafka_consumer_options=GROUP_OPTIONS,
@@ -52,6 +54,7 @@ def main() -> None:
     parser.add_argument("--max-in-flight", type=int, default=400,
                         help="records fetched but not committed (a Consumer's default: 5000)")
     parser.add_argument("--offset-store", choices=["kafka", "postgres"], default="kafka")
+    parser.add_argument("--pooler", choices=POOLERS, default="none")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import asyncpg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -22,6 +23,9 @@ from .cluster import Database, OwnRedis, ReplicatedCluster, TansuBroker, pause_p
 from .ledger import EVENT_TYPE
 from .procs import Proc, Procs
 from .zombie import zombie_after_claim
+
+if TYPE_CHECKING:
+    from .pooler import Bouncer
 
 SESSION_TIMEOUT = 3.0  # the consumers' session_timeout_ms, in seconds
 FAILPOINT_WAIT = 8.0  # how long an armed fail-point may take to be reached
@@ -46,6 +50,7 @@ class Rig:
     republished: int = 0
     raw_poison: set[str] = field(default_factory=set)
     held: list[asyncio.Task[None]] = field(default_factory=list)
+    bouncer: Bouncer | None = None  # the PgBouncer in front of PostgreSQL (--pooler)
 
     def consumers(self) -> list[Proc]:
         return [p for p in self.procs.role("consumer") if p.running()]

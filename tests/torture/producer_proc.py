@@ -20,6 +20,7 @@ import asyncpg
 
 from consumerkit.outbox import NewEvent, Outbox
 from consumerkit.shared.identifiers import identifier
+from consumerkit.shared.pooler import POOLERS, Pooler, check_pooler, connect
 
 from .ledger import EVENT_TYPE
 
@@ -35,8 +36,9 @@ class _RollBack(Exception):
 
 class Producer:
     def __init__(self, dsn: str, schema: str, events: int, aggregates: int, rate: float,
-                 seed: int) -> None:
+                 seed: int, pooler: Pooler = "none") -> None:
         self.dsn = dsn
+        self.pooler = pooler
         self.events = events
         self.aggregates = aggregates
         self.pace = WRITERS / rate  # seconds between one writer's transactions, per event
@@ -57,8 +59,8 @@ class Producer:
             roll_back = self.rng.random() < ROLLBACK_SHARE
             try:
                 if conn is None or conn.is_closed():
-                    conn = await asyncpg.connect(self.dsn, timeout=10, server_settings={
-                        "application_name": "torture-producer"})
+                    conn = await connect(self.dsn, pooler=self.pooler, timeout=10,
+                                         application_name="torture-producer")
                 await self._write(conn, aggregate, count, roll_back)
                 if not roll_back:
                     self.committed += count
@@ -100,11 +102,12 @@ def main() -> None:
     parser.add_argument("--aggregates", type=int, required=True)
     parser.add_argument("--rate", type=float, required=True)
     parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--pooler", choices=POOLERS, default="none")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     asyncio.run(Producer(args.dsn, args.schema, args.events, args.aggregates, args.rate,
-                         args.seed).run())
+                         args.seed, check_pooler(args.pooler)).run())
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from .consumer_proc import KAFKA_MUTANT_ENV
 from .faults import FAILOVER_KINDS, KINDS, REDIS_KINDS, Rig, schedule
 from .kafka_faults import KAFKA_KINDS, KAFKA_MUTANTS, start_cluster
 from .kafka_faults import create_topic as create_kafka_topic
+from .pooler import POOLER_KINDS, Bouncer
 from .procs import Proc, Procs
 from .profiles import Profile
 from .trace import rereads
@@ -41,7 +42,7 @@ TOPIC = "torture.steps"
 CONSUMERS = 3
 RELAYS = 2
 FAULT_TIMEOUT = 60.0
-FAULTS = {**KINDS, **KAFKA_KINDS}
+FAULTS = {**KINDS, **KAFKA_KINDS, **POOLER_KINDS}
 
 log = logging.getLogger("torture")
 
@@ -73,20 +74,22 @@ async def _setup(dsn: str, bootstrap: str, profile: Profile) -> None:
 
 
 def _processes(procs: Procs, dsn: str, bootstrap: str, redis_url: str,
-               profile: Profile, seed: int) -> None:
+               profile: Profile, seed: int, pooler: str) -> None:
     for i in range(RELAYS):
         procs.add(f"relay-{i}", "tests.outbox.relay_worker", "--dsn", dsn, "--bootstrap",
-                  bootstrap, "--schema", SCHEMA, "--topic", TOPIC, "--name", f"r{i}")
+                  bootstrap, "--schema", SCHEMA, "--topic", TOPIC, "--name", f"r{i}",
+                  "--pooler", pooler)
     for i in range(CONSUMERS + 1):  # the last one is the spare that joins and leaves
         # the odd ones apply through a batch handler with ctx.defer, the others one by one;
         # consumer-2 gives every record a transaction of its own (max_batch=1)
         batch = ["--batch"] if i % 2 else ["--max-batch", "1"] if i == 2 else []
         procs.add(f"consumer-{i}", "tests.torture.consumer_proc", "--dsn", dsn,
                   "--bootstrap", bootstrap, "--topic", TOPIC, "--schema", SCHEMA,
-                  "--redis", redis_url, "--offset-store", profile.offset_store, *batch)
+                  "--redis", redis_url, "--offset-store", profile.offset_store,
+                  "--pooler", pooler, *batch)
     procs.add("producer", "tests.torture.producer_proc", "--dsn", dsn, "--schema", SCHEMA,
               "--events", str(profile.events), "--aggregates", str(profile.aggregates),
-              "--rate", str(profile.rate), "--seed", str(seed))
+              "--rate", str(profile.rate), "--seed", str(seed), "--pooler", pooler)
 
 
 async def _wait(condition: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
@@ -211,8 +214,10 @@ def _positions(read: list[tuple[int, int, str]], event_ids: list[str]) -> list[s
     return [f"{TOPIC}/{first[e][0]}:{first[e][1]}" for e in event_ids if e in first]
 
 
-async def torture(profile: Profile, seed: int, mutant: str,
-                  keep: bool = False) -> dict[str, Any]:
+async def torture(profile: Profile, seed: int, mutant: str, keep: bool = False,
+                  pooler: str = "none") -> dict[str, Any]:
+    """``pooler="transaction"``: the consumers, relays and producers through a PgBouncer in
+    transaction mode (:mod:`tests.torture.pooler`), and its faults among the kinds."""
     rng = random.Random(seed)
     workdir = Path(tempfile.mkdtemp(prefix="ck-torture-"))
     postgres: Database = await asyncio.to_thread(
@@ -221,14 +226,15 @@ async def torture(profile: Profile, seed: int, mutant: str,
     broker: TansuBroker | KafkaCluster = await asyncio.to_thread(
         start_cluster) if kafka else await asyncio.to_thread(start_tansu)
     redis = OwnRedis() if profile.cache else None
+    bouncer = await asyncio.to_thread(Bouncer, postgres) if pooler == "transaction" else None
     procs = Procs(workdir, "" if mutant in KAFKA_MUTANTS else mutant)
     phases: dict[str, float] = {}
     try:
         if redis is not None:
             await asyncio.to_thread(redis.start)
         await _setup(postgres.dsn, broker.bootstrap, profile)
-        _processes(procs, postgres.dsn, broker.bootstrap, redis.url if redis else "",
-                   profile, seed)
+        _processes(procs, bouncer.dsn if bouncer else postgres.dsn, broker.bootstrap,
+                   redis.url if redis else "", profile, seed, pooler)
         if profile.txn_events:
             procs.add("txn-producer", "tests.torture.txn_producer_proc", "--dsn",
                       postgres.dsn, "--bootstrap", broker.bootstrap, "--schema", SCHEMA,
@@ -239,7 +245,7 @@ async def torture(profile: Profile, seed: int, mutant: str,
             for proc in procs.role("consumer"):
                 proc.env[KAFKA_MUTANT_ENV] = mutant
         rig = Rig(procs, postgres, broker, redis, SCHEMA, TOPIC, rng,
-                  spare=procs.by_name[f"consumer-{CONSUMERS}"])
+                  spare=procs.by_name[f"consumer-{CONSUMERS}"], bouncer=bouncer)
         for proc in procs.role("relay") + procs.role("consumer")[:CONSUMERS]:
             proc.start()
         witness = Witness(broker.bootstrap, TOPIC, profile.partitions)
@@ -260,6 +266,7 @@ async def torture(profile: Profile, seed: int, mutant: str,
 
         kinds = [k for k in profile.kinds or KINDS if (profile.cache or k not in REDIS_KINDS)
                  and (profile.failover or k not in FAILOVER_KINDS)]
+        kinds += list(POOLER_KINDS) if bouncer else []
         plan = schedule(kinds, profile.faults, rng)
         mark = time.monotonic()
         faults, missed = await _chaos(rig, plan, profile)
@@ -316,7 +323,8 @@ async def torture(profile: Profile, seed: int, mutant: str,
         exits = {p.name: p.unexpected_exits for p in procs.by_name.values()
                  if p.unexpected_exits}
         return {
-            "profile": profile.name, "seed": seed, "mutant": mutant or None,
+            "profile": profile.name, "seed": seed, "mutant": mutant or None, "pooler": pooler,
+            "pooler_restarts": bouncer.restarts if bouncer else 0,
             "events_committed": findings.events_committed,
             "poison_committed": findings.poison_committed,
             "raw_poison_records": len(rig.raw_poison),
@@ -376,6 +384,8 @@ async def torture(profile: Profile, seed: int, mutant: str,
         if redis is not None:
             redis.stop()
         broker.stop()
+        if bouncer is not None:
+            bouncer.stop(keep=keep)
         postgres.stop(keep=keep)
         if keep:
             log.warning("process logs kept in %s, the database in %s", workdir,
