@@ -112,13 +112,16 @@ def start_pgbouncer(dsn: str, *, mode: str = "transaction", pool_size: int = 8) 
         command[1:1] = ["-u", owner]
         for path in (workdir, *workdir.iterdir()):
             shutil.chown(path, owner)
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # a file, not a pipe: PgBouncer also logs to stderr, and a pipe nobody reads fills and
+    # blocks it mid-test
+    with open(workdir / "stderr.log", "wb") as stderr:
+        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
     bouncer = PgBouncer(f"postgresql://{user}@127.0.0.1:{listen}/{database}", mode, version,
                         process, workdir)
     deadline = time.monotonic() + START_TIMEOUT
     while not _accepts(listen):
         if process.poll() is not None or time.monotonic() > deadline:
-            err = process.stderr.read().decode(errors="replace") if process.stderr else ""
+            err = (workdir / "stderr.log").read_text(errors="replace")
             log = bouncer.log()
             bouncer.stop()
             raise RuntimeError(f"pgbouncer did not start: {err}\n{log}")
