@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 from ..errors import ConfigurationError
-from .policy import DedupPolicy
+from .policy import DedupPolicy, cache_ttl
 
 DEFAULT_TTL = timedelta(hours=1)
 DEFAULT_MAX_IDS = 100_000
@@ -40,12 +40,7 @@ class MemoryDedupCache:
     def check(self, policy: DedupPolicy) -> None:
         """An explicit ``ttl`` longer than ``policy.retention`` is refused (the cache would
         know ids the database has forgotten); the default is lowered to the retention."""
-        if self._explicit_ttl is None:
-            self.ttl = min(DEFAULT_TTL, policy.retention)
-        elif self._explicit_ttl > policy.retention:
-            raise ConfigurationError(
-                f"the dedup cache ttl ({self._explicit_ttl}) is longer than the dedup "
-                f"retention ({policy.retention}): it must not outlive the database's rows")
+        self.ttl = cache_ttl(self._explicit_ttl, DEFAULT_TTL, policy)
 
     async def open(self) -> None:
         self._ids.clear()

@@ -99,3 +99,16 @@ def check_partitioning(retention: timedelta, step: timedelta, premake: int) -> N
         raise ConfigurationError("retention must be at least one partition_interval")
     if not 1 <= premake <= 100:
         raise ConfigurationError("premake must be between 1 and 100")
+
+
+def cache_ttl(explicit: timedelta | None, default: timedelta, policy: DedupPolicy) -> timedelta:
+    """A dedup cache's time to live under ``policy``: an ``explicit`` one longer than the
+    retention raises :class:`ConfigurationError` (the cache could then know ids the database
+    has forgotten); the ``default`` is lowered to the retention when that is shorter."""
+    if explicit is None:
+        return min(default, policy.retention)
+    if explicit > policy.retention:
+        raise ConfigurationError(
+            f"the dedup cache ttl ({explicit}) is longer than the dedup retention "
+            f"({policy.retention}): it must not outlive the database's rows")
+    return explicit

@@ -55,7 +55,7 @@ try:
 except ImportError:
     raise MissingExtraError("RedisDedupCache", "redis") from None
 from .coalesce import Closed, Coalescer
-from .policy import DedupPolicy
+from .policy import DedupPolicy, cache_ttl
 
 log = logging.getLogger("consumerkit.dedup")
 
@@ -141,12 +141,7 @@ class RedisDedupCache:
         ``ttl`` longer than ``policy.retention`` raises :class:`ConfigurationError` (the cache
         could then know ids the database has forgotten); the default ttl is lowered to the
         retention when that is shorter."""
-        if self._explicit_ttl is None:
-            self.ttl = min(DEFAULT_TTL, policy.retention)
-        elif self._explicit_ttl > policy.retention:
-            raise ConfigurationError(
-                f"the dedup cache ttl ({self._explicit_ttl}) is longer than the dedup "
-                f"retention ({policy.retention}): it must not outlive the database's rows")
+        self.ttl = cache_ttl(self._explicit_ttl, DEFAULT_TTL, policy)
 
     async def open(self) -> None:
         """Connect and ping once. Redis being away is no error: the breaker starts open."""
