@@ -18,6 +18,7 @@ from .test_migrate_check import run
 
 HOURLY = DedupPolicy(partition_interval=timedelta(hours=1))
 MEASURED = re.compile(r"measured (\d+) over the (\d+) dedup partition\(s\) present")
+PER_CLAIM = re.compile(r" x (\d+) per claim")
 
 
 async def _server_size(pool: asyncpg.Pool) -> tuple[int, int, int]:
@@ -54,28 +55,36 @@ async def test_an_hourly_window_too_big_for_the_lock_table_is_a_problem(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Hourly partitions over a week: a claim probes some 170 partitions and their indexes,
-    so four processes overflow a default lock table although their 29 connections fit. The
-    measure follows the partitions present: three past hours more, three entries more each
-    (a partition and its two indexes)."""
+    so a few processes overflow the lock table (three on a default server) although their
+    connections fit. The measure follows the partitions present: three past hours more,
+    three entries more each (a partition and its two indexes)."""
     db = ["--postgres", postgres_dsn, "--schema", pg_schema, "--interval", "1h"]
     async with pg_pool.acquire() as conn:
         await migrate(conn, pg_schema, HOURLY)
-    code, out = await run(capsys, "check", *db, "--processes", "4")
+    per_tx, connections, prepared = await _server_size(pg_pool)
+    _code, out = await run(capsys, "check", *db, "--processes", "1")
+    one = next(x for x in out.splitlines() if "lock-table entries" in x)
+    per_claim = PER_CLAIM.search(one)
+    assert per_claim is not None, one
+    # the fewest processes whose claims the server's lock table cannot hold
+    processes = per_tx * (connections + prepared) // (4 * int(per_claim[1])) + 1
+    code, out = await run(capsys, "check", *db, "--processes", str(processes))
     line = next(x for x in out.splitlines() if "lock-table entries" in x)
     print(line)
     assert code == 1
-    assert line.startswith("PROBLEM  lock-table entries the claims hold: 4 consumer "
-                           "process(es) x 4 transaction(s) in flight (concurrency) x "), out
+    assert line.startswith(f"PROBLEM  lock-table entries the claims hold: {processes} "
+                           "consumer process(es) x 4 transaction(s) in flight (concurrency) "
+                           "x "), out
     assert "more than the server's lock table has room for" in line
     assert "+ 3 for each of the" in line
-    assert "connections needed: 4 consumer process(es)" in out  # the connections fit
+    assert f"connections needed: {processes} consumer process(es)" in out  # they fit
     assert "PROBLEM  connections" not in out
     before = MEASURED.search(line)
     assert before is not None
     async with pg_pool.acquire() as conn:
         now = await conn.fetchval("SELECT now()")
         await maintain(conn, pg_schema, HOURLY, now=now - timedelta(hours=4))
-    code, out = await run(capsys, "check", *db, "--processes", "4")
+    code, out = await run(capsys, "check", *db, "--processes", str(processes))
     after = MEASURED.findall(out)[-1]  # (the line printed above is in ``out`` too)
     added = int(after[1]) - int(before[2])
     assert added == 4, (line, out)  # the hours from 5 to 2 before the current one
