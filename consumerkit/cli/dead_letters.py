@@ -10,7 +10,6 @@ details, payloads, headers) is shown escaped (:mod:`consumerkit.display`).
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Awaitable
 from datetime import UTC, datetime
 from typing import TypeVar
@@ -28,9 +27,8 @@ from .admin import dsn
 from .common import count, database_args, duration, partition, positive, sub
 from .dead_letters_show import dry_run, show_entry
 from .errors import MIGRATE_HINT, CommandError, database
-from .options import add_settings_arguments, load_settings, sources
-from .run import apply_settings
-from .target import load_consumer
+from .options import add_settings_arguments
+from .run import app_consumer
 
 T = TypeVar("T")
 
@@ -165,12 +163,7 @@ async def discard_command(args: argparse.Namespace) -> int:
 
 
 async def replay_command(args: argparse.Namespace) -> int:
-    settings = load_settings(args, ConsumerSettings)
-    assert isinstance(settings, ConsumerSettings)
-    consumer = await load_consumer(args.app)
-    apply_settings(consumer, settings, sources(args, ConsumerSettings))
-    if consumer.postgres_dsn is None:
-        consumer.postgres_dsn = os.environ.get("CONSUMERKIT_POSTGRES_DSN")
+    consumer = await app_consumer(args)
     if args.try_handlers and not args.dry_run:
         raise CommandError("--try-handlers goes with --dry-run")
     try:

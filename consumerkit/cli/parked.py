@@ -8,7 +8,6 @@ applies the parked records through the consumer's handlers.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import asyncpg
@@ -22,9 +21,8 @@ from ..shared.identifiers import identifier
 from .admin import dsn
 from .common import count, database_args, partition, sub
 from .errors import MIGRATE_HINT, CommandError, database
-from .options import add_settings_arguments, load_settings, sources
-from .run import apply_settings
-from .target import load_consumer
+from .options import add_settings_arguments
+from .run import app_consumer
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -83,12 +81,7 @@ async def discard_command(args: argparse.Namespace) -> int:
 
 
 async def replay_command(args: argparse.Namespace) -> int:
-    settings = load_settings(args, ConsumerSettings)
-    assert isinstance(settings, ConsumerSettings)
-    consumer = await load_consumer(args.app)
-    apply_settings(consumer, settings, sources(args, ConsumerSettings))
-    if consumer.postgres_dsn is None:
-        consumer.postgres_dsn = os.environ.get("CONSUMERKIT_POSTGRES_DSN")
+    consumer = await app_consumer(args)
     try:
         report = await replay_key(consumer, args.key.encode(), args.topic, args.partition)
     except (asyncpg.UndefinedTableError, asyncpg.InvalidSchemaNameError) as exc:

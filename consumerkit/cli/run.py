@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 
 from ..consumer import Consumer
@@ -94,6 +95,19 @@ def apply_settings(consumer: Consumer, settings: ConsumerSettings,
             consumer.kafka_options[key] = value
             consumer.kafka_consumer_options.setdefault(key, value)
     return origin
+
+
+async def app_consumer(args: argparse.Namespace) -> Consumer:
+    """The consumer ``--app`` names, with the settings applied as ``consumerkit run`` applies
+    them, for a command that works on its behalf (a replay); its DSN from
+    ``CONSUMERKIT_POSTGRES_DSN`` when neither the code nor a flag gave one."""
+    settings = load_settings(args, ConsumerSettings)
+    assert isinstance(settings, ConsumerSettings)
+    consumer = await load_consumer(args.app)
+    apply_settings(consumer, settings, sources(args, ConsumerSettings))
+    if consumer.postgres_dsn is None:
+        consumer.postgres_dsn = os.environ.get("CONSUMERKIT_POSTGRES_DSN")
+    return consumer
 
 
 async def run_command(args: argparse.Namespace) -> int:
