@@ -50,6 +50,7 @@ from tests.integration.ledger import (
 )
 
 from ..brokers import PRODUCER_OPTIONS
+from ..pooling import POOLER
 from .conftest import RelayRunning, read_all, wait_until
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -87,6 +88,7 @@ class ScriptedSink(KafkaSink):
 
 def relay_for(dsn: str, table: OutboxTable, sink: KafkaSink) -> Relay:
     return Relay(dsn, sink, schema=table.schema, table=table.table, handle_signals=False,
+                 postgres_pooler=POOLER,
                  retry=FAST_RETRY)
 
 
@@ -387,7 +389,7 @@ async def test_the_default_relay_retry_is_the_documented_back_off(
 
     sink = KafkaSink(kafka_bootstrap, kafka_options=dict(PRODUCER_OPTIONS))
     try:
-        relay = Relay(postgres_dsn, sink, handle_signals=False)
+        relay = Relay(postgres_dsn, sink, handle_signals=False, postgres_pooler=POOLER)
     finally:
         await sink.close()
     assert relay.retry is DEFAULT_RETRY

@@ -15,6 +15,7 @@ from consumerkit.testing.services import MakeTopic
 from consumerkit.transport.kafka_admin import create_topic
 
 from ..brokers import PRODUCER_OPTIONS
+from ..pooling import POOLER
 from .conftest import RelayRunning, pending, read_all, wait_until
 
 SINK_OPTIONS = PRODUCER_OPTIONS
@@ -29,6 +30,7 @@ def relay_for(dsn: str, table: OutboxTable, bootstrap: str, route: str,
               **options: object) -> Relay:
     sink = KafkaSink(bootstrap, route=route, kafka_options=dict(SINK_OPTIONS))
     return Relay(dsn, sink, schema=table.schema, table=table.table, handle_signals=False,
+                 postgres_pooler=POOLER,
                  **options)  # type: ignore[arg-type]
 
 

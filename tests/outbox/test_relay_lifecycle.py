@@ -31,6 +31,7 @@ from consumerkit.testing.services import MakeTopic
 from tests.webhooks.conftest import Reply, ScriptedEndpoint, serve
 
 from ..brokers import PRODUCER_OPTIONS
+from ..pooling import POOLER
 from .conftest import Published, RelayRunning, pending, read_all, wait_until
 
 ALL_SLOTS = frozenset(range(SLOTS))
@@ -67,7 +68,7 @@ def kafka_relay(dsn: str, table: OutboxTable, bootstrap: str, topic: str,
                 name: str) -> tuple[Relay, GatedSink]:
     sink = GatedSink(bootstrap, topic)
     relay = Relay(dsn, sink, schema=table.schema, table=table.table,
-                  name=f"{table.schema}-{name}", handle_signals=False,
+                  name=f"{table.schema}-{name}", handle_signals=False, postgres_pooler=POOLER,
                   rebalance_interval=0.2, poll_interval=0.2)
     return relay, sink
 
@@ -329,7 +330,7 @@ async def test_stop_lets_the_batch_in_flight_finish_and_the_next_relay_sends_not
     app.script(held1, Reply(gate=gate))
     async with serve(app, lifespan="off") as url:
         relay = Relay(postgres_dsn, WebhookSink(url, timeout=TIMEOUT),
-                      schema=outbox_table.schema, handle_signals=False)
+                      schema=outbox_table.schema, handle_signals=False, postgres_pooler=POOLER)
         task = asyncio.create_task(relay.run())
         try:
             async with asyncio.timeout(TIMEOUT):
@@ -352,7 +353,7 @@ async def test_stop_lets_the_batch_in_flight_finish_and_the_next_relay_sends_not
 
         held3 = await add("held", 3)
         fresh = Relay(postgres_dsn, WebhookSink(url, timeout=TIMEOUT),
-                      schema=outbox_table.schema, handle_signals=False)
+                      schema=outbox_table.schema, handle_signals=False, postgres_pooler=POOLER)
         async with RelayRunning(fresh):
             await wait_until(lambda: drained(pg_pool, outbox_table), TIMEOUT,
                              "the rest delivered")
