@@ -7,6 +7,7 @@
 #   scripts/test-pooler.sh                       embedded PostgreSQL behind the PgBouncer
 #   scripts/test-pooler.sh postgresql://...      that server instead (CI: pass 2's PostgreSQL 15)
 #   scripts/test-pooler.sh DSN -k relay -x       extra arguments go to pytest
+#   POOLER_TESTS="tests/pooler" scripts/test-pooler.sh   other tests than SUITE
 #
 # The tests get CONSUMERKIT_TEST_POSTGRES_DSN=PgBouncer, CONSUMERKIT_TEST_DIRECT_POSTGRES_DSN=the
 # server (for what a test does on a session of its own) and
@@ -55,6 +56,7 @@ echo "== pytest through PgBouncer (transaction mode) at $bouncer"
 export CONSUMERKIT_TEST_POSTGRES_DSN=$bouncer CONSUMERKIT_TEST_DIRECT_POSTGRES_DSN=$direct
 export CONSUMERKIT_TEST_POSTGRES_POOLER=transaction
 status=0
+if [ -n "${POOLER_TESTS:-}" ]; then read -ra SUITE <<<"$POOLER_TESTS"; fi
 .venv/bin/pytest -rs "${SUITE[@]}" "$@" || status=$?
 if [ "$status" -eq 5 ]; then
     echo "pytest collected no tests: failing" >&2

@@ -214,7 +214,10 @@ class Relay:
             async with self._owner.kept():  # leases renewed while the broker takes its time
                 results = await self.sink.send(events)
         except Exception as exc:  # a failed batch is an outage: pause, count no attempt
-            await self._pause(f"sink failed the whole batch: {exc!r}")
+            # still renewing its leases: a paused relay is alive (live_relays(), cleanup's
+            # refusal) and keeps its slots for when the sink is back
+            async with self._owner.kept():
+                await self._pause(f"sink failed the whole batch: {exc!r}")
             return False
         if faults.ON:
             faults.point("relay_after_publish")

@@ -101,7 +101,7 @@ async def held_at_gate(pool: asyncpg.Pool[asyncpg.Record], outbox: Outbox, relay
     return written, held
 
 
-async def owners(pool: asyncpg.Pool[asyncpg.Record], table: OutboxTable) -> dict[int, int]:
+async def owners(pool: asyncpg.Pool[asyncpg.Record], table: OutboxTable) -> dict[int, int | str]:
     async with pool.acquire() as conn:
         return await slot_owners(conn, table)
 
@@ -120,7 +120,7 @@ async def settled(pool: asyncpg.Pool[asyncpg.Record], table: OutboxTable,
 
 
 async def assert_split(pool: asyncpg.Pool[asyncpg.Record], table: OutboxTable,
-                       relays: Sequence[Relay]) -> dict[int, int]:
+                       relays: Sequence[Relay]) -> dict[int, int | str]:
     """The relays' slots are disjoint and cover every slot, and ``pg_locks`` agrees: each
     relay's slots are held by one backend of its own. Returns ``{slot: pid}``."""
     held = await owners(pool, table)
