@@ -50,7 +50,7 @@ from tests.integration.ledger import (
 )
 
 from ..brokers import PRODUCER_OPTIONS
-from ..pooling import POOLER
+from ..pooling import POOLER, direct_only
 from .conftest import RelayRunning, read_all, wait_until
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -177,6 +177,8 @@ async def test_cleanup_refuses_inside_a_transaction_a_bad_batch_and_a_running_re
         assert await cleanup(conn, timedelta(days=1), table=outbox_table) == 1
 
 
+@direct_only("a relay holding session advisory locks (SlotOwner); the lease relay's "
+             "refusal is in tests/pooler")
 async def test_a_relay_starting_during_a_cleanup_waits_for_its_end(
     pg_pool: asyncpg.Pool[asyncpg.Record], postgres_dsn: str, outbox: Outbox,
     outbox_table: OutboxTable,

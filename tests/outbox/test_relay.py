@@ -15,7 +15,7 @@ from consumerkit.testing.services import MakeTopic
 from consumerkit.transport.kafka_admin import create_topic
 
 from ..brokers import PRODUCER_OPTIONS
-from ..pooling import POOLER
+from ..pooling import POOLER, direct_only
 from .conftest import RelayRunning, pending, read_all, wait_until
 
 SINK_OPTIONS = PRODUCER_OPTIONS
@@ -133,6 +133,7 @@ async def test_routes_by_template_and_polls_without_notify(
     assert by_topic == {topics[0]: ["again", "placed"], topics[1]: ["paid"]}
 
 
+@direct_only("behind a transaction pooler the relay polls: no LISTEN to wake it")
 async def test_notify_wakes_the_relay_before_its_poll_interval(
     pg_pool: asyncpg.Pool[asyncpg.Record], postgres_dsn: str, kafka_bootstrap: str,
     make_topic: MakeTopic, outbox: Outbox, outbox_table: OutboxTable,

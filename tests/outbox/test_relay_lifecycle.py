@@ -31,7 +31,7 @@ from consumerkit.testing.services import MakeTopic
 from tests.webhooks.conftest import Reply, ScriptedEndpoint, serve
 
 from ..brokers import PRODUCER_OPTIONS
-from ..pooling import POOLER
+from ..pooling import POOLER, direct_only
 from .conftest import Published, RelayRunning, pending, read_all, wait_until
 
 ALL_SLOTS = frozenset(range(SLOTS))
@@ -257,6 +257,8 @@ async def test_a_relay_cancelled_mid_batch_leaves_its_slots_and_rows_to_the_othe
     assert first_order(records, written) == {agg: [1, 2] for agg in AGGREGATES}
 
 
+@direct_only("terminates the relay's own backends; behind PgBouncer it has none (shared "
+             "server connections; lost leases: tests/pooler/test_relay_leases.py)")
 async def test_a_relay_whose_backends_die_mid_batch_loses_its_slots_to_the_other(
     pg_pool: asyncpg.Pool[asyncpg.Record], postgres_dsn: str, kafka_bootstrap: str,
     make_topic: MakeTopic, outbox: Outbox, outbox_table: OutboxTable,
