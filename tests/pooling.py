@@ -29,6 +29,8 @@ def _pooler() -> Pooler:
 
 POOLER: Pooler = _pooler()
 THROUGH_POOLER = POOLER == "transaction"
+# the CLI's spelling of the same setting (``consumerkit migrate/check/run/relay``)
+POOLER_FLAG: tuple[str, ...] = ("--postgres-pooler", POOLER) if THROUGH_POOLER else ()
 
 
 def direct_only(reason: str) -> pytest.MarkDecorator:
