@@ -143,6 +143,13 @@ async def backends(pool: asyncpg.Pool[asyncpg.Record], relay: Relay) -> list[int
 
 
 async def no_backends(pool: asyncpg.Pool[asyncpg.Record], relay: Relay) -> bool:
+    """No connection of the relay is left. Behind a transaction pooler, whose server
+    connections are shared and stay pooled under the last client's name: its membership was
+    given back on the way out."""
+    if relay._leases is not None:
+        return not await pool.fetchval(
+            f"SELECT count(*) FROM {relay.table.members} WHERE holder = $1",
+            relay._leases.holder)
     return not await backends(pool, relay)
 
 
