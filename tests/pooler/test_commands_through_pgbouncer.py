@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -78,8 +79,14 @@ async def test_check_finds_an_undeclared_transaction_pooler(
     session = pgbouncer(mode="session", pool_size=2)
     code, out = await _check("--postgres", transaction.dsn, "--schema", pg_schema)
     assert code == 1, out
-    assert "PROBLEM  PostgreSQL is reached through a pooler in transaction mode (backends " in out
+    assert "PROBLEM  PostgreSQL is reached through a pooler in transaction mode (" in out
     assert "but postgres_pooler is none: set CONSUMERKIT_POSTGRES_POOLER=transaction" in out
+    # one backend: the second client is lent the one the first gave back, and the proof
+    # names it once (not as two backends with the same pid)
+    code, out = await _check("--postgres", pgbouncer(pool_size=1).dsn, "--schema", pg_schema)
+    assert code == 1, out
+    assert re.search(r"in transaction mode \(backend \d+ answered two clients' transactions "
+                     r"in turn\)", out), out
     code, out = await _check("--postgres", transaction.dsn, "--schema", pg_schema,
                              "--postgres-pooler", "transaction")
     assert "ok       PostgreSQL is reached through a pooler in transaction mode, as declared" \
