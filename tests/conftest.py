@@ -190,7 +190,7 @@ async def pg_schema(postgres_dsn: str, request: pytest.FixtureRequest) -> AsyncI
 async def pg_pool(postgres_dsn: str) -> AsyncIterator[asyncpg.Pool[asyncpg.Record]]:
     """A connection pool (1 to 10 connections) to ``postgres_dsn``, closed after the test
     (built as the session's pooler needs it, ``tests/pooling.py``)."""
-    pool = await create_pool(postgres_dsn, pooler=POOLER, application_name="consumerkit-tests",
+    pool = await create_pool(postgres_dsn, pooler=POOLER, application_name="tests-pg-pool",
                              max_size=10, timeout=10)
     try:
         yield pool
