@@ -29,7 +29,14 @@ from consumerkit.testing._common import free_port
 START_TIMEOUT = 30.0
 
 
+BINARY_ENV = "CONSUMERKIT_TEST_PGBOUNCER"
+"""A PgBouncer binary to use instead of the one on PATH (a 1.21+ build, say, for
+``max_prepared_statements``)."""
+
+
 def _binary() -> str | None:
+    if chosen := os.environ.get(BINARY_ENV):
+        return chosen if os.access(chosen, os.X_OK) else None
     return shutil.which("pgbouncer") or next(
         (p for p in ("/usr/sbin/pgbouncer", "/usr/local/sbin/pgbouncer") if os.access(p, os.X_OK)),
         None)
@@ -79,7 +86,10 @@ def _server(dsn: str) -> tuple[str, str, str, str | None, str]:
     return host, port, user, password, database
 
 
-def start_pgbouncer(dsn: str, *, mode: str = "transaction", pool_size: int = 8) -> PgBouncer:
+def start_pgbouncer(dsn: str, *, mode: str = "transaction", pool_size: int = 8,
+                    prepared_statements: int = 0) -> PgBouncer:
+    """``prepared_statements``: PgBouncer's ``max_prepared_statements`` (1.21 and later);
+    0, the default, behaves as PgBouncer before 1.21."""
     binary = _binary()
     if binary is None:
         pytest.skip("pgbouncer is not installed (apt-get install pgbouncer)")
@@ -100,7 +110,10 @@ def start_pgbouncer(dsn: str, *, mode: str = "transaction", pool_size: int = 8) 
         "ignore_startup_parameters": "extra_float_digits",
     }
     if version >= (1, 21):
-        settings["max_prepared_statements"] = "0"  # as PgBouncer before 1.21
+        settings["max_prepared_statements"] = str(prepared_statements)
+    elif prepared_statements:
+        pytest.skip(f"PgBouncer {version[0]}.{version[1]} has no max_prepared_statements "
+                    f"(1.21 and later; {BINARY_ENV} names another binary)")
     lines = ["[databases]", f"* = {server}", "", "[pgbouncer]",
              *(f"{k} = {v}" for k, v in settings.items())]
     (workdir / "pgbouncer.ini").write_text("\n".join(lines) + "\n")
@@ -139,12 +152,14 @@ def _accepts(port: int) -> bool:
 
 @pytest.fixture
 def pgbouncer(postgres_dsn: str) -> Iterator[Callable[..., PgBouncer]]:
-    """Start PgBouncers in front of the tests' PostgreSQL (``mode``, ``pool_size``); all are
-    stopped after the test."""
+    """Start PgBouncers in front of the tests' PostgreSQL (``mode``, ``pool_size``,
+    ``prepared_statements``); all are stopped after the test."""
     started: list[PgBouncer] = []
 
-    def start(mode: str = "transaction", pool_size: int = 8) -> PgBouncer:
-        bouncer = start_pgbouncer(postgres_dsn, mode=mode, pool_size=pool_size)
+    def start(mode: str = "transaction", pool_size: int = 8,
+              prepared_statements: int = 0) -> PgBouncer:
+        bouncer = start_pgbouncer(postgres_dsn, mode=mode, pool_size=pool_size,
+                                  prepared_statements=prepared_statements)
         started.append(bouncer)
         return bouncer
 
