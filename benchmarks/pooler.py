@@ -66,13 +66,15 @@ Until this benchmark, the relay behind a transaction pooler ran at 0.3x of direc
 claim's lease check, planned as a join, read and sorted the whole backlog before each
 batch's `LIMIT`; it is now a filter on the rows read in order (`consumerkit/outbox/leases.py`).
 
-PgBouncer 1.21 or later with `max_prepared_statements` could not be measured here: Debian
-12's package is 1.18, PyPI has none, and neither pgbouncer.org nor GitHub, where its source
-is, answers from this machine. It would change nothing for consumerkit's
-`postgres_pooler="transaction"`, which sends no named prepared statement. The figures in
-issue 35, taken when it was filed (noisy; 40,000 events, the batch path), were 8,202
-events/s through PgBouncer 1.24.1 with prepared statements against 3,970 with the statement
-cache off, direct 13,817.
+PgBouncer 1.21 and later can carry protocol-level prepared statements from backend to
+backend (`max_prepared_statements`). Given such a binary (`CONSUMERKIT_TEST_PGBOUNCER`;
+`scripts/pgbouncer-newer.sh` builds 1.24.1 from Debian 13's source), the benchmark adds a
+transaction-mode PgBouncer with `max_prepared_statements=200`, reached two ways:
+consumerkit's `postgres_pooler="transaction"`, which sends no named statement, and asyncpg's
+named statements (`postgres_pooler="none"`), for the consumer only: that setting keeps the
+relay's session locks and LISTEN, which a transaction pooler breaks whatever it does with
+statements. Both settings work through either version; the named statements save the
+first round trip of each statement with parameters.
 """
 
 
@@ -175,8 +177,9 @@ def render(doc: dict[str, Any]) -> str:
             f"--runs {doc['runs']}` ({doc['started']}; PgBouncer {doc['pgbouncer']}, "
             f"CPUs: {doc['context'].get('cpus', '?')}): "
             "the same PostgreSQL reached directly and through a PgBouncer in session and in "
-            "transaction mode (no protocol-level prepared statements: asyncpg's statement "
-            "cache off), `postgres_pooler` set to match; medians of interleaved runs, ratios "
+            "transaction mode (no protocol-level prepared statements, as before 1.21: "
+            "asyncpg's statement cache off), `postgres_pooler` set to match, and with a "
+            "1.21+ binary through one tracking them; medians of interleaved runs, ratios "
             "to direct in the same run. Statements and transactions are PgBouncer's own "
             "counts (`SHOW STATS`); a direct connection has none to read.\n\n"
             f"**The consumer's batch path** (`consumerkit-batch`, {doc['events']:,} messages, "
