@@ -145,7 +145,7 @@ class Applier:
         claimed: list[ClaimRequest] = []
         written: Written = []
         committed = handling = False
-        outside = faults.ON and faults.mutant("claim_outside_tx")
+        outside = faults.inject("claim_outside_tx")
         try:
             if outside:  # broken on purpose (see faults): the claim commits by itself
                 claims = await self._claim(conn, requests)
@@ -157,21 +157,21 @@ class Applier:
                          if c.status is ClaimStatus.CLAIMED]
                 if fresh:
                     claimed = [r for _, r in fresh]
-                    if faults.ON:
-                        await _faults_after_claim(self.cache, self._cache_namespace(),
-                                                  claimed)
+                    faults.inject("after_claim")
+                    if faults.inject("cache_before_commit"):  # broken on purpose: see faults
+                        await self._remember(claimed)
                     token = await mark(conn)
                     handling = True
                     await self._handle_all(conn, [d for d, _ in fresh], attempt, token)
                 if self.offsets is not None:
                     written = await self.offsets.write(conn, items, claims)
-                if fresh and faults.ON:
-                    faults.point("before_commit")
+                if fresh:
+                    faults.inject("before_commit")
             committed = True
             if self.offsets is not None:
                 self.offsets.confirm(written)
-            if faults.ON and claimed:
-                faults.point("after_commit")
+            if claimed:
+                faults.inject("after_commit")
         except HandlerFailure:
             raise
         except Exception as exc:
@@ -184,7 +184,7 @@ class Applier:
         return claims
 
     async def _claim(self, conn: DbConnection, requests: list[ClaimRequest]) -> list[Claim]:
-        if faults.ON and faults.mutant("claim_skipped"):  # broken on purpose: see faults
+        if faults.inject("claim_skipped"):  # broken on purpose: see faults
             return [Claim(ClaimStatus.CLAIMED) for _ in requests]
         try:
             return await self.dedup.claim_many(
@@ -199,11 +199,16 @@ class Applier:
     async def _ended(self, conn: DbConnection, claimed: list[ClaimRequest], committed: bool,
                      ) -> None:
         await self.dedup.ended(conn, self.namespace, claimed, committed)
+        if committed and await self._remember(claimed):
+            faults.inject("after_cache_write")
+
+    async def _remember(self, claimed: list[ClaimRequest]) -> bool:
+        """Tell the dedup cache (if one may be used now) that ``claimed`` were applied."""
         namespace = self._cache_namespace()
-        if committed and self.cache is not None and namespace is not None:
-            await self.cache.remember(namespace, [r.envelope.event_id for r in claimed])
-            if faults.ON:
-                faults.point("after_cache_write")
+        if self.cache is None or namespace is None:
+            return False
+        await self.cache.remember(namespace, [r.envelope.event_id for r in claimed])
+        return True
 
     async def _handle_all(self, conn: DbConnection, items: list[Decoded], attempt: int,
                           token: str) -> None:
@@ -303,14 +308,6 @@ class Applier:
                 await decoded.route.func(decoded.event, ctx)
         else:
             await decoded.route.func(decoded.event, ctx)
-
-
-async def _faults_after_claim(cache: DedupCache | None, namespace: str | None,
-                              claimed: list[ClaimRequest]) -> None:
-    """The torture test's fail-point after a fresh claim, and its cache mutant."""
-    faults.point("after_claim")
-    if cache is not None and namespace is not None and faults.mutant("cache_before_commit"):
-        await cache.remember(namespace, [r.envelope.event_id for r in claimed])
 
 
 Connect = Callable[[], AbstractAsyncContextManager[DbConnection]]

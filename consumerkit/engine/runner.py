@@ -222,14 +222,14 @@ class Engine(Ownership):
                 state.settled()
                 self.commits.wanted.set()
                 continue
-            if faults.ON and faults.mutant("offset_before_commit"):
+            if faults.inject("offset_before_commit"):
                 state.offsets.finished(record.offset)  # broken on purpose: see faults
                 self.commits.wanted.set()
             self.in_flight += 1
             # one lane per key of this ownership of the partition: a zombie left by an earlier
             # ownership never holds up (or breaks) the lanes of the current one
             lane = record.key
-            if faults.ON and faults.mutant("lanes_ignore_key"):
+            if faults.inject("lanes_ignore_key"):
                 lane = str(record.offset % 8).encode()  # broken on purpose: see faults
             self.lanes.submit((state, lane), record)
 
