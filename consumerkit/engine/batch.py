@@ -32,9 +32,9 @@ from functools import partial
 from ..envelope import RecordLike
 from ..errors import DecodeError
 from ..shared.failures import HandlerFailure, describe
-from .apply import RecordFailed
 from .decode import Decoded
 from .groups import Group, Groups
+from .handling import RecordFailed
 from .pipeline import Pipeline
 from .settle import Owner, Report, Result, RolledBack, accounted, conclude
 

@@ -19,18 +19,12 @@ from ..shared import faults
 from ..stats import ConsumerStats
 from ..transport.source import Partition, Source
 from .batch import Batcher
+from .fetch import Fetched, fetch_records, known_offsets, trace, trace_fetch
 from .lanes import KeyedExecutor, KeyedLanes
 from .ownership import Ownership
 from .pipeline import Outcome, Pipeline
 
 log = logging.getLogger("consumerkit.consumer")
-# each ownership's first offset, jumps between fetches and dropped fetches, at DEBUG (with the
-# commits): what it takes to tell which commit went past a record that was never applied
-trace = logging.getLogger("consumerkit.consumer.offsets")
-
-
-Fetched = tuple[dict[Partition, list[RecordLike]], dict[Partition, PartitionState | None]]
-"""Records fetched, and the state of each partition when they came."""
 
 
 class Engine(Ownership):
@@ -98,13 +92,14 @@ class Engine(Ownership):
                     continue
                 source.pause(room <= 0)
                 fetch = asyncio.ensure_future(
-                    self._fetch(source, max(1, min(room, self.batch_size))))
+                    fetch_records(source, self.states, self.poll_timeout_ms,
+                                  max(1, min(room, self.batch_size))))
                 await asyncio.wait({fetch, stop}, return_when=asyncio.FIRST_COMPLETED)
                 if not fetch.done():  # stopping: do not wait for a rebalance or a fetch
                     break
                 fetched, owners = fetch.result()
                 await _gaps.first_offsets(source, fetched, owners, stop)
-                known = await self._known(fetched)
+                known = await known_offsets(self.pipeline, fetched)
                 if self._put_back(fetched, owners):
                     continue
                 for part, records in fetched.items():
@@ -148,47 +143,6 @@ class Engine(Ownership):
         room.cancel()
         return bool(done)
 
-    async def _known(
-        self, fetched: dict[Partition, list[RecordLike]],
-    ) -> dict[Partition, set[int]]:
-        """Offsets of the records of ``fetched`` whose event ids the dedup cache knows were
-        applied: one lookup per poll, before anything is decoded."""
-        if self.pipeline.cache is None:
-            return {}
-        event_id = self.pipeline.decoder.event_id
-        ids: list[str] = []
-        where: list[tuple[Partition, int]] = []
-        for part, records in fetched.items():
-            for record in records:
-                if (i := event_id(record)) is not None:
-                    ids.append(i)
-                    where.append((part, record.offset))
-        known = await self.pipeline.applier.known(ids)
-        offsets: dict[Partition, set[int]] = {}
-        for i, (part, offset) in zip(ids, where, strict=True):
-            if i in known:
-                offsets.setdefault(part, set()).add(offset)
-        return offsets
-
-    async def _fetch(self, source: Source, max_records: int) -> Fetched:
-        """Fetch, and note which ownership of each partition the records belong to, in the
-        same step (no await between): a rebalance can come before they are dispatched (the
-        cache lookup awaits), and they must not reach the next ownership's lanes."""
-        fetched = await source.fetch(self.poll_timeout_ms, max_records)
-        for part, ranges in source.skipped().items():
-            # facts about the log: kept by whichever ownership reads the partition now
-            if (state := self.states.get(part)) is not None:
-                state.skipped.add(ranges)
-        for part in list(fetched):
-            state = self.states.get(part)
-            if state is not None and state.placing:
-                # fetched before the ownership's stored offset is read: dropped now, not at
-                # dispatch (after awaits, by which time the seek may have come and gone)
-                records = fetched.pop(part)
-                if records and state.first_seen is None:
-                    state.first_seen = records[0].offset
-        return fetched, {part: self.states.get(part) for part in fetched}
-
     def _dispatch(
         self, part: Partition, records: Sequence[RecordLike], owner: PartitionState | None,
         known: Collection[int] = (),
@@ -205,7 +159,7 @@ class Engine(Ownership):
             return
         if records:
             if trace.isEnabledFor(logging.DEBUG):
-                _trace_fetch(part, state.fetched, records)
+                trace_fetch(part, state.fetched, records)
             records = _gaps.through(part, state, records, self.source, self.stats)
         if records:
             state.fetched = records[-1].offset + 1
@@ -305,14 +259,3 @@ class _Owner:
 
     def finished(self, lane: Hashable, records: list[RecordLike]) -> None:
         self.engine._group_finished(self.state, lane, records)
-
-
-def _trace_fetch(part: Partition, fetched: int | None, records: Sequence[RecordLike]) -> None:
-    """Log where a fetch leaves offsets out (transaction markers do, on a topic written in
-    transactions)."""
-    first, last = records[0].offset, records[-1].offset
-    if fetched is not None and first != fetched:
-        trace.debug("%s/%d: offsets jump from %d to %d", *part, fetched, first)
-    if last - first + 1 != len(records):
-        trace.debug("%s/%d: %d records fetched between offsets %d and %d", *part,
-                    len(records), first, last)

@@ -12,8 +12,8 @@ from typing import Any, Protocol
 
 from ..envelope import RecordLike
 from ..types import Claim
-from .apply import RecordFailed
 from .decode import Decoded
+from .handling import RecordFailed
 from .pipeline import Outcome, Pipeline
 
 Report = Callable[[RecordLike, Outcome], None]
