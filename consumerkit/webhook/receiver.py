@@ -37,7 +37,8 @@ from ..envelope import Record
 from ..errors import ConfigurationError, DecodeError, StartupError
 from ..observability.logging import LogObserver, message_fields
 from ..observability.observer import Observer, fanout
-from ..registry import HandlerRegistry, HandlerSource, RouteTable
+from ..registry import HandlerRegistry, HandlerSource
+from ..route_table import RouteTable
 from ..schema import check_synchronous_commit, migrate
 from ..shared.failures import describe
 from ..shared.identifiers import check_name, identifier, redact_dsn

@@ -29,7 +29,7 @@ from consumerkit.engine.pipeline import Outcome, Pipeline
 from consumerkit.engine.runner import Engine
 from consumerkit.envelope import Record, RecordLike, WireFormat
 from consumerkit.offsets.state import PartitionState
-from consumerkit.registry import RouteTable
+from consumerkit.route_table import RouteTable
 from consumerkit.schema import migrate
 from consumerkit.shared.identifiers import identifier
 from consumerkit.stats import ConsumerStats
