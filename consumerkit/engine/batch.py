@@ -96,7 +96,7 @@ class Batcher:
         self, records: Sequence[RecordLike], abandon: asyncio.Event, report: Report,
     ) -> None:
         pipeline = self.pipeline
-        if (parked := await pipeline.join_park(records, abandon)) is not None:
+        if (parked := await pipeline.unapplied.join_park(records, abandon)) is not None:
             for record in records:  # their key is parked: they wait behind it, in order
                 report(record, parked)
             return
@@ -105,7 +105,7 @@ class Batcher:
             try:
                 good.append((record, pipeline.decoder.decode(record)))
             except DecodeError as exc:
-                report(record, await pipeline.undecodable(record, exc, abandon))
+                report(record, await pipeline.unapplied.undecodable(record, exc, abandon))
         if not good:
             return
         group = Group([decoded for _, decoded in good], abandon,

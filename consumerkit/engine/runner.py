@@ -27,7 +27,7 @@ from .pipeline import Outcome, Pipeline
 log = logging.getLogger("consumerkit.consumer")
 
 
-class Engine(Ownership):
+class Engine:
     """Owns the partition states, their keyed lanes and the offset commits; what begins and
     ends an ownership (rebalances, rewinds, the drain at stop) is :class:`Ownership`."""
 
@@ -51,7 +51,7 @@ class Engine(Ownership):
             self.lanes = KeyedLanes(self._start_group, max_group=max_batch)
             # a lane's group never outgrows the batches
             self.batcher.on_limit = partial(setattr, self.lanes, "max_group")
-        self._owners = {}
+        self.owners: dict[PartitionState, _Owner] = {}  # the batcher's view of each partition
         self.max_in_flight = max_in_flight
         self.batch_size = batch_size
         self.revoke_timeout = revoke_timeout
@@ -67,7 +67,21 @@ class Engine(Ownership):
         self._room = asyncio.Event()
         if pipeline.breaker is not None:  # a stall that begins or ends: look at the room again
             pipeline.breaker.on_change = self._room.set
-        self._rewinds: set[asyncio.Task[None]] = set()
+        self.ownership = Ownership(self)
+
+    # -- where ownerships begin and end (:class:`Ownership`) --------------------------------
+
+    async def on_assigned(self, partitions: list[Partition]) -> None:
+        await self.ownership.on_assigned(partitions)
+
+    async def on_revoked(self, partitions: list[Partition]) -> None:
+        await self.ownership.on_revoked(partitions)
+
+    def rewind(self, state: PartitionState, offset: int) -> None:
+        self.ownership.rewind(state, offset)
+
+    async def drain(self, timeout: float, force: asyncio.Event) -> None:
+        await self.ownership.drain(timeout, force)
 
     # -- the fetch loop ---------------------------------------------------------------------
 
@@ -105,7 +119,8 @@ class Engine(Ownership):
                 for part, records in fetched.items():
                     self._dispatch(part, records, owners[part], known.get(part, ()))
         finally:
-            for task in (*self._rewinds, fetch, stop, committer):
+            self.ownership.cancel_rewinds()
+            for task in (fetch, stop, committer):
                 if task is not None:
                     task.cancel()
             await asyncio.gather(*(t for t in (fetch, stop, committer) if t is not None),
@@ -191,9 +206,9 @@ class Engine(Ownership):
         """A lane's next group, to the batcher (with batches)."""
         assert self.batcher is not None
         state: PartitionState = lane[0]  # type: ignore[index]
-        owner = self._owners.get(state)
+        owner = self.owners.get(state)
         if owner is None:
-            owner = self._owners[state] = _Owner(self, state)
+            owner = self.owners[state] = _Owner(self, state)
         self.batcher.submit(lane, records, owner)
 
     def _group_finished(self, state: PartitionState, lane: Hashable,

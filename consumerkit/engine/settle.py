@@ -81,7 +81,7 @@ async def conclude(pipeline: Pipeline, good: list[tuple[RecordLike, Decoded]],
     at = settle_now(pipeline, good, result, 0, report)
     while at < len(good):  # an expired record, to the dead letters
         record, decoded = good[at]
-        report(record, await pipeline.expired_dead_letter(record, decoded, 1, abandon))
+        report(record, await pipeline.unapplied.expired_dead_letter(record, decoded, 1, abandon))
         at = settle_now(pipeline, good, result, at + 1, report)
 
 
