@@ -30,7 +30,7 @@ class Ownership:
         for task in self._rewinds:
             task.cancel()
 
-    # called by the transport during a group rebalance
+    # called by the transport (through the engine) during a group rebalance
 
     async def on_assigned(self, partitions: list[Partition]) -> None:
         # always fresh: aiokafka resumes from the committed offset, unless the database
