@@ -39,7 +39,7 @@ from consumerkit.deadletter.writer import DeadLetterWriter
 from consumerkit.dedup.postgres import PostgresDedupStore
 from consumerkit.engine.decode import Decoder
 from consumerkit.engine.pipeline import Outcome, Pipeline
-from consumerkit.registry import RouteTable
+from consumerkit.route_table import RouteTable
 from consumerkit.schema import migrate
 from consumerkit.stats import ConsumerStats
 from consumerkit.testing.services import MakeTopic
