@@ -49,13 +49,23 @@ def missing() -> str | None:
     return None
 
 
-def start(dsn: str, mode: str, pool_size: int) -> PgBouncer:
-    """A PgBouncer in ``mode`` in front of ``dsn``, started as the pooler tests start theirs."""
+def start(dsn: str, mode: str, pool_size: int, prepared_statements: int = 0) -> PgBouncer:
+    """A PgBouncer in ``mode`` in front of ``dsn``, started as the pooler tests start theirs
+    (``prepared_statements``: its ``max_prepared_statements``, 1.21 and later)."""
     if (reason := missing()) is not None:
         raise MissingToolError(reason)
     from tests.harness.pgbouncer import start_pgbouncer
 
-    return start_pgbouncer(dsn, mode=mode, pool_size=pool_size)
+    return start_pgbouncer(dsn, mode=mode, pool_size=pool_size,
+                           prepared_statements=prepared_statements)
+
+
+def tracks_prepared_statements() -> bool:
+    """Whether the PgBouncer used here has ``max_prepared_statements`` (1.21 and later)."""
+    from tests.harness.pgbouncer import _binary, _version
+
+    binary = _binary()
+    return binary is not None and _version(binary) >= (1, 21)
 
 
 def version() -> str:

@@ -40,6 +40,8 @@ from .runner import Settings, benchmark
 Log = Callable[[str], None]
 MODES = ("session", "transaction")
 POOL_SIZE = 20  # a session pooler pins concurrency + 2 backends per consumer
+PREPARED_STATEMENTS = 200  # PgBouncer 1.21+'s compiled default for max_prepared_statements
+PREPARED = f"max_prepared_statements={PREPARED_STATEMENTS}"
 RESULT = Path(__file__).resolve().parent / "pooler.md"
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 BEGIN, END = "<!-- pooler: python -m benchmarks.pooler --docs -->", "<!-- end of pooler -->"
@@ -64,23 +66,35 @@ Until this benchmark, the relay behind a transaction pooler ran at 0.3x of direc
 claim's lease check, planned as a join, read and sorted the whole backlog before each
 batch's `LIMIT`; it is now a filter on the rows read in order (`consumerkit/outbox/leases.py`).
 
-PgBouncer 1.21 or later with `max_prepared_statements` could not be measured here: Debian
-12's package is 1.18, PyPI has none, and neither pgbouncer.org nor GitHub, where its source
-is, answers from this machine. It would change nothing for consumerkit's
-`postgres_pooler="transaction"`, which sends no named prepared statement. The figures in
-issue 35, taken when it was filed (noisy; 40,000 events, the batch path), were 8,202
-events/s through PgBouncer 1.24.1 with prepared statements against 3,970 with the statement
-cache off, direct 13,817.
+PgBouncer 1.21 and later can carry protocol-level prepared statements from backend to
+backend (`max_prepared_statements`). Given such a binary (`CONSUMERKIT_TEST_PGBOUNCER`;
+`scripts/pgbouncer-newer.sh` builds 1.24.1 from Debian 13's source), the benchmark adds a
+transaction-mode PgBouncer with `max_prepared_statements=200`, reached two ways:
+consumerkit's `postgres_pooler="transaction"`, which sends no named statement, and asyncpg's
+named statements (`postgres_pooler="none"`), for the consumer only: that setting keeps the
+relay's session locks and LISTEN, which a transaction pooler breaks whatever it does with
+statements. Both settings work through either version; the named statements save the
+first round trip of each statement with parameters.
 """
 
 
-def through(way: str, dsn: str) -> type[Peer]:
-    """``consumerkit-batch`` reaching PostgreSQL at ``dsn`` with ``postgres_pooler`` for
-    ``way`` (``direct`` is ``none``)."""
-    pooler = "none" if way == "direct" else way
+@dataclasses.dataclass(frozen=True)
+class Way:
+    """One way to reach PostgreSQL: a DSN (direct, or a PgBouncer's) and the
+    ``postgres_pooler`` consumerkit is told."""
+
+    name: str
+    dsn: str
+    pooler: str
+    relay: bool = True  # measured for the relay too (not where the relay cannot work)
+
+
+def through(way: Way) -> type[Peer]:
+    """``consumerkit-batch`` reaching PostgreSQL the ``way`` says."""
+    pooler, dsn = way.pooler, way.dsn
 
     class Through(ConsumerkitBatchPeer):
-        name = f"consumerkit-batch {way}"
+        name = f"consumerkit-batch {way.name}"
         description = f"consumerkit-batch, postgres_pooler={pooler!r}"
         options = {"postgres_pooler": pooler}
 
@@ -107,18 +121,23 @@ def _figures(way: str, rates: list[float], exact: bool, direct: list[float] | No
             if spent and spent.transactions else None}
 
 
-async def consumer_cell(svc: Services, dsns: dict[str, str], events: int, runs: int,
+async def consumer_cell(svc: Services, ways: list[Way], events: int, runs: int,
                         log: Log) -> list[dict[str, Any]]:
+    """``ways[0]`` is the direct one. Two ways through one PgBouncer share its counts, so
+    each way's statements are counted only where it has its PgBouncer to itself."""
     settings = Settings(events=events, keys=1_000, dup_rate=0.1, runs=runs, deadline=300)
-    peers = [through(way, dsn) for way, dsn in dsns.items()]
-    before = {way: pgbouncer.counts(dsn) for way, dsn in dsns.items() if way != "direct"}
+    peers = [through(way) for way in ways]
+    shared = {w.dsn for w in ways if sum(v.dsn == w.dsn for v in ways) > 1}
+    counted = [w for w in ways[1:] if w.dsn not in shared]
+    before = {w.name: pgbouncer.counts(w.dsn) for w in counted}
     summaries = {s.peer: s for s in await benchmark(svc.dsn, svc.bootstrap, settings, peers,
                                                     log)}
-    spent = {way: pgbouncer.counts(dsns[way]) - c for way, c in before.items()}
+    spent = {w.name: pgbouncer.counts(w.dsn) - before[w.name] for w in counted}
     direct = summaries[peers[0].name]
-    return [_figures(way, summaries[p.name].rates, summaries[p.name].exact,
-                     direct.rates if direct.exact else None, spent.get(way), events * runs)
-            for way, p in zip(dsns, peers, strict=True)]
+    return [_figures(w.name, summaries[p.name].rates, summaries[p.name].exact,
+                     direct.rates if direct.exact else None, spent.get(w.name),
+                     events * runs)
+            for w, p in zip(ways, peers, strict=True)]
 
 
 def relay_figures(samples: dict[str, list[dict[str, Any]]], rows: int,
@@ -158,8 +177,9 @@ def render(doc: dict[str, Any]) -> str:
             f"--runs {doc['runs']}` ({doc['started']}; PgBouncer {doc['pgbouncer']}, "
             f"CPUs: {doc['context'].get('cpus', '?')}): "
             "the same PostgreSQL reached directly and through a PgBouncer in session and in "
-            "transaction mode (no protocol-level prepared statements: asyncpg's statement "
-            "cache off), `postgres_pooler` set to match; medians of interleaved runs, ratios "
+            "transaction mode (no protocol-level prepared statements, as before 1.21: "
+            "asyncpg's statement cache off), `postgres_pooler` set to match, and with a "
+            "1.21+ binary through one tracking them; medians of interleaved runs, ratios "
             "to direct in the same run. Statements and transactions are PgBouncer's own "
             "counts (`SHOW STATS`); a direct connection has none to read.\n\n"
             f"**The consumer's batch path** (`consumerkit-batch`, {doc['events']:,} messages, "
@@ -185,17 +205,26 @@ async def run(svc: Services, events: int, rows: int, runs: int, log: Log,
     from datetime import UTC, datetime
 
     bouncers = [pgbouncer.start(svc.dsn, mode, POOL_SIZE) for mode in MODES]
+    ways = [Way("direct", svc.dsn, "none"),
+            *(Way(m, b.dsn, m) for m, b in zip(MODES, bouncers, strict=True))]
+    if pgbouncer.tracks_prepared_statements():
+        tracked = pgbouncer.start(svc.dsn, "transaction", POOL_SIZE, PREPARED_STATEMENTS)
+        bouncers.append(tracked)
+        ways += [Way(f"transaction, {PREPARED}", tracked.dsn, "transaction"),
+                 # asyncpg's named statements, which such a PgBouncer carries across
+                 # backends; the relay's session locks cannot work there
+                 Way(f"transaction, {PREPARED}, postgres_pooler='none'", tracked.dsn, "none",
+                     relay=False)]
     try:
-        dsns = {"direct": svc.dsn, **{m: b.dsn for m, b in zip(MODES, bouncers, strict=True)}}
         doc: dict[str, Any] = {"events": events, "rows": rows, "runs": runs,
                                "started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
                                "pgbouncer": pgbouncer.version(),
                                "context": await collect(svc, uvloop)}
         log("== consumer: the batch path")
-        doc["consumer"] = await consumer_cell(svc, dsns, events, runs, log)
+        doc["consumer"] = await consumer_cell(svc, ways, events, runs, log)
         log("== relay")
         samples = await pooler_relay.measure(
-            svc.dsn, [(w, d, "none" if w == "direct" else w) for w, d in dsns.items()],
+            svc.dsn, [(w.name, w.dsn, w.pooler) for w in ways if w.relay],
             svc.bootstrap, rows, runs, log, uvloop)
         doc["relay"] = relay_figures(samples, rows)
         return doc

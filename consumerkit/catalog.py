@@ -20,7 +20,8 @@ from .consumer import Consumer
 from .envelope import WireFormat
 from .errors import ConfigurationError
 from .outbox.routing import TopicRoute, check_topic
-from .registry import HandlerSource, RouteTable
+from .registry import HandlerSource
+from .route_table import RouteTable
 from .versions import check_version, model_version
 
 

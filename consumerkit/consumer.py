@@ -23,8 +23,9 @@ from .errors import ConfigurationError
 from .observability.observer import Observer
 from .offsets import OFFSET_STORES, OffsetStoreName
 from .outbox.writer import Outbox
-from .registry import HandlerSource, RouteTable
+from .registry import HandlerSource
 from .retry import RetryPolicy
+from .route_table import RouteTable
 from .schema import migrate
 from .shared.identifiers import check_name, redact_dsn
 from .shared.pooler import Pooler

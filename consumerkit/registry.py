@@ -13,7 +13,7 @@ import inspect
 import types
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias, TypeVar, cast
 
 from pydantic import BaseModel
@@ -22,11 +22,9 @@ from .context import BatchContext, HandlerContext
 from .errors import HandlerDefinitionError
 from .publishes import Publishes, checked
 from .versions import (
-    Chain,
     U,
     Upcaster,
     UpcasterSpec,
-    build_chains,
     check_version,
     model_version,
     upcaster,
@@ -267,40 +265,3 @@ class HandlerRegistry:
 def _reject(source: object) -> None:
     _check_async(source)
     raise HandlerDefinitionError(f"{_name(source)} is not a handler: decorate it with @handler")
-
-
-@dataclass(frozen=True, slots=True)
-class RouteTable:
-    """Routes indexed by event type and by topic; built once, read per message."""
-
-    by_type: dict[str, Route]
-    by_topic: dict[str, Route]
-    chains: dict[str, Chain] = field(default_factory=dict)  # upcasters by event type
-
-    @classmethod
-    def build(cls, sources: Iterable[HandlerSource]) -> RouteTable:
-        sources = list(sources)
-        registry = HandlerRegistry(sources)
-        for source in (registry, *sources):
-            if isinstance(source, HandlerRegistry):
-                source.freeze()
-        by_type: dict[str, Route] = {}
-        by_topic: dict[str, Route] = {}
-        for route in registry.routes():
-            table, key = (by_type, route.event_type) if route.event_type else (
-                by_topic, route.topic)
-            assert key is not None
-            if key in table:
-                raise HandlerDefinitionError(
-                    f"two handlers for {key!r}: {table[key].name} and {route.name}"
-                )
-            table[key] = route
-        if not by_type and not by_topic:
-            raise HandlerDefinitionError("no handlers given")
-        versions = {key: route.version for key, route in by_type.items()}
-        return cls(by_type, by_topic, build_chains(versions, registry.upcasters()))
-
-    def find(self, event_type: str | None, topic: str) -> Route | None:
-        if event_type is not None and (route := self.by_type.get(event_type)) is not None:
-            return route
-        return self.by_topic.get(topic)

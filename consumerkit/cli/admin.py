@@ -10,7 +10,7 @@ from ..dedup import cli as dedup_cli
 from ..dedup.policy import DedupPolicy
 from ..outbox import cli as outbox_cli
 from ..shared.identifiers import identifier
-from .check import reach_broker
+from .check_broker import reach_broker
 from .common import count, database_args, duration, policy_args, positive, sub, whole
 from .errors import database
 

@@ -14,7 +14,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError, for_code
 from aiokafka.protocol.metadata import MetadataRequest
 
-from .check import reach_broker
+from .check_broker import reach_broker
 from .common import PARTITIONS_MAX, sub, whole
 from .errors import CommandError
 

@@ -7,7 +7,7 @@ a dead letter, an outbox row) or else on an instance built from its model
 run (:mod:`.dry_connection`), inside a read-only transaction that is always rolled back.
 ``ctx.defer`` goes through it too, as does ``ctx.publish`` (the outbox's insert is checked,
 nothing is written). A statement the database refuses for a reason every record would hit
-(:data:`consumerkit.engine.stall.SYSTEMIC`: an undefined table, column or schema, a missing
+(:data:`consumerkit.engine.systemic.SYSTEMIC`: an undefined table, column or schema, a missing
 privilege) is a problem: the consumer would stall on it after the deploy. Anything else the
 handler raises is said ("could not be tried") without failing the check: the dry connection
 returns no rows, which a handler may not expect.
@@ -28,7 +28,7 @@ from pydantic import BaseModel
 from ..consumer import Consumer
 from ..context import BatchContext, HandlerContext
 from ..engine.decode import Decoded
-from ..engine.stall import systemic_cause
+from ..engine.systemic import systemic_cause
 from ..envelope import Envelope
 from ..registry import Route
 from ..shared.deferred import Deferred

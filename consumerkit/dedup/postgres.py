@@ -117,7 +117,7 @@ class PostgresDedupStore:
         sql = self._claim_one_handler_sql
         if any(r.handler != handler for r in requests):
             sql, handlers = self._claim_many_sql, [r.handler for r in requests]
-        if faults.ON and faults.mutant("claim_no_wait"):  # broken on purpose: see faults
+        if faults.inject("claim_no_wait"):  # broken on purpose: see faults
             sql = await without_wait(tx, self.schema, self.policy, sql)
         rows = await tx.fetch(
             sql, namespace, [e.event_id for e in envs], times, self.policy.retention,

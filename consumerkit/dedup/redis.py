@@ -27,16 +27,13 @@ breaker and answers "nothing known". While the breaker is open no call goes to R
 ``retry_interval`` one call tries again, and a success closes the breaker. Each change (down,
 up) is logged once on ``consumerkit.dedup``, never per batch. A flushed cache only misses.
 
-Keys are ``<prefix>:<namespace>:<event id>``; an id longer than 64 characters, empty, with a
-newline, or starting with ``sha256:`` is replaced by ``sha256:<hex digest>``. Namespaces are
-consumer names, which contain no ``:``.
+Keys are ``<prefix>:<namespace>:<event id>`` (:mod:`~consumerkit.dedup.redis_scripts`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -56,30 +53,11 @@ except ImportError:
     raise MissingExtraError("RedisDedupCache", "redis") from None
 from .coalesce import Closed, Coalescer
 from .policy import DedupPolicy, cache_ttl
+from .redis_scripts import ERROR, KNOWN, REMEMBER, lines
 
 log = logging.getLogger("consumerkit.dedup")
 
 DEFAULT_TTL = timedelta(days=1)
-_HASHED = b"sha256:"
-_ERROR = b"e"  # the answer for an id whose lookup failed (neither hit nor miss)
-_LONGEST_PLAIN_ID = 64
-
-_KNOWN = """
-local found, n = {}, 0
-for id in string.gmatch(ARGV[2], '[^\\n]+') do
-    n = n + 1
-    found[n] = redis.call('EXISTS', ARGV[1] .. id) == 1 and '1' or '0'
-end
-return table.concat(found)
-"""
-_REMEMBER = """
-local n = 0
-for id in string.gmatch(ARGV[3], '[^\\n]+') do
-    n = n + 1
-    redis.call('SET', ARGV[1] .. id, '1', 'PX', ARGV[2])
-end
-return n
-"""
 
 
 class RedisDedupCache:
@@ -152,8 +130,8 @@ class RedisDedupCache:
             self.url, socket_timeout=self.socket_timeout,
             socket_connect_timeout=self.socket_timeout, retry=Retry(NoBackoff(), 0),
             health_check_interval=0)
-        self._known = self._client.register_script(_KNOWN)
-        self._remember = self._client.register_script(_REMEMBER)
+        self._known = self._client.register_script(KNOWN)
+        self._remember = self._client.register_script(REMEMBER)
         try:
             async with asyncio.timeout(self._deadline):
                 await self._client.ping()
@@ -174,7 +152,7 @@ class RedisDedupCache:
             return set()
         probe = self._open
         try:
-            flags = await self._known_calls.ask(_lines(namespace, event_ids), len(event_ids))
+            flags = await self._known_calls.ask(lines(namespace, event_ids), len(event_ids))
         except Closed:
             self._looked_up(0, 0, len(event_ids))
             return set()
@@ -183,7 +161,7 @@ class RedisDedupCache:
             raise
         found = {event_id for event_id, flag in zip(event_ids, flags, strict=True)
                  if flag == 0x31}  # b"1"
-        errors = flags.count(_ERROR[0]) if len(found) < len(event_ids) else 0
+        errors = flags.count(ERROR[0]) if len(found) < len(event_ids) else 0
         self.hits += len(found)
         self.misses += len(event_ids) - len(found) - errors
         self._looked_up(len(found), len(event_ids) - len(found) - errors, errors)
@@ -201,7 +179,7 @@ class RedisDedupCache:
             return
         probe = self._open
         try:
-            await self._remember_calls.ask(_lines(namespace, event_ids), len(event_ids))
+            await self._remember_calls.ask(lines(namespace, event_ids), len(event_ids))
         except Closed:
             pass
         except asyncio.CancelledError:
@@ -212,7 +190,7 @@ class RedisDedupCache:
         """One ``known`` round trip; all ``0`` when it fails or the breaker opened while
         these calls waited."""
         if not self._sendable():
-            return _ERROR * count
+            return ERROR * count
         assert self._known is not None  # _sendable says so
         try:
             async with asyncio.timeout(self._deadline):
@@ -221,7 +199,7 @@ class RedisDedupCache:
                 raise ValueError(f"{len(flags)} answers for {count} ids")
         except Exception as exc:
             self._failed(exc)
-            return _ERROR * count
+            return ERROR * count
         self._succeeded()
         return flags
 
@@ -248,7 +226,7 @@ class RedisDedupCache:
 
     def key(self, namespace: str, event_id: str) -> bytes:
         """The Redis key of ``event_id`` in ``namespace``."""
-        return self._base + _lines(namespace, [event_id])
+        return self._base + lines(namespace, [event_id])
 
     @property
     def _base(self) -> bytes:
@@ -317,25 +295,3 @@ class RedisDedupCache:
 async def _disconnect_idle(client: Redis) -> None:
     with contextlib.suppress(RedisError, OSError):
         await client.connection_pool.disconnect(inuse_connections=False)
-
-
-def _id_part(event_id: str) -> bytes:
-    """The id as it appears in its key: itself, or its digest when it is long, empty, holds the
-    separator of the scripts' argument, or looks like a digest."""
-    raw = event_id.encode("utf-8", "surrogatepass")
-    if len(event_id) > _LONGEST_PLAIN_ID or not raw or b"\n" in raw or raw.startswith(_HASHED):
-        return _HASHED + hashlib.sha256(raw).hexdigest().encode()
-    return raw
-
-
-def _lines(namespace: str, event_ids: Sequence[str]) -> bytes:
-    """The ids as the scripts take them: ``namespace:id``, one per line. The usual batch
-    (short plain ids) is checked and joined without a Python loop per id."""
-    head = namespace + ":"
-    text = "\n".join(event_ids)
-    lengths = list(map(len, event_ids))
-    if (min(lengths) > 0 and max(lengths) <= _LONGEST_PLAIN_ID
-            and text.count("\n") == len(event_ids) - 1 and "sha256:" not in text):
-        return (head + text.replace("\n", "\n" + head)).encode("utf-8", "surrogatepass")
-    prefix = head.encode("utf-8", "surrogatepass")
-    return b"\n".join(prefix + _id_part(event_id) for event_id in event_ids)

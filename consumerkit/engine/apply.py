@@ -2,8 +2,9 @@
 
     ids the dedup cache knows -> DUPLICATE, no transaction
     BEGIN (READ COMMITTED); claim the rest (one statement); mark the transaction;
-    the handler calls (:func:`plan`: per-key order; a batch handler's events in one call);
-    the deferred writes (``ctx.defer``); the closing check; COMMIT -> the cache remembers
+    the handler calls (:mod:`~consumerkit.engine.handling`: per-key order; a batch
+    handler's events in one call); the deferred writes (``ctx.defer``); the closing check;
+    COMMIT -> the cache remembers
 
 One record is a batch of one: a consumer's per-record attempts, its batches and the webhook
 receiver all apply records here. Retries, outage waits, the fallback one by one and dead
@@ -12,8 +13,9 @@ letters wrap this (see :mod:`~consumerkit.engine.pipeline` and :mod:`~consumerki
 What a failure is charged to:
 
 - a handler that raises, or ends the transaction itself, fails its own record
-  (:class:`RecordFailed`), except for ``InFailedSQLTransactionError``: an earlier handler
-  may have swallowed the error, so no record is blamed;
+  (:class:`~consumerkit.engine.handling.RecordFailed`), except for
+  ``InFailedSQLTransactionError``: an earlier handler may have swallowed the error, so no
+  record is blamed;
 - a batch handler's call of several events that raises blames none of them: one by one, the
   culprit is found;
 - a deferred write that fails is charged to the record that queued it, when one record did,
@@ -32,8 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -41,44 +41,24 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 
-from ..context import BatchContext, HandlerContext
 from ..observability.observer import Observer
-from ..registry import Route
 from ..shared import faults
-from ..shared.deferred import Deferred
-from ..shared.failures import (
-    ClaimBlocked,
-    HandlerEndedTransaction,
-    HandlerFailure,
-    TransactionReplaced,
-    connection_lost,
-)
+from ..shared.failures import ClaimBlocked, HandlerFailure
 from ..types import Claim, ClaimRequest, ClaimStatus, DbConnection, DedupCache, DedupStore
 from .decode import Decoded
 from .frozen import maker
-from .plan import Call, culprit, plan
-from .xact import Mark, check, mark, verify
+from .handling import Handling
+from .xact import mark
 
 if TYPE_CHECKING:
     from ..observability.tracing import Tracing
     from ..offsets.recheck import Recheck, Written
     from ..outbox.writer import Outbox
 
-log = logging.getLogger("consumerkit.pipeline")
-
 _request = maker(ClaimRequest)
 
 CACHED = Claim(ClaimStatus.DUPLICATE, cached=True)
 """The claim of a record the dedup cache knows was applied: no transaction was needed."""
-
-
-class RecordFailed(HandlerFailure):
-    """The handler of ``item`` failed (raised, or ended the transaction itself); the whole
-    transaction rolled back."""
-
-    def __init__(self, item: Decoded, cause: BaseException) -> None:
-        super().__init__(cause)
-        self.item = item
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +125,7 @@ class Applier:
         claimed: list[ClaimRequest] = []
         written: Written = []
         committed = handling = False
-        outside = faults.ON and faults.mutant("claim_outside_tx")
+        outside = faults.inject("claim_outside_tx")
         try:
             if outside:  # broken on purpose (see faults): the claim commits by itself
                 claims = await self._claim(conn, requests)
@@ -157,21 +137,22 @@ class Applier:
                          if c.status is ClaimStatus.CLAIMED]
                 if fresh:
                     claimed = [r for _, r in fresh]
-                    if faults.ON:
-                        await _faults_after_claim(self.cache, self._cache_namespace(),
-                                                  claimed)
+                    faults.inject("after_claim")
+                    if faults.inject("cache_before_commit"):  # broken on purpose: see faults
+                        await self._remember(claimed)
                     token = await mark(conn)
                     handling = True
-                    await self._handle_all(conn, [d for d, _ in fresh], attempt, token)
+                    await Handling(self.observe, self.handler_timeout, self.outbox,
+                                   self.tracing).run(conn, [d for d, _ in fresh], attempt, token)
                 if self.offsets is not None:
                     written = await self.offsets.write(conn, items, claims)
-                if fresh and faults.ON:
-                    faults.point("before_commit")
+                if fresh:
+                    faults.inject("before_commit")
             committed = True
             if self.offsets is not None:
                 self.offsets.confirm(written)
-            if faults.ON and claimed:
-                faults.point("after_commit")
+            if claimed:
+                faults.inject("after_commit")
         except HandlerFailure:
             raise
         except Exception as exc:
@@ -184,7 +165,7 @@ class Applier:
         return claims
 
     async def _claim(self, conn: DbConnection, requests: list[ClaimRequest]) -> list[Claim]:
-        if faults.ON and faults.mutant("claim_skipped"):  # broken on purpose: see faults
+        if faults.inject("claim_skipped"):  # broken on purpose: see faults
             return [Claim(ClaimStatus.CLAIMED) for _ in requests]
         try:
             return await self.dedup.claim_many(
@@ -199,118 +180,16 @@ class Applier:
     async def _ended(self, conn: DbConnection, claimed: list[ClaimRequest], committed: bool,
                      ) -> None:
         await self.dedup.ended(conn, self.namespace, claimed, committed)
+        if committed and await self._remember(claimed):
+            faults.inject("after_cache_write")
+
+    async def _remember(self, claimed: list[ClaimRequest]) -> bool:
+        """Tell the dedup cache (if one may be used now) that ``claimed`` were applied."""
         namespace = self._cache_namespace()
-        if committed and self.cache is not None and namespace is not None:
-            await self.cache.remember(namespace, [r.envelope.event_id for r in claimed])
-            if faults.ON:
-                faults.point("after_cache_write")
-
-    async def _handle_all(self, conn: DbConnection, items: list[Decoded], attempt: int,
-                          token: str) -> None:
-        """Run the handler calls of the claimed ``items`` under one ``handler_timeout``, send
-        the writes they deferred, then check once that the transaction is still the one that
-        made the claims (``token``), and not aborted."""
-        sole = len(items) == 1
-        deferred = Deferred(conn)
-        calls = plan(items)
-        try:
-            async with asyncio.timeout(self.handler_timeout):
-                for index in range(len(calls)):
-                    await self._handle(conn, calls, index, attempt, token, deferred, sole)
-                try:
-                    await deferred.flush()
-                except Exception as exc:
-                    owner = culprit(deferred, calls, exc)
-                    if owner is None or connection_lost(conn):  # no record's doing
-                        raise
-                    raise RecordFailed(owner, exc) from exc
-            what = (f"event {items[0].envelope.event_id}" if sole
-                    else f"a batch of {len(items)} records")
-            # a handler that swallowed a database error left the transaction aborted (COMMIT
-            # would roll back silently, and the events be lost); one that rolled it back and
-            # began another lost the claims
-            await verify(conn, token, what=what, log=log, rolled_back=HandlerEndedTransaction(
-                "the handler rolled the transaction back and began another") if sole
-                else TransactionReplaced("a handler of the batch rolled its transaction back "
-                                         "and began another"))
-        except HandlerFailure:
-            raise
-        except Exception as exc:
-            raise HandlerFailure(exc) from exc
-        finally:
-            deferred.closed = True  # nothing sends a later defer: it raises instead
-
-    async def _handle(self, conn: DbConnection, calls: list[Call], index: int, attempt: int,
-                      token: str, deferred: Deferred, sole: bool) -> None:
-        route, records = calls[index]
-        own = records[0] if len(records) == 1 else None  # the record to blame, if one
-        started = time.perf_counter()
-        try:
-            try:
-                if route.batch:
-                    await self._call_batch(conn, route, records, attempt, deferred, index)
-                else:
-                    await self._call(conn, records[0], attempt, deferred, index)
-            finally:
-                seconds = time.perf_counter() - started
-            if not conn.is_in_transaction():
-                if sole or await check(conn, token) is not Mark.COMMITTED:
-                    raise HandlerEndedTransaction("the handler ended the transaction itself")
-                # it committed the claims of the records after it too: they go on in a
-                # transaction of their own, or their effects would be lost (logged at the end)
-                await conn.execute("BEGIN ISOLATION LEVEL READ COMMITTED")
-        except asyncio.CancelledError as exc:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise  # we are being cancelled (shutdown, revocation, the deadline): not its
-            if own is None:  # doing; it raised CancelledError itself
-                raise HandlerFailure(exc) from exc
-            raise RecordFailed(own, exc) from exc
-        except asyncpg.InFailedSQLTransactionError as exc:
-            # an earlier handler may have swallowed the error: blame no record (alone, the
-            # record is tried again all the same)
-            raise HandlerFailure(exc) from exc
-        except Exception as exc:
-            if deferred.owners(exc) is not None:  # it failed because a deferred write did
-                own = culprit(deferred, calls, exc)
-            # a batch handler's call of several records: found one by one; a connection that
-            # died under the call: no record's doing, each is tried again on its own
-            if own is None or connection_lost(conn):
-                raise HandlerFailure(exc) from exc
-            raise RecordFailed(own, exc) from exc
-        finally:  # out of the try above, which makes any error the handler's
-            self.observe.handler_finished(route.name, seconds)
-
-    async def _call_batch(self, conn: DbConnection, route: Route, records: list[Decoded],
-                          attempt: int, deferred: Deferred, index: int) -> None:
-        envelopes = [d.envelope for d in records]
-        ctx = BatchContext(conn, envelopes, attempt, handler=route.name, outbox=self.outbox,
-                           deferred=deferred, owner=index, publishes=route.publishes)
-        events = [d.event for d in records]
-        if self.tracing is not None:  # one span for the call, linked to its messages' spans
-            with self.tracing.activate_batch(route.name, envelopes):
-                await route.func(events, ctx)
-        else:
-            await route.func(events, ctx)
-
-    async def _call(self, conn: DbConnection, decoded: Decoded, attempt: int,
-                    deferred: Deferred, index: int) -> None:
-        ctx = HandlerContext(conn, decoded.envelope, attempt, handler=decoded.route.name,
-                             outbox=self.outbox, deferred=deferred, owner=index,
-                             publishes=decoded.route.publishes)
-        if self.tracing is not None:  # the handler runs in the message's span
-            with self.tracing.activate(decoded.envelope):
-                await decoded.route.func(decoded.event, ctx)
-        else:
-            await decoded.route.func(decoded.event, ctx)
-
-
-async def _faults_after_claim(cache: DedupCache | None, namespace: str | None,
-                              claimed: list[ClaimRequest]) -> None:
-    """The torture test's fail-point after a fresh claim, and its cache mutant."""
-    faults.point("after_claim")
-    if cache is not None and namespace is not None and faults.mutant("cache_before_commit"):
-        await cache.remember(namespace, [r.envelope.event_id for r in claimed])
+        if self.cache is None or namespace is None:
+            return False
+        await self.cache.remember(namespace, [r.envelope.event_id for r in claimed])
+        return True
 
 
 Connect = Callable[[], AbstractAsyncContextManager[DbConnection]]

@@ -27,36 +27,18 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
 from functools import partial
 
 from ..envelope import RecordLike
 from ..errors import DecodeError
 from ..shared.failures import HandlerFailure, describe
-from .apply import RecordFailed
 from .decode import Decoded
+from .groups import Group, Groups
+from .handling import RecordFailed
 from .pipeline import Pipeline
-from .settle import Body, Owner, Report, Result, RolledBack, accounted, conclude, settle_now
+from .settle import Owner, Report, Result, RolledBack, accounted, conclude
 
 log = logging.getLogger("consumerkit.pipeline")
-
-@dataclass(slots=True, eq=False)
-class _Group:
-    items: list[Decoded]
-    abandon: asyncio.Event
-    # a group awaited by process(): its result comes through the future
-    future: asyncio.Future[Result] | None = None
-    # a group submitted from lanes: settled by the batcher itself
-    owner: Owner | None = None
-    lane: Hashable = None
-    records: list[RecordLike] | None = None
-    good: list[tuple[RecordLike, Decoded]] | None = None
-    concluded: bool = False
-    batch: asyncio.Task[None] | None = None  # the batch applying it, once taken
-
-    def done(self) -> bool:
-        return self.future.done() if self.future is not None else self.concluded
-
 
 class Batcher:
     def __init__(self, pipeline: Pipeline, max_batch: int) -> None:
@@ -66,12 +48,17 @@ class Batcher:
         # handlers), doubled back after a full batch that took under a quarter of it
         self.limit = max_batch
         self.on_limit: Callable[[int], None] | None = None  # told when the limit changes
-        self.errors: list[BaseException] = []  # bugs met while settling a group
-        self._pending: deque[_Group] = deque()
+        self.groups = Groups(pipeline)
+        self._pending: deque[Group] = deque()
         self._wanted = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
         self._runner: asyncio.Task[None] | None = None
         self._closing = False
+
+    @property
+    def errors(self) -> list[BaseException]:
+        """Bugs met while settling a group: the engine stops on the first."""
+        return self.groups.errors
 
     async def process(
         self, records: Sequence[RecordLike], abandon: asyncio.Event, report: Report,
@@ -100,16 +87,16 @@ class Batcher:
             except DecodeError:  # to the dead letters
                 good = None
         if good is None:  # the whole way, in a task (the decoding is done again)
-            self._spawn(lane, records, owner, self._process)
+            self.groups.spawn(lane, records, owner, self._process)
             return
-        self._queue(_Group([decoded for _, decoded in good], owner.abandon, owner=owner,
+        self._queue(Group([decoded for _, decoded in good], owner.abandon, owner=owner,
                            lane=lane, records=records, good=good))
 
     async def _process(
         self, records: Sequence[RecordLike], abandon: asyncio.Event, report: Report,
     ) -> None:
         pipeline = self.pipeline
-        if (parked := await pipeline.join_park(records, abandon)) is not None:
+        if (parked := await pipeline.unapplied.join_park(records, abandon)) is not None:
             for record in records:  # their key is parked: they wait behind it, in order
                 report(record, parked)
             return
@@ -118,15 +105,15 @@ class Batcher:
             try:
                 good.append((record, pipeline.decoder.decode(record)))
             except DecodeError as exc:
-                report(record, await pipeline.undecodable(record, exc, abandon))
+                report(record, await pipeline.unapplied.undecodable(record, exc, abandon))
         if not good:
             return
-        group = _Group([decoded for _, decoded in good], abandon,
+        group = Group([decoded for _, decoded in good], abandon,
                        future=asyncio.get_running_loop().create_future())
         result = await self._apply(group)
         await conclude(self.pipeline, good, result, abandon, report)
 
-    async def _apply(self, group: _Group) -> Result:
+    async def _apply(self, group: Group) -> Result:
         assert group.future is not None
         self._queue(group)
         try:
@@ -140,7 +127,7 @@ class Batcher:
                 group.batch.cancel()
             raise
 
-    def _queue(self, group: _Group) -> None:
+    def _queue(self, group: Group) -> None:
         self._pending.append(group)
         self._wanted.set()
         if self._runner is None:
@@ -166,7 +153,7 @@ class Batcher:
             self._running.add(task)
             task.add_done_callback(partial(self._finished, batch))
 
-    def _finished(self, batch: list[_Group], task: asyncio.Task[None]) -> None:
+    def _finished(self, batch: list[Group], task: asyncio.Task[None]) -> None:
         self._running.discard(task)
         self.pipeline.slots.release()
         if task.cancelled():  # before its first step: its groups never heard of it
@@ -174,19 +161,19 @@ class Batcher:
                 if group.owner is not None:
                     group.owner.running.discard(task)
                 if self._closing:
-                    self._cancel(group)
+                    self.groups.cancel(group)
                 elif not group.done():
-                    self._deliver(group, RolledBack())
+                    self.groups.deliver(group, RolledBack())
 
-    def _take(self) -> list[_Group]:
-        batch: list[_Group] = []
+    def _take(self) -> list[Group]:
+        batch: list[Group] = []
         size = 0
         while self._pending:
             group = self._pending[0]
             if group.done() or group.abandon.is_set():  # gone, or not wanted any more
                 self._pending.popleft()
                 if not group.done():
-                    self._deliver(group, RolledBack())
+                    self.groups.deliver(group, RolledBack())
                 continue
             if batch and size + len(group.items) > self.limit:
                 break
@@ -194,7 +181,7 @@ class Batcher:
             size += len(group.items)
         return batch
 
-    async def _apply_batch(self, batch: list[_Group]) -> None:
+    async def _apply_batch(self, batch: list[Group]) -> None:
         items = [item for group in batch for item in group.items]
         started = time.monotonic()
         try:
@@ -202,7 +189,7 @@ class Batcher:
         except asyncio.CancelledError:
             if self._closing:
                 for group in batch:
-                    self._cancel(group)
+                    self.groups.cancel(group)
                 raise
             # a lane of the batch was cut short: the batch rolled back, and the records of
             # the other lanes still waiting are applied one by one
@@ -213,7 +200,7 @@ class Batcher:
                          "the other %d one by one", len(items),
                          sum(len(group.items) for group in waiting))
             for group in waiting:
-                self._deliver(group, RolledBack())
+                self.groups.deliver(group, RolledBack())
             return
         except Exception as exc:
             self.pipeline.observe.batch(len(items), False)
@@ -225,7 +212,7 @@ class Batcher:
             outcome = RolledBack(exc if isinstance(exc, RecordFailed) else None)
             for group in batch:
                 if not group.done():
-                    self._deliver(group, outcome)
+                    self.groups.deliver(group, outcome)
             return
         finally:
             task = asyncio.current_task()
@@ -241,79 +228,8 @@ class Batcher:
         start = 0
         for group in batch:
             if not group.done():  # its lane was cancelled: its offsets stay uncommitted
-                self._deliver(group, claims[start:start + len(group.items)])
+                self.groups.deliver(group, claims[start:start + len(group.items)])
             start += len(group.items)
-
-    def _deliver(self, group: _Group, result: Result) -> None:
-        """Hand a group its batch's result: to the task awaiting it, or settle it here."""
-        if group.future is not None:
-            group.future.set_result(result)
-            return
-        group.concluded = True
-        owner, good, records = group.owner, group.good, group.records
-        assert owner is not None
-        assert good is not None
-        assert records is not None
-        try:
-            at = 0
-            if isinstance(result, RolledBack):
-                if group.abandon.is_set():  # revoked or stopping: its new owner applies it
-                    self.pipeline.observe.abandoned(records)
-                    owner.finished(group.lane, records)
-                    return
-                rest: Result = result
-            else:
-                at = settle_now(self.pipeline, good, result, 0, owner.report)
-                if at == len(good):
-                    owner.finished(group.lane, records)
-                    return
-                rest = result[at:]  # from an expired record, bound for the dead letters
-            left, pipeline = good[at:], self.pipeline
-            self._spawn(group.lane, records[at:], owner,
-                        lambda _, abandon, report: conclude(pipeline, left, rest, abandon, report),
-                        whole=records)
-        except Exception as exc:  # a bug: kept for the engine, which stops on it
-            self.errors.append(exc)
-
-    def _cancel(self, group: _Group) -> None:
-        """The batcher is closing: the group's records are abandoned."""
-        if group.future is not None:
-            group.future.cancel()
-        elif not group.concluded:
-            group.concluded = True
-            assert group.owner is not None
-            assert group.records is not None
-            self.pipeline.observe.abandoned(group.records)
-            group.owner.finished(group.lane, group.records)
-
-    def _spawn(self, lane: Hashable, records: list[RecordLike], owner: Owner,
-               body: Body, whole: list[RecordLike] | None = None) -> None:
-        """Settle ``records`` of a submitted group in a task (they have to wait), then tell
-        ``owner`` the group (``whole``, if more) is finished."""
-        async def settle() -> None:
-            try:
-                await accounted(self.pipeline, records, owner.abandon, owner.report, body)
-            except asyncio.CancelledError:
-                if self._closing or not owner.abandon.is_set():
-                    raise
-                task = asyncio.current_task()  # revoked and cut short: the lane gives up
-                if task is not None:
-                    task.uncancel()
-            except Exception as exc:  # a bug, or a refusal nothing can wait out (a missing
-                self.errors.append(exc)  # grant): the consumer stops on it, the lane with it
-                raise
-
-        def ended(task: asyncio.Task[None]) -> None:
-            # a done callback: it runs even for a task cancelled before its first step
-            if task.cancelled() or task.exception() is None:
-                owner.finished(lane, whole if whole is not None else records)
-
-        task = asyncio.create_task(settle())
-        owner.running.add(task)
-        self._running.add(task)
-        task.add_done_callback(owner.running.discard)
-        task.add_done_callback(self._running.discard)
-        task.add_done_callback(ended)
 
     def sweep(self) -> None:
         """Give up at once the submitted groups still waiting for a batch whose lanes were
@@ -321,7 +237,7 @@ class Batcher:
         pending, self._pending = self._pending, deque()
         for group in pending:
             if group.future is None and group.abandon.is_set() and not group.concluded:
-                self._deliver(group, RolledBack())
+                self.groups.deliver(group, RolledBack())
             else:
                 self._pending.append(group)
 
@@ -338,12 +254,12 @@ class Batcher:
     async def close(self) -> None:
         """Cancel the batches still running (they roll back), the groups settling in tasks,
         and the gathering task."""
-        self._closing = True
-        tasks = [*self._running, *([self._runner] if self._runner else [])]
+        self._closing = self.groups.closing = True
+        tasks = [*self._running, *self.groups.running, *([self._runner] if self._runner else [])]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         for group in self._pending:
-            self._cancel(group)
+            self.groups.cancel(group)
         self._pending.clear()
 

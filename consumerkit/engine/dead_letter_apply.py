@@ -24,7 +24,7 @@ from ..shared.failures import describe, judge
 from ..types import ClaimStatus
 from .apply import Applier
 from .decode import Decoded
-from .stall import systemic_cause
+from .systemic import systemic_cause
 
 if TYPE_CHECKING:
     from ..consumer import Consumer

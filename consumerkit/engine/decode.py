@@ -13,7 +13,8 @@ from pydantic import BaseModel, ValidationError
 
 from ..envelope import Envelope, IdSource, RecordLike, WireFormat
 from ..errors import DecodeError
-from ..registry import Route, RouteTable
+from ..registry import Route
+from ..route_table import RouteTable
 from ..versions import read_version, upcast_json
 from .cdc import HEADERS_HEADER, maybe_wrapped, unfold_headers, unwrap_value
 from .frozen import maker

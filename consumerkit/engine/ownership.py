@@ -6,52 +6,43 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..offsets.state import PartitionState
-from ..offsets.tracker import Tracker
-from ..parking.lot import ParkingLot
-from ..stats import ConsumerStats
-from ..transport.source import Partition, Source
-from .batch import Batcher
-from .lanes import KeyedExecutor, KeyedLanes
-from .pipeline import Pipeline
+from ..transport.source import Partition
+
+if TYPE_CHECKING:
+    from .runner import Engine
 
 log = logging.getLogger("consumerkit.consumer")
 
 
 class Ownership:
-    """The ownership half of :class:`~consumerkit.engine.runner.Engine` (which sets these)."""
+    """Begins and ends the ownerships of ``engine``'s partitions: it calls the rebalance
+    callbacks, :meth:`rewind` and :meth:`drain` here."""
 
-    pipeline: Pipeline
-    parking: ParkingLot | None
-    batcher: Batcher | None
-    executor: KeyedExecutor[Any] | None
-    lanes: KeyedLanes[Any]
-    _owners: dict[PartitionState, Any]
-    revoke_timeout: float
-    stats: ConsumerStats
-    source: Source | None
-    states: dict[Partition, PartitionState]
-    joined: asyncio.Event
-    in_flight: int
-    stopping: asyncio.Event
-    commits: Tracker
-    _rewinds: set[asyncio.Task[None]]
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._rewinds: set[asyncio.Task[None]] = set()
 
-    # called by the transport during a group rebalance
+    def cancel_rewinds(self) -> None:
+        """The run ends: the partitions waiting to be owned again are not."""
+        for task in self._rewinds:
+            task.cancel()
+
+    # called by the transport (through the engine) during a group rebalance
 
     async def on_assigned(self, partitions: list[Partition]) -> None:
         # always fresh: aiokafka resumes from the committed offset, unless the database
         # keeps the offsets (then from there, once read)
-        placing = self.commits.database is not None
+        placing = self.engine.commits.database is not None
         fresh = [PartitionState(part, placing=placing) for part in partitions]
         for state in fresh:
-            self.states[state.partition] = state
-        if self.parking is not None:
-            self.parking.assigned(partitions)
-        await self.commits.place(fresh)
-        self.joined.set()
+            self.engine.states[state.partition] = state
+        if self.engine.parking is not None:
+            self.engine.parking.assigned(partitions)
+        await self.engine.commits.place(fresh)
+        self.engine.joined.set()
         log.info("assigned %s", sorted(partitions))
 
     async def on_revoked(self, partitions: list[Partition]) -> None:
@@ -60,25 +51,25 @@ class Ownership:
         them), commit what is done, then forget the partitions."""
         if not partitions:
             return  # aiokafka announces an empty revocation before the first join
-        states = [s for p in partitions if (s := self.states.get(p)) is not None]
+        states = [s for p in partitions if (s := self.engine.states.get(p)) is not None]
         for state in states:
             state.abandon.set()
-        if self.batcher is not None:
-            self.batcher.sweep()  # their groups still waiting for a batch give up at once
-        if not await _drained(states, self.revoke_timeout):
+        if self.engine.batcher is not None:
+            self.engine.batcher.sweep()  # their groups still waiting for a batch give up at once
+        if not await _drained(states, self.engine.revoke_timeout):
             log.warning("cancelling handlers of revoked partitions still busy after %.1fs",
-                        self.revoke_timeout)
+                        self.engine.revoke_timeout)
             for state in states:
                 state.kill()
-            await _drained(states, self.revoke_timeout / 2)
-        await self.commits.commit(states)
+            await _drained(states, self.engine.revoke_timeout / 2)
+        await self.engine.commits.commit(states)
         for state in states:
-            self.states.pop(state.partition, None)
-            self._owners.pop(state, None)
-            self.pipeline.observe.lag(*state.partition, None)
-        if self.parking is not None:
-            self.parking.revoked(partitions)
-        self.stats.revocations += 1
+            self.engine.states.pop(state.partition, None)
+            self.engine.owners.pop(state, None)
+            self.engine.pipeline.observe.lag(*state.partition, None)
+        if self.engine.parking is not None:
+            self.engine.parking.revoked(partitions)
+        self.engine.stats.revocations += 1
         log.info("revoked %s", sorted(partitions))
 
     def rewind(self, state: PartitionState, offset: int) -> None:
@@ -87,46 +78,46 @@ class Ownership:
         ``offset`` once that work has drained (as a revocation would leave it)."""
         state.rewound = True
         state.abandon.set()
-        if self.batcher is not None:
-            self.batcher.sweep()
+        if self.engine.batcher is not None:
+            self.engine.batcher.sweep()
         task = asyncio.create_task(self._own_again(state, offset))
         self._rewinds.add(task)
         task.add_done_callback(self._rewinds.discard)
 
     async def _own_again(self, state: PartitionState, offset: int) -> None:
-        if not await _drained([state], self.revoke_timeout):
+        if not await _drained([state], self.engine.revoke_timeout):
             state.kill()
-            await _drained([state], self.revoke_timeout / 2)
+            await _drained([state], self.engine.revoke_timeout / 2)
         part = state.partition
-        if self.states.get(part) is not state or self.stopping.is_set():
+        if self.engine.states.get(part) is not state or self.engine.stopping.is_set():
             return  # revoked meanwhile: its next owner reads from the stored offset
         again = PartitionState(part, start=offset, fetched=offset)
         again.offsets.stored = offset
-        self._owners.pop(state, None)
-        self.states[part] = again
-        if self.source is not None:
-            self.source.seek(part, offset)
+        self.engine.owners.pop(state, None)
+        self.engine.states[part] = again
+        if self.engine.source is not None:
+            self.engine.source.seek(part, offset)
 
     async def drain(self, timeout: float, force: asyncio.Event) -> None:
         """Stop dispatching, let running handlers finish (abandon waits and queued work),
         cancel what is still running after ``timeout`` or when ``force`` is set, commit."""
-        for state in self.states.values():
+        for state in self.engine.states.values():
             state.abandon.set()
-        if self.batcher is not None:
-            self.batcher.sweep()
-        join = asyncio.ensure_future(self.lanes.join())
+        if self.engine.batcher is not None:
+            self.engine.batcher.sweep()
+        join = asyncio.ensure_future(self.engine.lanes.join())
         forced = asyncio.ensure_future(force.wait())
         done, _ = await asyncio.wait({join, forced}, timeout=timeout,
                                      return_when=asyncio.FIRST_COMPLETED)
         forced.cancel()
         if join not in done:
             join.cancel()
-            log.warning("cancelling %d in-flight messages at shutdown", self.in_flight)
-            if self.executor is not None:
-                await self.executor.cancel()
-        if self.batcher is not None:
-            await self.batcher.close()
-        await self.commits.commit(list(self.states.values()))
+            log.warning("cancelling %d in-flight messages at shutdown", self.engine.in_flight)
+            if self.engine.executor is not None:
+                await self.engine.executor.cancel()
+        if self.engine.batcher is not None:
+            await self.engine.batcher.close()
+        await self.engine.commits.commit(list(self.engine.states.values()))
 
 
 async def _drained(states: list[PartitionState], timeout: float) -> bool:

@@ -54,8 +54,8 @@ __all__ = ["Outcome", "Pipeline"]  # Outcome: imported from here by the engine a
 _LOST_CONNECTIONS_PER_MESSAGE = 10
 
 
-class Pipeline(Unapplied):
-    """A record's attempts; what is not applied goes through :class:`Unapplied`."""
+class Pipeline:
+    """A record's attempts; what is not applied goes through :attr:`unapplied`."""
 
     def __init__(
         self, *, consumer: str, namespace: str, pool: asyncpg.Pool, dedup: DedupStore,
@@ -81,6 +81,9 @@ class Pipeline(Unapplied):
         self.observe: Observer = observer if observer is not None else _stats_only(stats)
         self.maintenance_wanted = asyncio.Event()
         self.handler_timeout = handler_timeout
+        self.unapplied = Unapplied(
+            consumer=consumer, parking=parking, retry=retry, decoder=decoder,
+            dead_letters=dead_letters, stats=stats, observe=self.observe)
         self.applier = Applier(
             namespace=namespace, dedup=dedup, observe=self.observe,
             handler_timeout=handler_timeout, enforce_window=expired != "apply", cache=cache,
@@ -94,12 +97,12 @@ class Pipeline(Unapplied):
         """Apply ``record`` exactly once in effect; ``abandon`` interrupts waits (shutdown,
         revoked partition) and yields ``ABANDONED``."""
         self.observe.delivered(1)
-        if (parked := await self.join_park([record], abandon)) is not None:
+        if (parked := await self.unapplied.join_park([record], abandon)) is not None:
             return parked
         try:
             decoded = self.decoder.decode(record)
         except DecodeError as exc:
-            return await self.undecodable(record, exc, abandon)
+            return await self.unapplied.undecodable(record, exc, abandon)
         return await self.process_decoded(record, decoded, abandon)
 
     async def process_decoded(
@@ -108,7 +111,7 @@ class Pipeline(Unapplied):
     ) -> Outcome:
         """Apply a decoded record in a transaction of its own, retrying as the policy says;
         ``failed`` is how its handler failed in a batch (its first attempt)."""
-        if (parked := await self.join_park([record], abandon, decoded)) is not None:
+        if (parked := await self.unapplied.join_park([record], abandon, decoded)) is not None:
             return parked  # an earlier record of its key was parked (in its batch, say)
         if self.breaker is None:
             return await self._retried(record, decoded, abandon, failed)
@@ -127,7 +130,7 @@ class Pipeline(Unapplied):
             # stalled: wait until it is over, or until this record is the one to try
             if (breaker is not None and breaker.blocks(decoded.route.name) and failed is None
                     and not await breaker.turn(decoded, abandon)):
-                return self._abandoned(record)
+                return self.unapplied.abandoned(record)
             try:
                 if failed is not None:  # judged below like any failed attempt
                     raised, failed = failed, None
@@ -166,18 +169,18 @@ class Pipeline(Unapplied):
             elif isinstance(error, DeadLetter) or not is_retriable(error):
                 reason = ("dead_lettered_by_handler" if isinstance(error, DeadLetter)
                           else "handler_failed")
-                return await self.exhausted(
+                return await self.unapplied.exhausted(
                     record, decoded, reason, describe(error), attempt, abandon)
             elif attempt >= self.retry.max_attempts:
                 detail = f"gave up after {attempt} attempts: {describe(error)}"
-                return await self.exhausted(
+                return await self.unapplied.exhausted(
                     record, decoded, "handler_failed", detail, attempt, abandon)
             else:
                 delay = self._retry_delay(error, attempt)
                 self.observe.retry(record, decoded.envelope, decoded.route.name, attempt,
                                    delay, error)
             if await wait_or_abandon(abandon, delay):
-                return self._abandoned(record)
+                return self.unapplied.abandoned(record)
 
     def _retry_delay(self, error: BaseException, attempt: int) -> float:
         if isinstance(error, Retry) and error.delay is not None:
@@ -220,7 +223,7 @@ class Pipeline(Unapplied):
     ) -> Outcome:
         if (outcome := self.settled(claim, record, decoded)) is not None:
             return outcome
-        return await self.expired_dead_letter(record, decoded, attempt, abandon)
+        return await self.unapplied.expired_dead_letter(record, decoded, attempt, abandon)
 
 def _stats_only(stats: ConsumerStats) -> Observer:
     return StatsObserver(stats)

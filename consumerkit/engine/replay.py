@@ -156,7 +156,7 @@ async def _replay_one(pipeline: Pipeline, conn: DbConnection, parked: ParkedReco
     try:
         decoded = pipeline.decoder.decode(record)
     except DecodeError as exc:  # as the consumer would have done, had the key not been parked
-        outcome = await pipeline.undecodable(record, exc, never)
+        outcome = await pipeline.unapplied.undecodable(record, exc, never)
         await conn.execute(mark, parked.id)
         return outcome
     marked = _marking(decoded, mark, parked.id)
@@ -177,7 +177,7 @@ async def _replay_one(pipeline: Pipeline, conn: DbConnection, parked: ParkedReco
             if outage:
                 attempt -= 1
             elif isinstance(error, DeadLetter):  # the handler's own decision, as when consumed
-                outcome = await pipeline.dead_letter(
+                outcome = await pipeline.unapplied.dead_letter(
                     record, "dead_lettered_by_handler", describe(error), attempt, decoded, never)
                 await conn.execute(mark, parked.id)
                 return outcome

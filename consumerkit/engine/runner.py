@@ -19,21 +19,15 @@ from ..shared import faults
 from ..stats import ConsumerStats
 from ..transport.source import Partition, Source
 from .batch import Batcher
+from .fetch import Fetched, fetch_records, known_offsets, trace, trace_fetch
 from .lanes import KeyedExecutor, KeyedLanes
 from .ownership import Ownership
 from .pipeline import Outcome, Pipeline
 
 log = logging.getLogger("consumerkit.consumer")
-# each ownership's first offset, jumps between fetches and dropped fetches, at DEBUG (with the
-# commits): what it takes to tell which commit went past a record that was never applied
-trace = logging.getLogger("consumerkit.consumer.offsets")
 
 
-Fetched = tuple[dict[Partition, list[RecordLike]], dict[Partition, PartitionState | None]]
-"""Records fetched, and the state of each partition when they came."""
-
-
-class Engine(Ownership):
+class Engine:
     """Owns the partition states, their keyed lanes and the offset commits; what begins and
     ends an ownership (rebalances, rewinds, the drain at stop) is :class:`Ownership`."""
 
@@ -57,7 +51,7 @@ class Engine(Ownership):
             self.lanes = KeyedLanes(self._start_group, max_group=max_batch)
             # a lane's group never outgrows the batches
             self.batcher.on_limit = partial(setattr, self.lanes, "max_group")
-        self._owners = {}
+        self.owners: dict[PartitionState, _Owner] = {}  # the batcher's view of each partition
         self.max_in_flight = max_in_flight
         self.batch_size = batch_size
         self.revoke_timeout = revoke_timeout
@@ -73,7 +67,21 @@ class Engine(Ownership):
         self._room = asyncio.Event()
         if pipeline.breaker is not None:  # a stall that begins or ends: look at the room again
             pipeline.breaker.on_change = self._room.set
-        self._rewinds: set[asyncio.Task[None]] = set()
+        self.ownership = Ownership(self)
+
+    # -- where ownerships begin and end (:class:`Ownership`) --------------------------------
+
+    async def on_assigned(self, partitions: list[Partition]) -> None:
+        await self.ownership.on_assigned(partitions)
+
+    async def on_revoked(self, partitions: list[Partition]) -> None:
+        await self.ownership.on_revoked(partitions)
+
+    def rewind(self, state: PartitionState, offset: int) -> None:
+        self.ownership.rewind(state, offset)
+
+    async def drain(self, timeout: float, force: asyncio.Event) -> None:
+        await self.ownership.drain(timeout, force)
 
     # -- the fetch loop ---------------------------------------------------------------------
 
@@ -98,19 +106,21 @@ class Engine(Ownership):
                     continue
                 source.pause(room <= 0)
                 fetch = asyncio.ensure_future(
-                    self._fetch(source, max(1, min(room, self.batch_size))))
+                    fetch_records(source, self.states, self.poll_timeout_ms,
+                                  max(1, min(room, self.batch_size))))
                 await asyncio.wait({fetch, stop}, return_when=asyncio.FIRST_COMPLETED)
                 if not fetch.done():  # stopping: do not wait for a rebalance or a fetch
                     break
                 fetched, owners = fetch.result()
                 await _gaps.first_offsets(source, fetched, owners, stop)
-                known = await self._known(fetched)
+                known = await known_offsets(self.pipeline, fetched)
                 if self._put_back(fetched, owners):
                     continue
                 for part, records in fetched.items():
                     self._dispatch(part, records, owners[part], known.get(part, ()))
         finally:
-            for task in (*self._rewinds, fetch, stop, committer):
+            self.ownership.cancel_rewinds()
+            for task in (fetch, stop, committer):
                 if task is not None:
                     task.cancel()
             await asyncio.gather(*(t for t in (fetch, stop, committer) if t is not None),
@@ -148,47 +158,6 @@ class Engine(Ownership):
         room.cancel()
         return bool(done)
 
-    async def _known(
-        self, fetched: dict[Partition, list[RecordLike]],
-    ) -> dict[Partition, set[int]]:
-        """Offsets of the records of ``fetched`` whose event ids the dedup cache knows were
-        applied: one lookup per poll, before anything is decoded."""
-        if self.pipeline.cache is None:
-            return {}
-        event_id = self.pipeline.decoder.event_id
-        ids: list[str] = []
-        where: list[tuple[Partition, int]] = []
-        for part, records in fetched.items():
-            for record in records:
-                if (i := event_id(record)) is not None:
-                    ids.append(i)
-                    where.append((part, record.offset))
-        known = await self.pipeline.applier.known(ids)
-        offsets: dict[Partition, set[int]] = {}
-        for i, (part, offset) in zip(ids, where, strict=True):
-            if i in known:
-                offsets.setdefault(part, set()).add(offset)
-        return offsets
-
-    async def _fetch(self, source: Source, max_records: int) -> Fetched:
-        """Fetch, and note which ownership of each partition the records belong to, in the
-        same step (no await between): a rebalance can come before they are dispatched (the
-        cache lookup awaits), and they must not reach the next ownership's lanes."""
-        fetched = await source.fetch(self.poll_timeout_ms, max_records)
-        for part, ranges in source.skipped().items():
-            # facts about the log: kept by whichever ownership reads the partition now
-            if (state := self.states.get(part)) is not None:
-                state.skipped.add(ranges)
-        for part in list(fetched):
-            state = self.states.get(part)
-            if state is not None and state.placing:
-                # fetched before the ownership's stored offset is read: dropped now, not at
-                # dispatch (after awaits, by which time the seek may have come and gone)
-                records = fetched.pop(part)
-                if records and state.first_seen is None:
-                    state.first_seen = records[0].offset
-        return fetched, {part: self.states.get(part) for part in fetched}
-
     def _dispatch(
         self, part: Partition, records: Sequence[RecordLike], owner: PartitionState | None,
         known: Collection[int] = (),
@@ -205,7 +174,7 @@ class Engine(Ownership):
             return
         if records:
             if trace.isEnabledFor(logging.DEBUG):
-                _trace_fetch(part, state.fetched, records)
+                trace_fetch(part, state.fetched, records)
             records = _gaps.through(part, state, records, self.source, self.stats)
         if records:
             state.fetched = records[-1].offset + 1
@@ -222,14 +191,14 @@ class Engine(Ownership):
                 state.settled()
                 self.commits.wanted.set()
                 continue
-            if faults.ON and faults.mutant("offset_before_commit"):
+            if faults.inject("offset_before_commit"):
                 state.offsets.finished(record.offset)  # broken on purpose: see faults
                 self.commits.wanted.set()
             self.in_flight += 1
             # one lane per key of this ownership of the partition: a zombie left by an earlier
             # ownership never holds up (or breaks) the lanes of the current one
             lane = record.key
-            if faults.ON and faults.mutant("lanes_ignore_key"):
+            if faults.inject("lanes_ignore_key"):
                 lane = str(record.offset % 8).encode()  # broken on purpose: see faults
             self.lanes.submit((state, lane), record)
 
@@ -237,9 +206,9 @@ class Engine(Ownership):
         """A lane's next group, to the batcher (with batches)."""
         assert self.batcher is not None
         state: PartitionState = lane[0]  # type: ignore[index]
-        owner = self._owners.get(state)
+        owner = self.owners.get(state)
         if owner is None:
-            owner = self._owners[state] = _Owner(self, state)
+            owner = self.owners[state] = _Owner(self, state)
         self.batcher.submit(lane, records, owner)
 
     def _group_finished(self, state: PartitionState, lane: Hashable,
@@ -305,14 +274,3 @@ class _Owner:
 
     def finished(self, lane: Hashable, records: list[RecordLike]) -> None:
         self.engine._group_finished(self.state, lane, records)
-
-
-def _trace_fetch(part: Partition, fetched: int | None, records: Sequence[RecordLike]) -> None:
-    """Log where a fetch leaves offsets out (transaction markers do, on a topic written in
-    transactions)."""
-    first, last = records[0].offset, records[-1].offset
-    if fetched is not None and first != fetched:
-        trace.debug("%s/%d: offsets jump from %d to %d", *part, fetched, first)
-    if last - first + 1 != len(records):
-        trace.debug("%s/%d: %d records fetched between offsets %d and %d", *part,
-                    len(records), first, last)

@@ -12,8 +12,8 @@ from typing import Any, Protocol
 
 from ..envelope import RecordLike
 from ..types import Claim
-from .apply import RecordFailed
 from .decode import Decoded
+from .handling import RecordFailed
 from .pipeline import Outcome, Pipeline
 
 Report = Callable[[RecordLike, Outcome], None]
@@ -81,7 +81,7 @@ async def conclude(pipeline: Pipeline, good: list[tuple[RecordLike, Decoded]],
     at = settle_now(pipeline, good, result, 0, report)
     while at < len(good):  # an expired record, to the dead letters
         record, decoded = good[at]
-        report(record, await pipeline.expired_dead_letter(record, decoded, 1, abandon))
+        report(record, await pipeline.unapplied.expired_dead_letter(record, decoded, 1, abandon))
         at = settle_now(pipeline, good, result, at + 1, report)
 
 

@@ -1,7 +1,7 @@
 """Records that will not be applied: a key parked with its records (``on_exhausted="park"``,
 or an earlier record of the key parked) or a record sent to the dead letters (undecodable,
-refused, out of retries, expired). The half of :class:`~consumerkit.engine.pipeline.Pipeline`
-that ends a record without its effect."""
+refused, out of retries, expired). :class:`~consumerkit.engine.pipeline.Pipeline` holds one
+and calls it to end a record without its effect."""
 
 from __future__ import annotations
 
@@ -25,15 +25,18 @@ if TYPE_CHECKING:
 
 
 class Unapplied:
-    """Set by :class:`~consumerkit.engine.pipeline.Pipeline`."""
+    """Parks a record's key, or writes its dead letter, and tells ``observe``."""
 
-    consumer: str
-    parking: ParkingLot | None
-    retry: RetryPolicy
-    decoder: Decoder
-    dead_letters: DeadLetterWriter
-    stats: ConsumerStats
-    observe: Observer
+    def __init__(self, *, consumer: str, parking: ParkingLot | None, retry: RetryPolicy,
+                 decoder: Decoder, dead_letters: DeadLetterWriter, stats: ConsumerStats,
+                 observe: Observer) -> None:
+        self.consumer = consumer
+        self.parking = parking
+        self.retry = retry
+        self.decoder = decoder
+        self.dead_letters = dead_letters
+        self.stats = stats
+        self.observe = observe
 
     async def exhausted(
         self, record: RecordLike, decoded: Decoded, reason: str, detail: str, attempts: int,
@@ -112,14 +115,14 @@ class Unapplied:
                 headers, wire.event_type_header),
         )
         if not await self.dead_letters.write(entry, abandon):
-            return self._abandoned(record)
+            return self.abandoned(record)
         self.stats.dead_letter_failures = self.dead_letters.failures
         self.observe.dead_lettered(record, decoded.envelope if decoded else None,
                                    decoded.route.name if decoded else "", reason, detail,
                                    attempts)
         return Outcome.DEAD_LETTERED
 
-    def _abandoned(self, record: RecordLike) -> Outcome:
+    def abandoned(self, record: RecordLike) -> Outcome:
         self.observe.abandoned((record,))
         return Outcome.ABANDONED
 

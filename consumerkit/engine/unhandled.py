@@ -11,7 +11,7 @@ from fnmatch import fnmatchcase
 from typing import Literal
 
 from ..errors import ConfigurationError, DecodeError
-from ..registry import RouteTable
+from ..route_table import RouteTable
 
 Unhandled = Literal["dead_letter", "skip"]
 UNHANDLED: tuple[Unhandled, ...] = ("dead_letter", "skip")

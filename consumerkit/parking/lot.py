@@ -21,8 +21,8 @@ from ..deadletter.writer import wait_or_abandon
 from ..envelope import RecordLike
 from ..errors import StartupError
 from ..observability.observer import Observer
-from ..registry import RouteTable
 from ..retry import RetryPolicy
+from ..route_table import RouteTable
 from ..shared.failures import describe, judge
 from . import store
 from .entry import ParkedRecord

@@ -9,7 +9,6 @@ retries, dead letters) and the PostgreSQL dedup store, against a real database.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from types import TracebackType
@@ -30,7 +29,7 @@ from ..retry import RetryPolicy
 from ..stats import ConsumerStats
 from ..transport.memory import MemoryBroker
 from ..transport.source import Partition, RebalanceHandler, Source
-from ..versions import model_version
+from .encode import encode
 from .observe import DeadLetterRecorder, OutcomeRecorder, Settled, observe_handlers
 
 FAST_RETRY = RetryPolicy(max_attempts=3, initial_delay=0.01, max_delay=0.05)
@@ -189,16 +188,12 @@ class TestConsumer:
         new UUID unless ``event_id`` is given). ``bytes`` (or ``None``, a tombstone) are
         sent as they are, with ``headers`` only: a raw record.
         """
-        wire = self.consumer.wire
         sent: list[tuple[str, bytes | None]] = []
+        value: bytes | None
         if isinstance(event, BaseModel):
-            sent = [(wire.id_header, (event_id or str(uuid.uuid4())).encode()),
-                    (wire.event_type_header, self._event_type(event, event_type).encode())]
-            if occurred_at is not None:
-                sent.append((wire.occurred_at_header, occurred_at.isoformat().encode()))
-            if (version := model_version(type(event))) is not None:
-                sent.append((wire.event_version_header, str(version).encode()))
-            value: bytes | None = event.model_dump_json().encode()
+            sent, value = encode(self.consumer.wire, self.consumer.routes, event,
+                                 event_type=event_type, event_id=event_id,
+                                 occurred_at=occurred_at)
         else:
             if event_id is not None or event_type is not None:
                 raise ConfigurationError("a raw record carries its id and type in `headers`")
@@ -297,14 +292,3 @@ class TestConsumer:
             return False
         committed = self.committed
         return all(committed.get(part, 0) >= end for part, end in self._ends().items())
-
-    def _event_type(self, event: BaseModel, given: str | None) -> str:
-        if given is not None:
-            return given
-        routes = self.consumer.routes
-        found = sorted(t for t, r in routes.by_type.items() if r.model is type(event))
-        if len(found) != 1:
-            raise ConfigurationError(
-                f"no single handler takes {type(event).__name__} (found {found}): "
-                "pass event_type=")
-        return found[0]

@@ -14,7 +14,7 @@ from ..engine.pipeline import Outcome
 from ..envelope import Envelope, RecordLike
 from ..errors import HandlerSignal
 from ..observability.observer import BaseObserver
-from ..registry import RouteTable
+from ..route_table import RouteTable
 from ..types import SinkResources
 
 

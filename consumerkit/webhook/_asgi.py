@@ -7,6 +7,8 @@ from typing import Any, TypeAlias
 
 import orjson
 
+from ..shared.failures import describe
+
 Scope: TypeAlias = MutableMapping[str, Any]
 Message: TypeAlias = MutableMapping[str, Any]
 Receive: TypeAlias = Callable[[], Awaitable[Message]]
@@ -60,3 +62,22 @@ async def respond(
            *((name.lower().encode(), value.encode()) for name, value in headers)]
     await send({"type": "http.response.start", "status": status, "headers": raw})
     await send({"type": "http.response.body", "body": content})
+
+
+async def lifespan(receive: Receive, send: Send, open: Callable[[], Awaitable[None]],
+                   close: Callable[[], Awaitable[None]]) -> None:
+    """The ASGI lifespan protocol: ``open`` at startup (its failure, said in one line, fails
+    the startup), ``close`` at shutdown."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            try:
+                await open()
+            except Exception as exc:
+                await send({"type": "lifespan.startup.failed", "message": describe(exc)})
+                return
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await close()
+            await send({"type": "lifespan.shutdown.complete"})
+            return

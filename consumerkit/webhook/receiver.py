@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Iterable, Sequence
 from datetime import timedelta
 
@@ -38,7 +37,8 @@ from ..envelope import Record
 from ..errors import ConfigurationError, DecodeError, StartupError
 from ..observability.logging import LogObserver, message_fields
 from ..observability.observer import Observer, fanout
-from ..registry import HandlerRegistry, HandlerSource, RouteTable
+from ..registry import HandlerRegistry, HandlerSource
+from ..route_table import RouteTable
 from ..schema import check_synchronous_commit, migrate
 from ..shared.failures import describe
 from ..shared.identifiers import check_name, identifier, redact_dsn
@@ -47,15 +47,23 @@ from ..shared.webhook import headers as wh
 from ..shared.webhook.signature import DEFAULT_TOLERANCE, WebhookSecret, secrets_of, verify
 from . import _answers as answers
 from ._apply import apply, report
-from ._asgi import BodyTooLarge, Disconnected, Receive, Scope, Send, read_body, request_headers
+from ._asgi import (
+    BodyTooLarge,
+    Disconnected,
+    Receive,
+    Scope,
+    Send,
+    lifespan,
+    read_body,
+    request_headers,
+)
 from ._refusals import claim_refused
+from ._request import as_record, attempt_of
 
 log = logging.getLogger("consumerkit.webhook")
 
 _ACQUIRE_TIMEOUT = 10.0  # seconds a request waits for a pool connection before a 503
 _STATUS_OF_REASON = {"oversized": 413, "unknown_event_type": 404}  # other reasons: 400
-_FORWARDED = (wh.IDEMPOTENCY_KEY.lower(), wh.PREFIX.lower())  # the event's own headers
-_KEY, _WEBHOOK_ID = wh.IDEMPOTENCY_KEY.lower(), "webhook-id"
 
 
 class WebhookReceiver:
@@ -189,24 +197,9 @@ class WebhookReceiver:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
+            await lifespan(receive, send, self.open, self.close)
         elif scope["type"] == "http":
             await self._http(scope, receive, send)
-
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                try:
-                    await self.open()
-                except Exception as exc:
-                    await send({"type": "lifespan.startup.failed", "message": describe(exc)})
-                    return
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await self.close()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -237,7 +230,7 @@ class WebhookReceiver:
         if version is not None:  # the sender's mistake, not a replay risk: the id stays unspent
             await answers.refuse(send, 400, "invalid_version", version)
             return
-        record = _record(scope, headers, body, self._topic(scope))
+        record = as_record(scope, headers, body, self._topic(scope))
         try:
             decoded = self._decoder.decode(record)
         except DecodeError as exc:
@@ -250,7 +243,7 @@ class WebhookReceiver:
             status = _STATUS_OF_REASON.get(exc.reason, 400)
             await answers.refuse(send, status, exc.reason, exc.detail)
             return
-        await self._apply(send, record, decoded, _attempt(headers))
+        await self._apply(send, record, decoded, attempt_of(headers))
 
     def _topic(self, scope: Scope) -> str:
         """``webhook:<path>`` for a path a handler routes on, else ``webhook:<namespace>``:
@@ -296,26 +289,6 @@ class WebhookReceiver:
         if self._dsn is not None and pool is not None:
             self._pool = None
             await pool.close()
-
-
-def _record(scope: Scope, headers: dict[str, bytes], body: bytes, topic: str) -> Record:
-    """The request as a broker record, so that it is decoded exactly like one. The signed
-    ``webhook-id``, when present, is the event id: an unsigned ``Idempotency-Key`` could be
-    changed on a captured request to slip a replay past the dedup."""
-    forwarded = [(name, value) for name, value in headers.items()
-                 if name.startswith(_FORWARDED)]
-    webhook_id = headers.get(_WEBHOOK_ID)
-    if webhook_id is not None:
-        forwarded = [(n, v) for n, v in forwarded if n != _KEY] + [(_KEY, webhook_id)]
-    return Record(
-        topic=topic, partition=-1, offset=-1,
-        key=headers.get(wh.AGGREGATE_ID.lower()), value=body, headers=forwarded,
-        timestamp=time.time_ns() // 1_000_000)
-
-
-def _attempt(headers: dict[str, bytes]) -> int:
-    raw = headers.get(wh.ATTEMPT.lower(), b"")
-    return int(raw) if raw.isdigit() and 0 < len(raw) < 10 and int(raw) > 0 else 1
 
 
 async def _open_pool(dsn: str, namespace: str, size: int, pooler: Pooler) -> asyncpg.Pool:

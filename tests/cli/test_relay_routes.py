@@ -157,6 +157,6 @@ async def test_the_missing_table_hint_works_as_written(
 
 
 async def _broker_topics(bootstrap: str) -> set[str]:
-    from consumerkit.cli.check import reach_broker
+    from consumerkit.cli.check_broker import reach_broker
 
     return await reach_broker(bootstrap, {})

@@ -12,7 +12,7 @@ from pydantic import SecretStr
 
 from consumerkit import Consumer, DedupPolicy
 from consumerkit.cli import _parser, _secrets, main
-from consumerkit.cli.check import Deployment
+from consumerkit.cli.check_deployment import Deployment
 from consumerkit.cli.errors import scrub
 from consumerkit.settings import ConsumerSettings, RelaySettings
 

@@ -51,7 +51,7 @@ from consumerkit.outbox.debezium import (
     event_router_config,
 )
 from consumerkit.parking.tables import STEPS as PARKING_STEPS
-from consumerkit.registry import RouteTable
+from consumerkit.route_table import RouteTable
 from consumerkit.schema import CORE_STEPS, DEDUP_STEPS
 from consumerkit.settings.reference import render as render_reference
 from consumerkit.transport import kafka as kafka_transport

@@ -33,7 +33,14 @@ from .kafka_jars import MissingToolError
 START_TIMEOUT = 30.0
 
 
+BINARY_ENV = "CONSUMERKIT_TEST_PGBOUNCER"
+"""A PgBouncer binary to use instead of the one on PATH (a 1.21+ build, say, for
+``max_prepared_statements``)."""
+
+
 def _binary() -> str | None:
+    if chosen := os.environ.get(BINARY_ENV):
+        return chosen if os.access(chosen, os.X_OK) else None
     return shutil.which("pgbouncer") or next(
         (p for p in ("/usr/sbin/pgbouncer", "/usr/local/sbin/pgbouncer") if os.access(p, os.X_OK)),
         None)
@@ -83,7 +90,10 @@ def _server(dsn: str) -> tuple[str, str, str, str | None, str]:
     return host, port, user, password, database
 
 
-def start_pgbouncer(dsn: str, *, mode: str = "transaction", pool_size: int = 8) -> PgBouncer:
+def start_pgbouncer(dsn: str, *, mode: str = "transaction", pool_size: int = 8,
+                    prepared_statements: int = 0) -> PgBouncer:
+    """``prepared_statements``: PgBouncer's ``max_prepared_statements`` (1.21 and later);
+    0, the default, behaves as PgBouncer before 1.21."""
     binary = _binary()
     if binary is None:
         raise MissingToolError("pgbouncer is not installed (apt-get install pgbouncer)")
@@ -104,7 +114,11 @@ def start_pgbouncer(dsn: str, *, mode: str = "transaction", pool_size: int = 8) 
         "ignore_startup_parameters": "extra_float_digits",
     }
     if version >= (1, 21):
-        settings["max_prepared_statements"] = "0"  # as PgBouncer before 1.21
+        settings["max_prepared_statements"] = str(prepared_statements)
+    elif prepared_statements:
+        raise MissingToolError(
+            f"PgBouncer {version[0]}.{version[1]} has no max_prepared_statements (1.21 and "
+            f"later; {BINARY_ENV} names another binary)")
     lines = ["[databases]", f"* = {server}", "", "[pgbouncer]",
              *(f"{k} = {v}" for k, v in settings.items())]
     (workdir / "pgbouncer.ini").write_text("\n".join(lines) + "\n")
@@ -148,9 +162,8 @@ def main(argv: list[str]) -> int:
 
     with contextlib.ExitStack() as stack:
         dsn = argv[0] if argv else stack.enter_context(start_postgres()).dsn
-        pool_size = int(os.environ.get("CONSUMERKIT_TEST_PGBOUNCER_POOL_SIZE", "20"))
-        try:
-            bouncer = start_pgbouncer(dsn, pool_size=pool_size)
+        try:  # 20 backends: a common production pool, room for a test's consumers and relays
+            bouncer = start_pgbouncer(dsn, pool_size=20)
         except MissingToolError as exc:
             print(exc, file=sys.stderr)
             return 2

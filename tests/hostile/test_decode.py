@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from consumerkit import DecodeError, Record, WireFormat
 from consumerkit.engine.decode import Decoded, Decoder
 from consumerkit.observability.logging import LogObserver
-from consumerkit.registry import RouteTable
+from consumerkit.route_table import RouteTable
 
 from .handlers import EVENT_TYPES, Item, Moved, registry
 from .logtext import check_lines, text_logs, unsafe

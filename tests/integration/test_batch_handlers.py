@@ -24,7 +24,7 @@ from consumerkit.engine.batch import Batcher
 from consumerkit.engine.decode import Decoder
 from consumerkit.engine.pipeline import Outcome, Pipeline
 from consumerkit.envelope import Record, RecordLike, WireFormat
-from consumerkit.registry import RouteTable
+from consumerkit.route_table import RouteTable
 from consumerkit.schema import migrate
 from consumerkit.shared.identifiers import identifier
 from consumerkit.stats import ConsumerStats

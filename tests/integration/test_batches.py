@@ -24,11 +24,12 @@ from consumerkit.deadletter.writer import DeadLetterWriter
 from consumerkit.dedup import PostgresDedupStore
 from consumerkit.engine.batch import Batcher
 from consumerkit.engine.decode import Decoded, Decoder
+from consumerkit.engine.fetch import fetch_records
 from consumerkit.engine.pipeline import Outcome, Pipeline
 from consumerkit.engine.runner import Engine
 from consumerkit.envelope import Record, RecordLike, WireFormat
 from consumerkit.offsets.state import PartitionState
-from consumerkit.registry import RouteTable
+from consumerkit.route_table import RouteTable
 from consumerkit.schema import migrate
 from consumerkit.shared.identifiers import identifier
 from consumerkit.stats import ConsumerStats
@@ -773,7 +774,7 @@ async def test_records_fetched_before_a_rebalance_never_reach_the_next_ownership
     source = broker.source(topics=[TOPIC], group_id="stale", rebalance=engine)
     await source.start()
     part: Partition = (TOPIC, 0)
-    fetched, owners = await engine._fetch(source, 10)
+    fetched, owners = await fetch_records(source, engine.states, engine.poll_timeout_ms, 10)
     assert [r.offset for r in fetched[part]] == [0, 1, 2]
     assert owners[part] is engine.states[part]
 

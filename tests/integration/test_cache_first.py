@@ -17,7 +17,7 @@ from consumerkit.dedup.redis import RedisDedupCache
 from consumerkit.engine.decode import Decoder
 from consumerkit.engine.pipeline import Outcome, Pipeline
 from consumerkit.envelope import WireFormat
-from consumerkit.registry import RouteTable
+from consumerkit.route_table import RouteTable
 from consumerkit.schema import migrate
 from consumerkit.stats import ConsumerStats
 from consumerkit.types import ClaimStatus

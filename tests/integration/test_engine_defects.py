@@ -24,7 +24,7 @@ from consumerkit.engine.pipeline import Outcome, Pipeline
 from consumerkit.envelope import RecordLike, WireFormat
 from consumerkit.errors import ConsumerKitError, DeadLetter
 from consumerkit.observability.tracing import Tracing
-from consumerkit.registry import RouteTable
+from consumerkit.route_table import RouteTable
 from consumerkit.schema import migrate
 from consumerkit.shared.identifiers import identifier
 from consumerkit.stats import ConsumerStats

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import uuid
 
-from consumerkit.cli.check import reach_broker
+from consumerkit.cli.check_broker import reach_broker
 from consumerkit.transport.kafka_access import hidden_topics
 from consumerkit.transport.kafka_admin import describe_replication
 

@@ -24,7 +24,7 @@ from consumerkit.envelope import RecordLike, WireFormat
 from consumerkit.observability.observer import Fanout
 from consumerkit.observability.tracing import Tracing
 from consumerkit.outbox import Outbox, OutboxTable, migrate_outbox
-from consumerkit.registry import RouteTable
+from consumerkit.route_table import RouteTable
 from consumerkit.schema import migrate
 from consumerkit.stats import ConsumerStats, StatsObserver
 

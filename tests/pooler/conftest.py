@@ -15,20 +15,23 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.harness.kafka_jars import MissingToolError
-from tests.harness.pgbouncer import PgBouncer, start_pgbouncer
+from tests.harness.pgbouncer import BINARY_ENV, PgBouncer, start_pgbouncer
 
-__all__ = ["PgBouncer", "start_pgbouncer"]
+__all__ = ["BINARY_ENV", "PgBouncer", "start_pgbouncer"]
 
 
 @pytest.fixture
 def pgbouncer(direct_postgres_dsn: str) -> Iterator[Callable[..., PgBouncer]]:
-    """Start PgBouncers in front of the tests' PostgreSQL (``mode``, ``pool_size``), never in
-    front of the session's own pooler; all are stopped after the test."""
+    """Start PgBouncers in front of the tests' PostgreSQL (``mode``, ``pool_size``,
+    ``prepared_statements``), never in front of the session's own pooler; all are stopped
+    after the test."""
     started: list[PgBouncer] = []
 
-    def start(mode: str = "transaction", pool_size: int = 8) -> PgBouncer:
+    def start(mode: str = "transaction", pool_size: int = 8,
+              prepared_statements: int = 0) -> PgBouncer:
         try:
-            bouncer = start_pgbouncer(direct_postgres_dsn, mode=mode, pool_size=pool_size)
+            bouncer = start_pgbouncer(direct_postgres_dsn, mode=mode, pool_size=pool_size,
+                                      prepared_statements=prepared_statements)
         except MissingToolError as exc:
             pytest.skip(str(exc))
         started.append(bouncer)

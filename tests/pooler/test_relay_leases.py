@@ -52,11 +52,15 @@ def _check_once_in_order(records: list[Published], total: int) -> None:
         assert mine == sorted(mine), f"aggregate {key!r} out of order"
 
 
+@pytest.mark.parametrize("prepared_statements", [0, 200], ids=["pgbouncer-1.18", "ps-200"])
 async def test_two_relays_publish_every_event_once_in_order_while_one_stops(
     pgbouncer: Callable[..., PgBouncer], pg_pool: asyncpg.Pool[asyncpg.Record],
     kafka_bootstrap: str, make_topic: MakeTopic, outbox: Outbox, outbox_table: OutboxTable,
+    prepared_statements: int,
 ) -> None:
-    bouncer = pgbouncer(pool_size=3)  # fewer backends than the relays' connections
+    # fewer backends than the relays' connections; with and without PgBouncer's own
+    # prepared statements (1.21+), which the relay must not need nor be broken by
+    bouncer = pgbouncer(pool_size=3, prepared_statements=prepared_statements)
     topic = await make_topic(partitions=1)  # one partition: the topic's order is the order
     await _write(pg_pool, outbox, 0, 150)
     first = _relay(bouncer.dsn, kafka_bootstrap, topic, outbox_table, "first")

@@ -1,6 +1,6 @@
 """Through a real PgBouncer in transaction mode (prepared statements not tracked, as before
-1.21) a consumer applies every event once in key order; the relay publishes through a
-session-mode one."""
+1.21, and tracked, as 1.21+ can) a consumer applies every event once in key order; the relay
+publishes through a session-mode one."""
 
 from __future__ import annotations
 
@@ -30,12 +30,14 @@ from .conftest import PgBouncer
 
 
 @pytest.mark.parametrize("max_batch", [1, 50], ids=["per-record", "batched"])
+@pytest.mark.parametrize("prepared_statements", [0, 200], ids=["pgbouncer-1.18", "ps-200"])
 async def test_a_consumer_applies_every_event_once_in_key_order(
     pgbouncer: Callable[..., PgBouncer], kafka_bootstrap: str, ledger_topic: LedgerTopic,
-    pg_schema: str, pg_pool: asyncpg.Pool, max_batch: int,
+    pg_schema: str, pg_pool: asyncpg.Pool, max_batch: int, prepared_statements: int,
 ) -> None:
-    # fewer backends than the consumer's connections: each transaction may land on any
-    bouncer = pgbouncer(pool_size=3)
+    # fewer backends than the consumer's connections: each transaction may land on any;
+    # PgBouncer 1.21+ may track prepared statements (max_prepared_statements) or not
+    bouncer = pgbouncer(pool_size=3, prepared_statements=prepared_statements)
     topic = await ledger_topic(partitions=4)
     events = make_events(keys=20, per_key=20)
     await publish(kafka_bootstrap, topic, events)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from consumerkit.dedup.cost import measure_cleanup
+from benchmarks.retention_cost import measure_cleanup
 
 ROWS = 200_000
 

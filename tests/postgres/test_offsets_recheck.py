@@ -18,7 +18,7 @@ from consumerkit.offsets.postgres import PostgresOffsets
 from consumerkit.offsets.recheck import Recheck, Rewound
 from consumerkit.offsets.state import PartitionState
 from consumerkit.offsets.tracker import Tracker
-from consumerkit.registry import RouteTable
+from consumerkit.route_table import RouteTable
 from consumerkit.stats import ConsumerStats, StatsObserver
 from consumerkit.transport.source import Partition
 from consumerkit.types import Claim, ClaimStatus, DbConnection

@@ -148,11 +148,21 @@ def test_fail_points_and_mutants_exist_only_in_test_mode(value: str, expected: s
     env = {k: v for k, v in os.environ.items() if k != "CONSUMERKIT_TORTURE"}
     if value:
         env["CONSUMERKIT_TORTURE"] = value
-    code = ("from consumerkit.shared import faults; faults.point('after_claim'); "
-            "print(faults.ON, faults.mutant('claim_skipped'))")
+    code = ("from consumerkit.shared import faults; faults.inject('after_claim'); "
+            "print(faults.ON, faults.inject('claim_skipped'))")
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, check=True,
                          capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == expected
+
+
+def test_the_switched_on_hook_refuses_a_name_it_does_not_know() -> None:
+    """A misspelt fail-point would never fire and a run would pass for the wrong reason."""
+    env = {**os.environ, "CONSUMERKIT_TORTURE": '{"mutant": "claim_skipped"}'}
+    code = "from consumerkit.shared import faults; faults.inject('before_comit')"
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 1
+    assert "unknown fail-point or mutant 'before_comit'" in out.stderr
 
 
 def test_after_a_failover_an_orphan_is_counted_not_a_phantom() -> None:

@@ -17,7 +17,7 @@ import time
 from consumerkit.shared import faults
 print("ready", flush=True)
 for _ in range(3000):
-    faults.point("before_commit")
+    faults.inject("before_commit")
     time.sleep(0.01)
 """
 

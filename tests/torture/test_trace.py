@@ -9,7 +9,7 @@ from typing import cast
 
 import pytest
 
-from consumerkit.engine.runner import _trace_fetch
+from consumerkit.engine.fetch import trace_fetch
 from consumerkit.envelope import Record
 from consumerkit.offsets.gaps import through
 from consumerkit.offsets.state import PartitionState
@@ -32,9 +32,9 @@ def _log(path: Path, stamped: list[tuple[str, str, str]]) -> None:
 
 def test_the_engine_traces_a_jump_and_a_gap(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.DEBUG, "consumerkit.consumer.offsets"):
-        _trace_fetch(("t", 1), None, _records(40, 41))  # where it starts is not known
-        _trace_fetch(("t", 1), 42, _records(45, 46))
-        _trace_fetch(("t", 1), 47, _records(47, 49))
+        trace_fetch(("t", 1), None, _records(40, 41))  # where it starts is not known
+        trace_fetch(("t", 1), 42, _records(45, 46))
+        trace_fetch(("t", 1), 47, _records(47, 49))
     assert caplog.messages == [
         "t/1: offsets jump from 42 to 45",
         "t/1: 2 records fetched between offsets 47 and 49",

@@ -16,7 +16,8 @@ from consumerkit import (
 from consumerkit.engine.decode import Decoded
 from consumerkit.engine.plan import plan
 from consumerkit.envelope import Envelope
-from consumerkit.registry import Route, RouteTable, resolve
+from consumerkit.registry import Route, resolve
+from consumerkit.route_table import RouteTable
 
 
 class Added(BaseModel):

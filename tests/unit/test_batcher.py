@@ -40,6 +40,14 @@ class _Decoder:
         return Decoded(env, _ROUTE, _Event(n=record.offset))
 
 
+class FakeUnapplied:
+    """What the batcher uses of a pipeline's :class:`~consumerkit.engine.unapplied.Unapplied`."""
+
+    async def join_park(self, records: list[RecordLike], abandon: asyncio.Event,
+                        decoded: Decoded | None = None) -> Outcome | None:
+        return None  # no key is parked here
+
+
 class FakePipeline:
     """What the batcher uses of a pipeline; ``gate`` holds every batch until set."""
 
@@ -57,6 +65,7 @@ class FakePipeline:
         self.cancelled = 0
         self.alone: list[int] = []
         self.parking = None
+        self.unapplied = FakeUnapplied()
 
     async def apply_batch(self, items: list[Decoded]) -> list[Claim]:
         self.batches.append([d.envelope.offset for d in items])
@@ -70,10 +79,6 @@ class FakePipeline:
         finally:
             self.running -= 1
         return [Claim(ClaimStatus.CLAIMED) for _ in items]
-
-    async def join_park(self, records: list[RecordLike], abandon: asyncio.Event,
-                        decoded: Decoded | None = None) -> Outcome | None:
-        return None  # no key is parked here
 
     def settled(self, claim: Claim, record: RecordLike, decoded: Decoded) -> Outcome | None:
         self.stats.applied += 1
@@ -410,7 +415,7 @@ async def test_an_expired_record_of_a_submitted_group_waits_for_its_dead_letter(
 
     fake.apply_batch = apply  # type: ignore[method-assign]
     fake.settled = settled  # type: ignore[method-assign]
-    fake.expired_dead_letter = expired_dead_letter  # type: ignore[attr-defined]
+    fake.unapplied.expired_dead_letter = expired_dead_letter  # type: ignore[attr-defined]
     batcher = _batcher(fake, max_batch=10)
     owner = _Owner()
     batcher.submit("k", _records(1, 2, 3), owner)

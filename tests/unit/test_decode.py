@@ -6,7 +6,7 @@ from pydantic import BaseModel, field_validator
 
 from consumerkit import DecodeError, HandlerContext, Record, WireFormat, handler
 from consumerkit.engine.decode import Decoder, record_time
-from consumerkit.registry import RouteTable
+from consumerkit.route_table import RouteTable
 
 
 class OrderCreated(BaseModel):

@@ -2,7 +2,8 @@ import pytest
 from pydantic import BaseModel
 
 from consumerkit import HandlerContext, HandlerDefinitionError, HandlerRegistry, handler
-from consumerkit.registry import RouteTable, resolve
+from consumerkit.registry import resolve
+from consumerkit.route_table import RouteTable
 
 from . import handlers_future
 

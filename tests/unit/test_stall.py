@@ -11,7 +11,8 @@ import asyncpg
 import pytest
 
 from consumerkit import DeadLetter, Retry
-from consumerkit.engine.stall import SYSTEMIC, Breaker, StallPolicy, Verdict, systemic
+from consumerkit.engine.stall import Breaker, StallPolicy, Verdict
+from consumerkit.engine.systemic import SYSTEMIC, systemic
 from consumerkit.observability import BaseObserver, LogObserver
 from consumerkit.shared.failures import HandlerFailure, judge
 from consumerkit.stats import ConsumerStats, StatsObserver

@@ -26,7 +26,7 @@ from consumerkit import (
 )
 from consumerkit.cli import main
 from consumerkit.engine.decode import Decoder
-from consumerkit.registry import RouteTable
+from consumerkit.route_table import RouteTable
 from examples.event_versions import OrderCreated, orders
 
 V1 = {"order_id": "o-1", "amount": 1250, "customer": "Ada Lovelace"}

@@ -18,13 +18,14 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
-from ..shared.identifiers import qualified
-from ..types import DbConnection
-from .guard import guard_name
-from .names import FUNCTION as NAME_KEY
-from .partitions import maintain, partition_floor, partition_name
-from .policy import DedupPolicy
-from .rows import claim_function
+from consumerkit.dedup.guard import guard_name
+from consumerkit.dedup.names import FUNCTION as NAME_KEY
+from consumerkit.dedup.partitions import maintain, partition_floor, partition_name
+from consumerkit.dedup.policy import DedupPolicy
+from consumerkit.dedup.rows import claim_function
+from consumerkit.schema import migrate
+from consumerkit.shared.identifiers import qualified
+from consumerkit.types import DbConnection
 
 _FILL = """
 INSERT INTO {table} (seen_at, namespace_key, handler_key, uuids)
@@ -69,7 +70,6 @@ async def measure_cleanup(
     retention = timedelta(days=7)
     partitioned = DedupPolicy(retention=retention, table=tables[0])
     table = DedupPolicy(retention=retention, table=tables[1], layout="table")
-    from ..schema import migrate  # (schema imports this package)
 
     try:
         # created as in production, with the current partitions
