@@ -1,6 +1,6 @@
 """PgBouncers for the pooler benchmark, and what they count.
 
-The benchmark starts its PgBouncers as the pooler tests do (``tests/pooler/conftest.py``: a
+The benchmark starts its PgBouncers as the pooler tests do (``tests/harness/pgbouncer.py``: a
 configuration in a temporary directory, clients trusted, ``max_prepared_statements = 0``
 where the version has it) and reads ``SHOW STATS`` from each one's admin console with
 ``psql`` (the console speaks the simple query protocol only, which asyncpg does not use for
@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from tests.harness.kafka import MissingToolError
 
 if TYPE_CHECKING:
-    from tests.pooler.conftest import PgBouncer
+    from tests.harness.pgbouncer import PgBouncer
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +40,7 @@ class Counts:
 
 def missing() -> str | None:
     """Why PgBouncers cannot be started here, else None."""
-    from tests.pooler.conftest import _binary
+    from tests.harness.pgbouncer import _binary
 
     if _binary() is None:
         return "pgbouncer is not installed (apt-get install pgbouncer)"
@@ -54,7 +54,7 @@ def start(dsn: str, mode: str, pool_size: int, prepared_statements: int = 0) -> 
     (``prepared_statements``: its ``max_prepared_statements``, 1.21 and later)."""
     if (reason := missing()) is not None:
         raise MissingToolError(reason)
-    from tests.pooler.conftest import start_pgbouncer
+    from tests.harness.pgbouncer import start_pgbouncer
 
     return start_pgbouncer(dsn, mode=mode, pool_size=pool_size,
                            prepared_statements=prepared_statements)
@@ -62,14 +62,14 @@ def start(dsn: str, mode: str, pool_size: int, prepared_statements: int = 0) -> 
 
 def tracks_prepared_statements() -> bool:
     """Whether the PgBouncer used here has ``max_prepared_statements`` (1.21 and later)."""
-    from tests.pooler.conftest import _binary, _version
+    from tests.harness.pgbouncer import _binary, _version
 
     binary = _binary()
     return binary is not None and _version(binary) >= (1, 21)
 
 
 def version() -> str:
-    from tests.pooler.conftest import _binary, _version
+    from tests.harness.pgbouncer import _binary, _version
 
     binary = _binary()
     return ".".join(map(str, _version(binary))) if binary else "none"

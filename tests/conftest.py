@@ -34,6 +34,7 @@ import redis
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.protocol.metadata import MetadataRequest
 
+from consumerkit.shared.pooler import create_pool
 from consumerkit.testing.services import (
     EmbeddedPostgres,
     MakeTopic,
@@ -44,6 +45,7 @@ from consumerkit.testing.services import (
 from tests.harness import KafkaCluster, MissingToolError, start_kafka
 
 from .brokers import BROKER, KAFKA_BROKERS, KAFKA_VERSION, ON_KAFKA, REPLICATION_FACTOR
+from .pooling import DIRECT_ENV, POOLER
 
 pytest_plugins = ["pytester"]  # tests/testing runs a team's suite with the consumerkit plugin
 
@@ -144,6 +146,21 @@ async def postgres_dsn(request: pytest.FixtureRequest) -> str:
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def direct_postgres_dsn(postgres_dsn: str, request: pytest.FixtureRequest) -> str:
+    """The server behind ``postgres_dsn`` with no pooler between:
+    ``$CONSUMERKIT_TEST_DIRECT_POSTGRES_DSN`` when the session runs through one
+    (``tests/pooling.py``), else ``postgres_dsn`` itself. For what a test does on a session of
+    its own: LISTEN, session advisory locks, ``SET``, a PgBouncer of its own."""
+    dsn = os.environ.get(DIRECT_ENV)
+    if not dsn:
+        return postgres_dsn
+    version = await _server_version(dsn)
+    request.config.stash[_USED]["postgres (direct)"] = (
+        f"PostgreSQL {version}, ${DIRECT_ENV}: {_redact(dsn)}")
+    return dsn
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def embedded_postgres_dsn(request: pytest.FixtureRequest) -> str:
     """Always an embedded PostgreSQL: the same server as ``postgres_dsn`` when that is embedded."""
     server: EmbeddedPostgres = request.getfixturevalue("_embedded_postgres")
@@ -171,8 +188,10 @@ async def pg_schema(postgres_dsn: str, request: pytest.FixtureRequest) -> AsyncI
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def pg_pool(postgres_dsn: str) -> AsyncIterator[asyncpg.Pool[asyncpg.Record]]:
-    """A connection pool (1 to 10 connections) to ``postgres_dsn``, closed after the test."""
-    pool = await asyncpg.create_pool(postgres_dsn, min_size=1, max_size=10, timeout=10)
+    """A connection pool (1 to 10 connections) to ``postgres_dsn``, closed after the test
+    (built as the session's pooler needs it, ``tests/pooling.py``)."""
+    pool = await create_pool(postgres_dsn, pooler=POOLER, application_name="tests-pg-pool",
+                             max_size=10, timeout=10)
     try:
         yield pool
     finally:

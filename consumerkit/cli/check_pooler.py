@@ -56,9 +56,11 @@ async def check_pooler(dsn: str, declared: Pooler, report: Findings) -> None:
         report.ok("PostgreSQL is reached through a pooler in transaction mode, as declared "
                   "(postgres_pooler=transaction)")
     else:
+        proof = (f"backend {found[0]} answered two clients' transactions in turn"
+                 if found[0] == found[1] else
+                 f"backends {found[0]} and {found[1]} answered one client's transactions")
         report.problem(
-            f"PostgreSQL is reached through a pooler in transaction mode (backends "
-            f"{found[0]} and {found[1]} answered one client's transactions), but "
+            f"PostgreSQL is reached through a pooler in transaction mode ({proof}), but "
             f"postgres_pooler is {declared}: set CONSUMERKIT_POSTGRES_POOLER=transaction "
             "(--postgres-pooler transaction, Consumer(postgres_pooler=...)) for the "
             "consumers, relays and this check")

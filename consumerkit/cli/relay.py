@@ -71,7 +71,9 @@ async def relay_command(args: argparse.Namespace) -> int:
                   poll_interval=settings.poll_interval, name=settings.name,
                   handle_signals=False, metrics_port=settings.metrics_port,
                   metrics_host=settings.metrics_host,
-                  postgres_pooler=settings.postgres_pooler)
+                  postgres_pooler=settings.postgres_pooler,
+                  postgres_listen_dsn=settings.postgres_listen_dsn.get_secret_value()
+                  if settings.postgres_listen_dsn else None)
     signals = 0
 
     def on_signal(sig: signal.Signals, task: asyncio.Task[None]) -> None:

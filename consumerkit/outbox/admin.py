@@ -81,8 +81,9 @@ async def skip_failed(conn: DbConnection, event_ids: Sequence[UUID] | None = Non
     return len(seqs)
 
 
-async def live_relays(conn: DbConnection, table: OutboxTable | None = None) -> int:
-    """How many relays of this outbox are connected now (holders of its member lock)."""
+async def locking_relays(conn: DbConnection, table: OutboxTable | None = None) -> int:
+    """How many relays of this outbox hold its member lock now (relays on a session: direct,
+    or behind a pooler in session mode)."""
     t = table or OutboxTable()
     cls, obj = t.members_lock
     count: int = await conn.fetchval(
@@ -93,10 +94,31 @@ async def live_relays(conn: DbConnection, table: OutboxTable | None = None) -> i
     return count
 
 
-async def slot_owners(conn: DbConnection, table: OutboxTable | None = None) -> dict[int, int]:
-    """``{slot: backend pid}`` for every slot of this outbox a relay holds now. Once all
-    :data:`~consumerkit.outbox.table.SLOTS` are held by ``live_relays()`` distinct pids, each
-    within its fair share, the relays have settled."""
+async def leasing_relays(conn: DbConnection, table: OutboxTable | None = None) -> int:
+    """How many relays hold live leases on this outbox (relays behind a transaction pooler;
+    0 before the lease tables exist)."""
+    t = table or OutboxTable()
+    if await conn.fetchval("SELECT to_regclass($1)", t.members) is None:
+        return 0
+    count: int = await conn.fetchval(
+        f"SELECT count(*) FROM {t.members} WHERE expires_at > now()")
+    return count
+
+
+async def live_relays(conn: DbConnection, table: OutboxTable | None = None) -> int:
+    """How many relays of this outbox are alive now: the holders of its member lock, and
+    the relays whose membership lease is live (behind a transaction pooler, including one
+    paused after a failed batch: it keeps renewing)."""
+    return await locking_relays(conn, table) + await leasing_relays(conn, table)
+
+
+async def slot_owners(conn: DbConnection,
+                      table: OutboxTable | None = None) -> dict[int, int | str]:
+    """``{slot: owner}`` for every slot of this outbox a relay holds now: the backend pid of
+    a relay holding it by a session lock, or the lease holder (``name/run id``) of a relay
+    behind a transaction pooler. Once all :data:`~consumerkit.outbox.table.SLOTS` are held
+    by ``live_relays()`` distinct owners, each within its fair share, the relays have
+    settled."""
     t = table or OutboxTable()
     rows = await conn.fetch(
         """SELECT objid::bigint AS slot, pid FROM pg_locks
@@ -104,7 +126,12 @@ async def slot_owners(conn: DbConnection, table: OutboxTable | None = None) -> d
            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
            AND classid = $1::bigint::oid AND objsubid = 2 AND objid::bigint < $2""",
         t.lock_class, SLOTS)
-    return {r["slot"]: r["pid"] for r in rows}
+    owners: dict[int, int | str] = {r["slot"]: r["pid"] for r in rows}
+    if await conn.fetchval("SELECT to_regclass($1)", t.leases) is not None:
+        leased = await conn.fetch(
+            f"SELECT slot, holder FROM {t.leases} WHERE expires_at > now()")
+        owners.update({r["slot"]: r["holder"] for r in leased})
+    return owners
 
 
 async def cleanup(conn: DbConnection, older_than: timedelta, *,

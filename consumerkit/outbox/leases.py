@@ -30,8 +30,7 @@ import asyncpg
 
 from ..errors import ConfigurationError
 from ..shared.pooler import Pooler, connect
-from ..types import DbConnection
-from .admin import live_relays
+from .admin import locking_relays
 from .table import SLOTS, OutboxTable
 
 log = logging.getLogger("consumerkit.outbox")
@@ -45,15 +44,6 @@ def mixed(table: OutboxTable) -> ConfigurationError:
         f"relays of outbox {table.schema}.{table.table} hold slots both by session locks and "
         "by leases: run every relay of one outbox with the same postgres_pooler (transaction, "
         "or none / session)")
-
-
-async def leasing_relays(conn: DbConnection, table: OutboxTable) -> int:
-    """How many relays hold live leases on ``table`` (0 before the lease tables exist)."""
-    if await conn.fetchval("SELECT to_regclass($1)", table.members) is None:
-        return 0
-    count: int = await conn.fetchval(
-        f"SELECT count(*) FROM {table.members} WHERE expires_at > now()")
-    return count
 
 
 class LeaseOwner:
@@ -126,7 +116,7 @@ class LeaseOwner:
             await self.connect()
         assert self._conn is not None
         started = time.monotonic()
-        if await live_relays(self._conn, self._table):
+        if await locking_relays(self._conn, self._table):
             raise mixed(self._table)
         async with self._conn.transaction():
             await self._conn.execute(self._join, self.holder, self.ttl)

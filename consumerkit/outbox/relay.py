@@ -36,6 +36,7 @@ from ..shared.observing import Probe, serve_metrics
 from ..shared.pooler import Pooler, check_pooler, connect
 from .event import OutboxEvent
 from .leases import LeaseOwner
+from .listener import Listener
 from .settle import settle
 from .sink import OutboxSink
 from .slots import SlotOwner
@@ -61,7 +62,9 @@ class Relay:
     ``postgres_pooler`` says what stands in front of PostgreSQL. With ``none`` or
     ``session`` the slots are session advisory locks; with ``transaction`` (a backend lent
     for one transaction at a time) they are leases in a table, renewed every round and
-    checked by the claim itself (:mod:`.leases`), and the relay only polls (no LISTEN).
+    checked by the claim itself (:mod:`.leases`), and the relay polls; given
+    ``postgres_listen_dsn``, a DSN that reaches PostgreSQL directly, it also LISTENs there
+    (:mod:`.listener`), to be woken by a commit as a direct relay is.
     """
 
     def __init__(
@@ -73,12 +76,15 @@ class Relay:
         metrics_port: int | None = None,
         metrics_host: str = "0.0.0.0",  # noqa: S104 - a scrape target listens on all
         registry: CollectorRegistry | None = None,
-        postgres_pooler: Pooler = "none",
+        postgres_pooler: Pooler = "none", postgres_listen_dsn: str | None = None,
     ) -> None:
         try:
             self.pooler = check_pooler(postgres_pooler)
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from None
+        if postgres_listen_dsn and self.pooler != "transaction":
+            raise ConfigurationError("postgres_listen_dsn is for postgres_pooler='transaction' "
+                                     "only: otherwise the relay's lock connection listens")
         if batch_size < 1 or poll_interval <= 0 or rebalance_interval <= 0:
             raise ConfigurationError("need batch_size >= 1, poll_interval > 0 and "
                                      "rebalance_interval > 0")
@@ -110,8 +116,12 @@ class Relay:
         self._stopping = asyncio.Event()
         self._owner: SlotOwner | LeaseOwner
         self._leases: LeaseOwner | None = None
-        if self.pooler == "transaction":  # no session: leases, and polling alone
-            self.notify = False
+        self._listener: Listener | None = None
+        if self.pooler == "transaction":  # no session: leases, and polling (LISTEN direct)
+            if notify and postgres_listen_dsn:
+                self._listener = Listener(postgres_listen_dsn, self.table.channel,
+                                          name=self.name, on_notify=self._wake.set)
+            self.notify = self._listener is not None
             self._owner = self._leases = LeaseOwner(postgres_dsn, self.table, name=self.name,
                                                     pooler=self.pooler)
             self._store = RelayStore(self.table, self._leases)
@@ -214,7 +224,10 @@ class Relay:
             async with self._owner.kept():  # leases renewed while the broker takes its time
                 results = await self.sink.send(events)
         except Exception as exc:  # a failed batch is an outage: pause, count no attempt
-            await self._pause(f"sink failed the whole batch: {exc!r}")
+            # still renewing its leases: a paused relay is alive (live_relays(), cleanup's
+            # refusal) and keeps its slots for when the sink is back
+            async with self._owner.kept():
+                await self._pause(f"sink failed the whole batch: {exc!r}")
             return False
         if faults.ON:
             faults.point("relay_after_publish")
@@ -261,6 +274,8 @@ class Relay:
         retry_in = await self._store.next_retry_in(conn)
         if retry_in is not None:
             delay = min(delay, max(0.01, retry_in))
+        if self._listener is not None:
+            await self._listener.ensure()
         await self._wait(delay)
 
     async def _wait(self, delay: float) -> None:
@@ -298,6 +313,8 @@ class Relay:
 
     async def _drop_connections(self) -> None:
         await self._owner.close()
+        if self._listener is not None:
+            await self._listener.close()
         conn, self._conn = self._conn, None
         if conn is not None and not conn.is_closed():
             try:

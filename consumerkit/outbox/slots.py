@@ -21,8 +21,8 @@ from collections.abc import AsyncIterator, Callable
 import asyncpg
 
 from ..shared.pooler import Pooler, connect
-from .admin import live_relays
-from .leases import leasing_relays, mixed
+from .admin import leasing_relays, locking_relays
+from .leases import mixed
 from .table import SLOTS, OutboxTable
 
 log = logging.getLogger("consumerkit.outbox")
@@ -74,7 +74,7 @@ class SlotOwner:
         assert self._conn is not None
         if await leasing_relays(self._conn, self._table):
             raise mixed(self._table)
-        self.members = max(1, await live_relays(self._conn, self._table))
+        self.members = max(1, await locking_relays(self._conn, self._table))
         cls = self._table.lock_class
         fair = math.ceil(SLOTS / self.members)
         owned = set(self.owned)

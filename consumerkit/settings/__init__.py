@@ -210,6 +210,10 @@ class RelaySettings(CommonSettings):
         1.0, gt=0, le=SECONDS_MAX, allow_inf_nan=False,
         description="seconds between polls when no notification comes")
     notify: bool = Field(True, description="wake on LISTEN/NOTIFY (off behind a pooler)")
+    postgres_listen_dsn: SecretStr | None = Field(
+        None, description="with `postgres_pooler` `transaction`: a DSN reaching PostgreSQL "
+        "directly, on which the relay LISTENs to be woken by commits (unset: it polls); "
+        "never printed with its password")
     name: str | None = Field(None, description="the relay's name in logs (unset: host:pid)")
     enable_idempotence: bool = Field(
         True, description="Kafka's idempotent producer (off for brokers without it)")
@@ -250,6 +254,7 @@ SETTINGS: dict[str, type[CommonSettings]] = {"run": ConsumerSettings, "relay": R
 
 
 FLAGS = {"postgres_dsn": "--postgres", "kafka_bootstrap": "--kafka", "db_schema": "--schema",
+         "postgres_listen_dsn": "--postgres-listen",
          "webhook_headers": "--webhook-header", "webhook_secrets": "--webhook-secret"}
 
 

@@ -18,6 +18,7 @@ from consumerkit.dedup.partitions import list_partitions
 from consumerkit.schema import CORE_STEPS
 from consumerkit.testing.services import MakeTopic
 
+from ..pooling import POOLER_FLAG
 from .conftest import PASSWORD, cli, with_password
 
 TABLES = {"consumerkit_schema_version", "dead_letters", "consumerkit_retention",
@@ -85,18 +86,20 @@ async def long_topic(kafka_bootstrap: str) -> AsyncIterator[str]:
 
 
 async def test_check_gives_the_all_clear_then_names_each_problem(
-    postgres_dsn: str, pg_schema: str, pg_pool: asyncpg.Pool, kafka_bootstrap: str,
-    make_topic: MakeTopic, long_topic: str, capsys: pytest.CaptureFixture[str],
+    postgres_dsn: str, direct_postgres_dsn: str, pg_schema: str, pg_pool: asyncpg.Pool,
+    kafka_bootstrap: str, make_topic: MakeTopic, long_topic: str,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     topic = await make_topic(1)
     db = ["--postgres", postgres_dsn, "--schema", pg_schema]
-    code, out = await run(capsys, "check", *db)
+    checked = [*db, *POOLER_FLAG]  # migrate needs no pooler setting, check is told it
+    code, out = await run(capsys, "check", *checked)
     assert code == 1
     assert "PROBLEM  tables missing in schema" in out
     assert "run `consumerkit migrate`" in out
 
     assert (await run(capsys, "migrate", *db))[0] == 0
-    healthy = [*db, "--kafka", kafka_bootstrap, "--topic", topic, "--outbox-table", "outbox",
+    healthy = [*checked, "--kafka", kafka_bootstrap, "--topic", topic, "--outbox-table", "outbox",
                "--min-replication", "1"]  # the test brokers' topics have one replica
     code, out = await run(capsys, "check", *healthy)
     assert code == 0, out
@@ -105,15 +108,16 @@ async def test_check_gives_the_all_clear_then_names_each_problem(
 
     problems = {
         "topics missing on the broker: no-such-topic": [*healthy, "--topic", "no-such-topic"],
-        "cannot reach the Kafka broker at 127.0.0.1:1": [*db, "--kafka", "127.0.0.1:1"],
+        "cannot reach the Kafka broker at 127.0.0.1:1": [*checked, "--kafka", "127.0.0.1:1"],
         f"topic {long_topic} keeps records for 30d, longer than the dedup retention (7d)": [
             *healthy, "--topic", long_topic],
         "tables missing in schema": [*healthy, "--outbox-table", "never_made"],
         "cannot connect to PostgreSQL at postgresql://app:***@127.0.0.1:1/x": [
             "--postgres", f"postgresql://app:{PASSWORD}@127.0.0.1:1/x"],
+        # a server setting in the DSN: a startup parameter PgBouncer refuses, so direct
         "synchronous_commit is off": [
-            "--postgres", with_password(postgres_dsn) + (
-                "&" if "?" in postgres_dsn else "?") + "synchronous_commit=off",
+            "--postgres", with_password(direct_postgres_dsn) + (
+                "&" if "?" in direct_postgres_dsn else "?") + "synchronous_commit=off",
             "--schema", pg_schema],
     }
     for expected, argv in problems.items():
@@ -129,20 +133,20 @@ async def test_check_gives_the_all_clear_then_names_each_problem(
     for part in parts:
         if part.lower is not None and part.lower > now:
             await pg_pool.execute(f'DROP TABLE "{pg_schema}"."{part.name}"')
-    code, out = await run(capsys, "check", *db)
+    code, out = await run(capsys, "check", *checked)
     assert code == 1
     assert f"PROBLEM  dedup partitions of {pg_schema}.processed_events not created ahead" in out
 
     # a schema an older consumerkit migrated: its functions are the old ones
     await pg_pool.execute(f'DELETE FROM "{pg_schema}".consumerkit_schema_version '
                           "WHERE component = 'core' AND version = $1", CORE_STEPS[-1].version)
-    code, out = await run(capsys, "check", *db)
+    code, out = await run(capsys, "check", *checked)
     assert code == 1
     assert (f"PROBLEM  schema {pg_schema} is older than this consumerkit (core "
             f"{CORE_STEPS[-2].version} of {CORE_STEPS[-1].version}): run `consumerkit migrate` "
             "as its owner") in out
     assert (await run(capsys, "migrate", *db))[0] == 0
-    assert "is older than" not in (await run(capsys, "check", *db))[1]
+    assert "is older than" not in (await run(capsys, "check", *checked))[1]
 
 
 async def test_check_takes_a_consumers_own_settings(

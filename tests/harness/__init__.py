@@ -8,6 +8,8 @@ which a team's tests of their handlers do not need, so they stay out of the whee
 - :func:`start_debezium` (:mod:`.debezium`): a Kafka Connect worker with Debezium's outbox
   connector.
 - :func:`start_replicated_postgres` (:mod:`.replication`): a primary with a streaming standby.
+- :func:`~.pgbouncer.start_pgbouncer` (:mod:`.pgbouncer`): PgBouncer in front of a PostgreSQL,
+  for tests/pooler, the pooler benchmark and ``scripts/test-pooler.sh``.
 
 What a team's tests need (``TestConsumer``, the pytest plugin, Tansu, PostgreSQL and Redis)
 is in :mod:`consumerkit.testing`.

@@ -20,6 +20,7 @@ from consumerkit.shared.identifiers import identifier
 from consumerkit.types import DbConnection
 
 from ..brokers import IDEMPOTENCE
+from ..pooling import POOLER
 
 FAST_GROUP = {  # quick joins and rebalances on the test broker (it holds a join ~session/2)
     "session_timeout_ms": 3000,
@@ -155,7 +156,7 @@ def build(name: str, schema: str, topic: str, dsn: str, bootstrap: str,
     options: dict[str, object] = {
         "handlers": [ledger_handler(schema, fail)], "topics": [topic],
         "kafka_bootstrap": bootstrap, "postgres_dsn": dsn, "schema": schema,
-        "handle_signals": False,
+        "handle_signals": False, "postgres_pooler": POOLER,
         "retry": RetryPolicy(max_attempts=4, initial_delay=0.01, max_delay=0.05),
         "kafka_consumer_options": FAST_GROUP, **extra,
     }

@@ -12,6 +12,8 @@ from pydantic import BaseModel
 
 from consumerkit import Consumer, HandlerContext, HandlerRegistry
 
+from ..pooling import POOLER
+
 TYPES = ("order.created", "order.paid", "order.shipped", "order.cancelled",
          "order.internal.audit")
 HANDLED = ("order.created", "order.paid")
@@ -49,7 +51,8 @@ def registry(types: tuple[str, ...], taken: list[str] | None = None) -> HandlerR
 def consumer(name: str, topic: str, schema: str, types: tuple[str, ...] = HANDLED,
              taken: list[str] | None = None, **settings: Any) -> Consumer:
     return Consumer(name=name, handlers=[registry(types, taken)], topics=[topic],
-                    schema=schema, handle_signals=False, kafka_consumer_options=FAST_GROUP,
+                    schema=schema, handle_signals=False,
+                    postgres_pooler=POOLER, kafka_consumer_options=FAST_GROUP,
                     **settings)
 
 

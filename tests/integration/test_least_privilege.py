@@ -41,6 +41,7 @@ from consumerkit.testing.services import MakeTopic
 from tests.webhooks.conftest import serve
 
 from ..brokers import PRODUCER_OPTIONS
+from ..pooling import POOLER
 from .conftest import LedgerTopic
 from .ledger import build, ledger_handler, make_events, publish, publish_raw, read_topic, wait_for
 from .worker import emit_billed
@@ -184,7 +185,7 @@ async def test_a_role_without_ddl_rights_runs_consumer_relay_and_receiver(
     # the relay: slots (advisory locks), LISTEN, publish, delete, under the same role
     relay = Relay(dsn, KafkaSink(kafka_bootstrap, route=downstream,
                                  kafka_options=dict(PRODUCER_OPTIONS)),
-                  schema=pg_schema, handle_signals=False, poll_interval=0.2)
+                  schema=pg_schema, handle_signals=False, postgres_pooler=POOLER, poll_interval=0.2)
     relaying = asyncio.create_task(relay.run())
     try:
         assert len(await read_topic(kafka_bootstrap, downstream, len(events))) == len(events)
@@ -213,7 +214,8 @@ async def test_a_role_without_ddl_rights_runs_consumer_relay_and_receiver(
         closed.bind(("127.0.0.1", 0))
         failing = Relay(dsn, WebhookSink(f"http://127.0.0.1:{closed.getsockname()[1]}/x",
                                          timeout=2),
-                        schema=pg_schema, handle_signals=False, poll_interval=0.2,
+                        schema=pg_schema, handle_signals=False,
+                        postgres_pooler=POOLER, poll_interval=0.2,
                         retry=RetryPolicy(initial_delay=0.05, max_delay=0.1))
         failing_run = asyncio.create_task(failing.run())
         try:

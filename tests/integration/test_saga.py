@@ -21,6 +21,7 @@ from consumerkit.shared.identifiers import identifier
 from consumerkit.testing.services import MakeTopic
 
 from ..brokers import PRODUCER_OPTIONS
+from ..pooling import POOLER
 from .conftest import LedgerTopic
 from .ledger import group, ledger_rows, make_events, publish, read_topic, verify, wait_for
 from .worker import BILLED
@@ -66,7 +67,7 @@ async def test_a_crashed_saga_step_emits_each_downstream_event_once(
 
     relay = Relay(postgres_dsn, KafkaSink(kafka_bootstrap, route=downstream,
                                           kafka_options=dict(PRODUCER_OPTIONS)),
-                  schema=pg_schema, handle_signals=False, poll_interval=0.2)
+                  schema=pg_schema, handle_signals=False, postgres_pooler=POOLER, poll_interval=0.2)
     running = asyncio.create_task(relay.run())
     try:
         delivered = await read_topic(kafka_bootstrap, downstream, len(events))

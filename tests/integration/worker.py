@@ -9,6 +9,7 @@ import logging
 from consumerkit import Consumer, HandlerContext, RetryPolicy
 from consumerkit.outbox import Outbox
 
+from ..pooling import POOLER
 from .ledger import FAST_GROUP, Step, ledger_handler
 
 BILLED = "step.billed"
@@ -35,7 +36,7 @@ async def main() -> None:
         kafka_bootstrap=args.bootstrap, postgres_dsn=args.dsn, schema=args.schema,
         retry=RetryPolicy(initial_delay=0.01, max_delay=0.1), concurrency=args.concurrency,
         max_in_flight=200, kafka_consumer_options={**FAST_GROUP, "max_poll_records": 50},
-        offset_store=args.offset_store,
+        offset_store=args.offset_store, postgres_pooler=POOLER,
     )
     await consumer.run()
 

@@ -27,6 +27,7 @@ from consumerkit.retry import RetryPolicy
 from consumerkit.testing.services import TansuBroker, free_port, start_tansu
 from consumerkit.transport.kafka_admin import create_topic
 
+from ..pooling import POOLER
 from .conftest import RelayRunning, pending, read_all, wait_until
 
 pytestmark = pytest.mark.slow  # two broker restarts
@@ -104,6 +105,7 @@ async def test_the_relay_delivers_everything_committed_during_and_after_a_broker
     sink = KafkaSink(broker.bootstrap, route=topic, kafka_options={
         "enable_idempotence": False, "request_timeout_ms": 2000, "metadata_max_age_ms": 1000})
     relay = Relay(postgres_dsn, sink, schema=outbox_table.schema, handle_signals=False,
+                  postgres_pooler=POOLER,
                   retry=RetryPolicy(max_attempts=3, initial_delay=0.2, max_delay=0.5))
 
     async def add(tag: str, count: int) -> list[UUID]:

@@ -19,7 +19,7 @@ from consumerkit.shared.pooler import connect
 from tests.harness import LogicalPostgres, start_logical_postgres
 
 from ..cli.test_migrate_check import run
-from ..pooler.conftest import PgBouncer, start_pgbouncer
+from ..harness.pgbouncer import PgBouncer, start_pgbouncer
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from consumerkit.outbox import KafkaSink, OutboxTable, Relay
 from consumerkit.testing.services import start_tansu
 
 from ..cli.conftest import cli, with_password
+from ..pooling import POOLER
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +30,8 @@ async def test_the_relay_says_the_broker_refused_the_idempotent_producer(
     tansu: str, postgres_dsn: str, outbox_table: OutboxTable,
 ) -> None:
     sink = KafkaSink(tansu, route="orders")  # idempotence on: the default
-    relay = Relay(postgres_dsn, sink, schema=outbox_table.schema, handle_signals=False)
+    relay = Relay(postgres_dsn, sink, schema=outbox_table.schema, handle_signals=False,
+                  postgres_pooler=POOLER)
     with pytest.raises(IdempotenceRefusedError) as caught:
         await relay.run()
     message = str(caught.value)

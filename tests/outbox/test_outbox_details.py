@@ -50,6 +50,7 @@ from tests.integration.ledger import (
 )
 
 from ..brokers import PRODUCER_OPTIONS
+from ..pooling import POOLER, direct_only
 from .conftest import RelayRunning, read_all, wait_until
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
@@ -87,6 +88,7 @@ class ScriptedSink(KafkaSink):
 
 def relay_for(dsn: str, table: OutboxTable, sink: KafkaSink) -> Relay:
     return Relay(dsn, sink, schema=table.schema, table=table.table, handle_signals=False,
+                 postgres_pooler=POOLER,
                  retry=FAST_RETRY)
 
 
@@ -175,6 +177,8 @@ async def test_cleanup_refuses_inside_a_transaction_a_bad_batch_and_a_running_re
         assert await cleanup(conn, timedelta(days=1), table=outbox_table) == 1
 
 
+@direct_only("a relay holding session advisory locks (SlotOwner); the lease relay's "
+             "refusal is in tests/pooler")
 async def test_a_relay_starting_during_a_cleanup_waits_for_its_end(
     pg_pool: asyncpg.Pool[asyncpg.Record], postgres_dsn: str, outbox: Outbox,
     outbox_table: OutboxTable,
@@ -387,7 +391,7 @@ async def test_the_default_relay_retry_is_the_documented_back_off(
 
     sink = KafkaSink(kafka_bootstrap, kafka_options=dict(PRODUCER_OPTIONS))
     try:
-        relay = Relay(postgres_dsn, sink, handle_signals=False)
+        relay = Relay(postgres_dsn, sink, handle_signals=False, postgres_pooler=POOLER)
     finally:
         await sink.close()
     assert relay.retry is DEFAULT_RETRY

@@ -15,6 +15,7 @@ from consumerkit.testing.services import MakeTopic
 from consumerkit.transport.kafka_admin import create_topic
 
 from ..brokers import PRODUCER_OPTIONS
+from ..pooling import POOLER, THROUGH_POOLER
 from .conftest import RelayRunning, pending, read_all, wait_until
 
 SINK_OPTIONS = PRODUCER_OPTIONS
@@ -29,6 +30,7 @@ def relay_for(dsn: str, table: OutboxTable, bootstrap: str, route: str,
               **options: object) -> Relay:
     sink = KafkaSink(bootstrap, route=route, kafka_options=dict(SINK_OPTIONS))
     return Relay(dsn, sink, schema=table.schema, table=table.table, handle_signals=False,
+                 postgres_pooler=POOLER,
                  **options)  # type: ignore[arg-type]
 
 
@@ -132,12 +134,14 @@ async def test_routes_by_template_and_polls_without_notify(
 
 
 async def test_notify_wakes_the_relay_before_its_poll_interval(
-    pg_pool: asyncpg.Pool[asyncpg.Record], postgres_dsn: str, kafka_bootstrap: str,
-    make_topic: MakeTopic, outbox: Outbox, outbox_table: OutboxTable,
+    pg_pool: asyncpg.Pool[asyncpg.Record], postgres_dsn: str, direct_postgres_dsn: str,
+    kafka_bootstrap: str, make_topic: MakeTopic, outbox: Outbox, outbox_table: OutboxTable,
 ) -> None:
     topic = await make_topic(partitions=1)
+    # behind a transaction pooler the relay LISTENs on a direct connection of its own
+    listen = {"postgres_listen_dsn": direct_postgres_dsn} if THROUGH_POOLER else {}
     relay = relay_for(postgres_dsn, outbox_table, kafka_bootstrap, topic, poll_interval=600,
-                      rebalance_interval=600)
+                      rebalance_interval=600, **listen)
     async with RelayRunning(relay):
         await wait_until(lambda: _owns_slots(relay), 30, "slots owned")
         loop = asyncio.get_running_loop()

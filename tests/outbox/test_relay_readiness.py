@@ -10,6 +10,7 @@ from consumerkit.outbox import KafkaSink, OutboxTable, Relay
 from consumerkit.testing.services import MakeTopic
 
 from ..brokers import PRODUCER_OPTIONS
+from ..pooling import POOLER
 from .conftest import wait_until
 
 
@@ -29,7 +30,7 @@ async def test_a_cancelled_relay_reports_stopping(
     relay = Relay(postgres_dsn, KafkaSink(kafka_bootstrap, route=topic,
                                           kafka_options=dict(PRODUCER_OPTIONS)),
                   schema=outbox_table.schema, table=outbox_table.table,
-                  handle_signals=False, observers=[told])
+                  handle_signals=False, postgres_pooler=POOLER, observers=[told])
     task = asyncio.create_task(relay.run())
     try:
         await wait_until(lambda: _ready(relay), 30, "the relay to be ready")

@@ -32,6 +32,8 @@ from consumerkit.outbox import (
 from consumerkit.outbox.debezium import event_router_config
 from consumerkit.outbox.retention import plan
 
+from ..pooling import POOLER
+
 DAY = timedelta(days=1)
 KEEP = OutboxRetention(retention=timedelta(days=2), partition_interval=DAY, premake=3)
 
@@ -149,7 +151,7 @@ async def test_the_relay_and_cleanup_refuse_the_partitioned_layout_with_one_line
     await _add(pg_pool, outbox, "a")
     sink = _Refusing()
     relay = Relay(postgres_dsn, sink, schema=kept.schema, table=kept.table,
-                  handle_signals=False, poll_interval=0.1)
+                  handle_signals=False, postgres_pooler=POOLER, poll_interval=0.1)
     with pytest.raises(StartupError) as refused:
         async with asyncio.timeout(60):
             await relay.run()

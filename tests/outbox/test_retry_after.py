@@ -18,6 +18,7 @@ from consumerkit.outbox.webhook import WebhookSink
 from consumerkit.retry import RetryPolicy
 from tests.webhooks.conftest import Reply, ScriptedEndpoint, serve
 
+from ..pooling import POOLER
 from .conftest import RelayRunning, pending, wait_until
 
 POLICY = RetryPolicy(max_attempts=5, initial_delay=1.0, max_delay=10.0)
@@ -58,7 +59,7 @@ async def test_the_relay_waits_what_the_receiver_asked_for(
     app.script(str(slow), Reply(429, (("Retry-After", "2"),)))
     async with serve(app, lifespan="off") as url:
         relay = Relay(postgres_dsn, WebhookSink(url, timeout=2.0), schema=outbox_table.schema,
-                      handle_signals=False,
+                      handle_signals=False, postgres_pooler=POOLER,
                       retry=RetryPolicy(max_attempts=5, initial_delay=0.05, max_delay=5.0))
         async with RelayRunning(relay):
             await wait_until(lambda: _answered(app, str(slow), 1), 30, "the 429")

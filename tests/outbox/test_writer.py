@@ -35,10 +35,12 @@ async def test_reserved_headers_and_naive_times_are_refused(
 
 
 async def test_a_second_writer_of_an_aggregate_draws_its_seq_after_the_first_commits(
-    pg_pool: asyncpg.Pool[asyncpg.Record], outbox: Outbox, outbox_table: OutboxTable,
+    pg_pool: asyncpg.Pool[asyncpg.Record], direct_postgres_dsn: str, outbox: Outbox,
+    outbox_table: OutboxTable,
 ) -> None:
-    first_conn = await pg_pool.acquire()
-    second_conn = await pg_pool.acquire()
+    # the two writers connect directly: the wait is found by the second one's backend pid
+    first_conn = await asyncpg.connect(direct_postgres_dsn)
+    second_conn = await asyncpg.connect(direct_postgres_dsn)
     try:
         first_tx = first_conn.transaction()
         await first_tx.start()
@@ -66,8 +68,8 @@ async def test_a_second_writer_of_an_aggregate_draws_its_seq_after_the_first_com
         await first_tx.commit()
         await asyncio.wait_for(waiting, 10)
     finally:
-        await pg_pool.release(first_conn)
-        await pg_pool.release(second_conn)
+        await first_conn.close()
+        await second_conn.close()
     rows = await pg_pool.fetch(
         f"SELECT aggregateid, payload->>'n' AS n FROM {outbox_table.events} ORDER BY seq")
     # x/2 drew its seq only after x/1 committed: after y/0, written while it waited
@@ -98,10 +100,11 @@ async def test_an_idempotency_key_refuses_a_second_event_even_after_publication(
 
 
 async def test_one_notification_per_committed_transaction_none_for_a_rollback(
-    pg_pool: asyncpg.Pool[asyncpg.Record], outbox: Outbox, outbox_table: OutboxTable,
+    pg_pool: asyncpg.Pool[asyncpg.Record], direct_postgres_dsn: str, outbox: Outbox,
+    outbox_table: OutboxTable,
 ) -> None:
     received: list[str] = []
-    listener = await pg_pool.acquire()
+    listener = await asyncpg.connect(direct_postgres_dsn)  # LISTEN needs a session of its own
     try:
         def on_notify(*args: object) -> None:
             received.append(str(args[3]))  # (connection, pid, channel, payload)
@@ -126,7 +129,7 @@ async def test_one_notification_per_committed_transaction_none_for_a_rollback(
         await wait_until(marker, 10, "the marker notification")
         await listener.remove_listener(outbox_table.channel, on_notify)
     finally:
-        await pg_pool.release(listener)
+        await listener.close()
     assert received == ["", "marker"]
 
 

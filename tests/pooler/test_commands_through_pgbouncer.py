@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -72,19 +73,25 @@ async def _check(*argv: str) -> tuple[int, str]:
 
 
 async def test_check_finds_an_undeclared_transaction_pooler(
-    pgbouncer: Callable[..., PgBouncer], postgres_dsn: str, pg_schema: str,
+    pgbouncer: Callable[..., PgBouncer], direct_postgres_dsn: str, pg_schema: str,
 ) -> None:
     transaction = pgbouncer(pool_size=2)
     session = pgbouncer(mode="session", pool_size=2)
     code, out = await _check("--postgres", transaction.dsn, "--schema", pg_schema)
     assert code == 1, out
-    assert "PROBLEM  PostgreSQL is reached through a pooler in transaction mode (backends " in out
+    assert "PROBLEM  PostgreSQL is reached through a pooler in transaction mode (" in out
     assert "but postgres_pooler is none: set CONSUMERKIT_POSTGRES_POOLER=transaction" in out
+    # one backend: the second client is lent the one the first gave back, and the proof
+    # names it once (not as two backends with the same pid)
+    code, out = await _check("--postgres", pgbouncer(pool_size=1).dsn, "--schema", pg_schema)
+    assert code == 1, out
+    assert re.search(r"in transaction mode \(backend \d+ answered two clients' transactions "
+                     r"in turn\)", out), out
     code, out = await _check("--postgres", transaction.dsn, "--schema", pg_schema,
                              "--postgres-pooler", "transaction")
     assert "ok       PostgreSQL is reached through a pooler in transaction mode, as declared" \
         in out
-    for dsn, declared in ((postgres_dsn, "none"), (session.dsn, "session")):
+    for dsn, declared in ((direct_postgres_dsn, "none"), (session.dsn, "session")):
         code, out = await _check("--postgres", dsn, "--schema", pg_schema,
                                  "--postgres-pooler", declared)
         assert "ok       each client keeps its PostgreSQL backend " \
@@ -93,10 +100,10 @@ async def test_check_finds_an_undeclared_transaction_pooler(
 
 
 async def test_check_counts_the_connections_a_deployment_needs(
-    postgres_dsn: str, pg_schema: str, pg_pool: asyncpg.Pool,
+    direct_postgres_dsn: str, pg_schema: str, pg_pool: asyncpg.Pool,
 ) -> None:
     most = int(await pg_pool.fetchval("SHOW max_connections"))
-    db = ["--postgres", postgres_dsn, "--schema", pg_schema]
+    db = ["--postgres", direct_postgres_dsn, "--schema", pg_schema]
     code, out = await _check(*db, "--processes", "2", "--relays", "1")
     assert "ok       connections needed: 2 consumer process(es) x (concurrency 4 + 3) + " \
         "1 relay(s) x 3 + 1 command = 18, within max_connections " in out, out

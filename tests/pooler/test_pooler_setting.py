@@ -29,11 +29,11 @@ async def _prepared(conn: asyncpg.Connection[asyncpg.Record] | asyncpg.Pool) -> 
 
 
 async def test_transaction_mode_leaves_no_named_statement_on_the_backend(
-    postgres_dsn: str,
+    direct_postgres_dsn: str,
 ) -> None:
     modes: tuple[tuple[Pooler, bool], ...] = (("none", True), ("transaction", False))
     for pooler, expected in modes:
-        conn = await connect(postgres_dsn, pooler=pooler)
+        conn = await connect(direct_postgres_dsn, pooler=pooler)
         try:
             await conn.fetchval("SELECT $1::int + 1", 1)
             await conn.fetchval("SELECT $1::int + 1", 2)
@@ -43,14 +43,14 @@ async def test_transaction_mode_leaves_no_named_statement_on_the_backend(
 
 
 async def test_transaction_mode_pool_reset_keeps_the_backends_session_state(
-    postgres_dsn: str,
+    direct_postgres_dsn: str,
 ) -> None:
     """A backend behind a transaction pooler may hold another client's session advisory lock
     (or LISTEN, or setting): releasing a connection must not drop it, as asyncpg's default
     reset (``pg_advisory_unlock_all()``, ``UNLISTEN *``, ``RESET ALL``) would."""
     modes: tuple[tuple[Pooler, bool], ...] = (("none", False), ("transaction", True))
     for pooler, kept in modes:
-        pool = await create_pool(postgres_dsn, pooler=pooler, max_size=1,
+        pool = await create_pool(direct_postgres_dsn, pooler=pooler, max_size=1,
                                  application_name="pooler-test")
         try:
             async with pool.acquire() as conn:

@@ -233,14 +233,14 @@ async def test_cleanup_through_the_pooler_refuses_while_a_leasing_relay_lives(
 
 
 async def test_relays_holding_slots_by_locks_and_by_leases_refuse_to_share_an_outbox(
-    pgbouncer: Callable[..., PgBouncer], postgres_dsn: str, kafka_bootstrap: str,
+    pgbouncer: Callable[..., PgBouncer], direct_postgres_dsn: str, kafka_bootstrap: str,
     outbox_table: OutboxTable,
 ) -> None:
     """Neither would see the other's slots: each aggregate could get two publishers."""
     bouncer = pgbouncer(pool_size=2)
     leasing = _relay(bouncer.dsn, kafka_bootstrap, "unused", outbox_table, "leasing")
     assert leasing._leases is not None
-    locking = SlotOwner(postgres_dsn, outbox_table, name="locking", on_notify=None)
+    locking = SlotOwner(direct_postgres_dsn, outbox_table, name="locking", on_notify=None)
     try:
         await locking.rebalance()
         with pytest.raises(ConfigurationError, match="same postgres_pooler"):
