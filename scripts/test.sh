@@ -4,6 +4,11 @@
 #
 #   scripts/test.sh                 everything
 #   scripts/test.sh -k kafka -x     extra arguments go to pytest
+#   scripts/test.sh -n 0            one process (CONSUMERKIT_TEST_WORKERS=0 does the same)
+#
+# pytest runs on CONSUMERKIT_TEST_WORKERS pytest-xdist workers (4 by default: the tests mostly
+# wait on servers and sockets, so 4 beat 2 even on a 2-core machine), each with its own embedded
+# services; the tests that start Apache Kafka's JVMs share one of them (tests/conftest.py).
 #
 # Services come from CONSUMERKIT_TEST_POSTGRES_DSN, CONSUMERKIT_TEST_KAFKA_BOOTSTRAP and
 # CONSUMERKIT_TEST_REDIS_URL when set; otherwise the tests start local ones (no Docker needed).
@@ -26,7 +31,7 @@ bash scripts/docs.sh
 
 echo "== pytest"
 status=0
-.venv/bin/pytest "$@" || status=$?
+.venv/bin/pytest -n "${CONSUMERKIT_TEST_WORKERS:-4}" --dist loadgroup "$@" || status=$?
 if [ "$status" -eq 5 ]; then
     echo "pytest collected no tests: failing" >&2
 fi
