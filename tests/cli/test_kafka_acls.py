@@ -23,9 +23,6 @@ from tests.harness.kafka_security import ADMIN, Acl, KafkaSecurity
 from ..brokers import KAFKA_VERSION
 from .conftest import PASSWORD, Done, cli, finish, start, terminate, with_password
 
-# Apache Kafka started here: on the one xdist worker that runs the JVM tests (tests/conftest.py)
-pytestmark = pytest.mark.xdist_group("jvm")
-
 TOPIC = "billing.orders"
 UNGRANTED = "billing.refunds"  # no principal but the admin may use it
 GROUP = "billing"

@@ -112,7 +112,6 @@ def _kafka_or_skip() -> None:
         pytest.skip(str(exc))
 
 
-@pytest.mark.xdist_group("jvm")  # three Kafka JVMs: with the others (tests/conftest.py)
 def test_on_kafka_the_busiest_broker_is_killed_and_every_line_holds(
     postgres_dsn: str, tmp_path: Path,
 ) -> None:
@@ -174,7 +173,6 @@ def _kafka_nodes(parent: int) -> list[int]:
     return found
 
 
-@pytest.mark.xdist_group("jvm")  # three Kafka JVMs: with the others (tests/conftest.py)
 def test_on_kafka_ctrl_c_while_the_brokers_start_stops_them(tmp_path: Path) -> None:
     _kafka_or_skip()
     proc = demo("--broker", "kafka", "--json", str(tmp_path / "table.json"))

@@ -17,9 +17,6 @@ from tests.harness import KafkaCluster, MissingToolError, start_kafka
 
 from ..torture.kafka_admin import move_leader
 
-# Apache Kafka started here: on the one xdist worker that runs the JVM tests (tests/conftest.py)
-pytestmark = pytest.mark.xdist_group("jvm")
-
 CUT = 3.0  # seconds a send must not complete while its node is cut off
 
 

@@ -39,9 +39,6 @@ from ..integration.ledger import (
 )
 from .test_broker_failures import send_all
 
-# Apache Kafka started here: on the one xdist worker that runs the JVM tests (tests/conftest.py)
-pytestmark = pytest.mark.xdist_group("jvm")
-
 SETTLE = 180.0  # two busy cores
 CHUNK = 6  # records per transaction
 
