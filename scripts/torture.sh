@@ -12,14 +12,14 @@
 # Each run starts services of its own (PostgreSQL and its standby in a temporary directory,
 # Tansu or three Kafka nodes, Redis, PgBouncer, all on free ports) and is paced by its producers
 # (events per second), not by the CPU: so the steps run CONSUMERKIT_TORTURE_JOBS at a time
-# (2 by default; 1 runs them one after the other). Each step's output goes to
+# (3 by default; 1 runs them one after the other). Each step's output goes to
 # REPORT_DIR/STEP.log, printed when the step ends, in the order below.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-.venv/bin/python}
 out=${1:-$(mktemp -d)}
 mkdir -p "$out"
-jobs=${CONSUMERKIT_TORTURE_JOBS:-2}
+jobs=${CONSUMERKIT_TORTURE_JOBS:-3}
 
 short() {
     $python -m tests.torture --profile short --seed 1 --report "$out/short.json" \
