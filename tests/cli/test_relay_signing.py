@@ -97,8 +97,10 @@ async def test_config_shows_the_secrets_from_the_variable_redacted(tmp_path: Pat
     assert OLD not in done.output
 
 
+# fixed ids: the secrets are random, and every xdist worker must collect the same test names
 @pytest.mark.parametrize("text", [f"{NEW} {OLD}", f"  {NEW}\n{OLD} ",
-                                  orjson.dumps([NEW, OLD]).decode()])
+                                  orjson.dumps([NEW, OLD]).decode()],
+                         ids=["spaces", "lines", "json-list"])
 def test_webhook_secrets_read_from_spaces_or_a_json_list(
     text: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
