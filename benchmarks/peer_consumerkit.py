@@ -112,6 +112,7 @@ class ConsumerkitPeer(Peer):
     # stay comparable with consumerkit-before and across runs, and consumerkit-pg-offsets
     # against consumerkit is what the default offset store costs
     base_options: ClassVar[Mapping[str, Any]] = {"offset_store": "kafka"}
+    pooler: ClassVar[str] = "none"  # Postgres(pooler=...): what stands before PostgreSQL
     uses_redis: ClassVar[bool] = False
     uses_metrics: ClassVar[bool] = False
     needs: ClassVar[str | None] = None  # "defer" or "batch": an engine API it depends on
@@ -147,7 +148,7 @@ class ConsumerkitPeer(Peer):
             options["registry"] = importlib.import_module("prometheus_client").CollectorRegistry()
         self.consumer = Consumer(
             name=env.group, handlers=[self.make_handler(env.effect)], topics=[env.topic],
-            postgres=Postgres(dsn=env.dsn, schema=env.schema),
+            postgres=Postgres(dsn=env.dsn, schema=env.schema, pooler=self.pooler),
             kafka=Kafka(bootstrap=env.bootstrap, consumer_options=FAST_GROUP),
             handle_signals=False, **options)
 
