@@ -40,6 +40,7 @@ from typing import Any
 import asyncpg
 from aiokafka import AIOKafkaConsumer
 
+from consumerkit import Postgres
 from consumerkit.outbox import (
     KafkaSink,
     NewEvent,
@@ -179,8 +180,9 @@ async def run(args: argparse.Namespace) -> list[Phase]:
         for topic in (aggregate, relayed):
             await create_topic(kafka.bootstrap, topic, 8, {})
         phases = []
-        relay = Relay(postgres.dsn, KafkaSink(kafka.bootstrap, route="relay.{aggregate_type}"),
-                      schema=table.schema, handle_signals=False)
+        relay = Relay(Postgres(dsn=postgres.dsn, schema=table.schema), KafkaSink(kafka.bootstrap,
+            route="relay.{aggregate_type}"),
+                      handle_signals=False)
         running = asyncio.create_task(relay.run())
         try:
             await asyncio.wait_for(relay.started.wait(), 60)

@@ -32,7 +32,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from pydantic import BaseModel
 
-from consumerkit import Consumer, HandlerContext, handler
+from consumerkit import Consumer, HandlerContext, Kafka, Postgres, handler
 from consumerkit.envelope import Envelope, RecordLike
 from consumerkit.observability.observer import BaseObserver
 from consumerkit.testing.services import start_postgres
@@ -76,7 +76,8 @@ def consumer(kind: str, topic: str, bootstrap: str, dsn: str, schema: str,
         await ctx.tx.execute(f"INSERT INTO {table} (n) VALUES ($1)", event.n)
 
     made = Consumer(name=f"bench-{kind}-{topic}", handlers=[tick], topics=[topic],
-                    kafka_bootstrap=bootstrap, postgres_dsn=dsn, schema=schema,
+                    postgres=Postgres(dsn=dsn, schema=schema),
+                    kafka=Kafka(bootstrap=bootstrap),
                     handle_signals=False, observers=[applied])
     if kind == "rereads":
         def source(rebalance: RebalanceHandler) -> Source:

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import asyncpg
 
+from consumerkit import Postgres
 from consumerkit.outbox import (
     KafkaSink,
     NewEvent,
@@ -182,7 +183,7 @@ async def latency(dsn: str, bootstrap: str, rate: int, seconds: float, notify: b
     table, topic = await _fresh(conn, bootstrap)
     sink = TimedSink(bootstrap, route=topic, kafka_options=NO_IDEMPOTENCE)
     sink.acked = {}
-    relay = Relay(dsn, sink, schema=table.schema, notify=notify, poll_interval=poll,
+    relay = Relay(Postgres(dsn=dsn, schema=table.schema), sink, notify=notify, poll_interval=poll,
                   handle_signals=False)
     task = asyncio.create_task(relay.run())
     writer = Outbox(table.schema, table.table, notify=notify)

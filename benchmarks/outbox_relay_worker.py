@@ -12,6 +12,7 @@ import argparse
 import logging
 from collections.abc import Sequence
 
+from consumerkit import Postgres
 from consumerkit.outbox import KafkaSink, Relay
 from consumerkit.shared import aio
 from consumerkit.shared.pooler import POOLERS
@@ -20,9 +21,9 @@ from consumerkit.shared.pooler import POOLERS
 async def relay(args: argparse.Namespace) -> None:
     sink = KafkaSink(args.bootstrap, route=args.topic,
                      kafka_options={"enable_idempotence": args.idempotence})
-    await Relay(args.dsn, sink, schema=args.schema, name=args.name, batch_size=args.batch,
-                rebalance_interval=0.2, postgres_pooler=args.pooler,
-                poll_interval=args.poll).run()
+    await Relay(Postgres(dsn=args.dsn, schema=args.schema, pooler=args.pooler), sink,
+                name=args.name, batch_size=args.batch,
+                rebalance_interval=0.2, poll_interval=args.poll).run()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import asyncpg
 
-from consumerkit import BatchContext, Consumer, HandlerContext, handler
+from consumerkit import BatchContext, Consumer, HandlerContext, Kafka, Postgres, handler
 from consumerkit.dedup import DedupPolicy, maintain
 from consumerkit.dedup.rows import claim_function, lock_timeout_setting
 from consumerkit.schema import migrate
@@ -112,6 +112,7 @@ class ConsumerkitPeer(Peer):
     # stay comparable with consumerkit-before and across runs, and consumerkit-pg-offsets
     # against consumerkit is what the default offset store costs
     base_options: ClassVar[Mapping[str, Any]] = {"offset_store": "kafka"}
+    pooler: ClassVar[str] = "none"  # Postgres(pooler=...): what stands before PostgreSQL
     uses_redis: ClassVar[bool] = False
     uses_metrics: ClassVar[bool] = False
     needs: ClassVar[str | None] = None  # "defer" or "batch": an engine API it depends on
@@ -147,8 +148,9 @@ class ConsumerkitPeer(Peer):
             options["registry"] = importlib.import_module("prometheus_client").CollectorRegistry()
         self.consumer = Consumer(
             name=env.group, handlers=[self.make_handler(env.effect)], topics=[env.topic],
-            kafka_bootstrap=env.bootstrap, postgres_dsn=env.dsn, schema=env.schema,
-            handle_signals=False, kafka_consumer_options=FAST_GROUP, **options)
+            postgres=Postgres(dsn=env.dsn, schema=env.schema, pooler=self.pooler),
+            kafka=Kafka(bootstrap=env.bootstrap, consumer_options=FAST_GROUP),
+            handle_signals=False, **options)
 
     def handled(self) -> int:
         s = self.consumer.stats

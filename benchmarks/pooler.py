@@ -91,12 +91,12 @@ class Way:
 
 def through(way: Way) -> type[Peer]:
     """``consumerkit-batch`` reaching PostgreSQL the ``way`` says."""
-    pooler, dsn = way.pooler, way.dsn
+    dsn = way.dsn
 
     class Through(ConsumerkitBatchPeer):
         name = f"consumerkit-batch {way.name}"
-        description = f"consumerkit-batch, postgres_pooler={pooler!r}"
-        options = {"postgres_pooler": pooler}
+        pooler = way.pooler
+        description = f"consumerkit-batch, Postgres(pooler={pooler!r})"
 
         def __init__(self, env: PeerEnv) -> None:
             super().__init__(dataclasses.replace(env, dsn=dsn))

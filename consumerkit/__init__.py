@@ -41,6 +41,7 @@ from .publishes import Publishes
 from .registry import HandlerRegistry, handler
 from .retry import RetryPolicy
 from .schema import migrate
+from .settings.groups import Kafka, Limits, Metrics, Postgres, Stall, Timeouts, Unhandled
 from .shared.heap import tune_gc
 from .stats import ConsumerStats
 from .versions import upcaster
@@ -70,6 +71,14 @@ __all__ = [
     "Envelope",
     "Record",
     "WireFormat",
+    # option groups
+    "Kafka",
+    "Limits",
+    "Metrics",
+    "Postgres",
+    "Stall",
+    "Timeouts",
+    "Unhandled",
     # policies
     "DedupPolicy",
     "RetryPolicy",

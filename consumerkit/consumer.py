@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -13,24 +13,25 @@ from prometheus_client import CollectorRegistry
 
 from .deadletter.table import DeadLetterTable
 from .dedup.policy import DedupPolicy
-from .engine.configure import configure, records_given
 from .engine.decode import Decoder
 from .engine.lifecycle import connect
+from .engine.options import DEFAULTS, derive
 from .engine.run import Run
-from .engine.unhandled import TypePolicy, Unhandled
+from .engine.unhandled import TypePolicy
+from .engine.unhandled import Unhandled as UnhandledPolicy
 from .envelope import WireFormat
 from .errors import ConfigurationError
 from .observability.observer import Observer
-from .offsets import OFFSET_STORES, OffsetStoreName
+from .offsets import OffsetStoreName
 from .outbox.writer import Outbox
 from .registry import HandlerSource
 from .retry import RetryPolicy
 from .route_table import RouteTable
 from .schema import migrate
+from .settings.groups import Kafka, Limits, Metrics, Postgres, Stall, Timeouts, Unhandled
 from .shared.identifiers import check_name, redact_dsn
 from .shared.pooler import Pooler
 from .stats import ConsumerStats
-from .transport.kafka import consumer_options, producer_options
 from .transport.source import Partition, RebalanceHandler, Source
 from .types import DeadLetterSink, DedupCache
 
@@ -44,65 +45,62 @@ class Consumer:
     commits, and only then may the offset move past the message. Messages of one key are
     handled one at a time in offset order; different keys run concurrently.
 
-    ``source_factory``, an attribute read when :meth:`run` starts, replaces the Kafka
+    The options come in groups (:mod:`consumerkit.settings.groups`): ``postgres``,
+    ``kafka``, ``limits``, ``timeouts``, ``stall``, ``metrics``, ``unhandled``. The fields a
+    group is given are the code's choice, which ``consumerkit run``'s settings never
+    override; the others the settings may give. ``source_factory`` replaces the Kafka
     consumer with another :class:`~consumerkit.transport.source.Source` built from the
-    engine's rebalance callbacks (``consumerkit.testing`` sets an in-memory one).
+    engine's rebalance callbacks (``consumerkit.testing`` passes an in-memory one).
     """
 
-    source_factory: Callable[[RebalanceHandler], Source] | None = None
-    given: frozenset[str] = frozenset()
-    """The keyword arguments the code passed: those it chose, not left at their defaults."""
-    # set by configure(), from the constructor too
+    # derived from the groups by set_options() (engine/options.py), read by the engine
+    postgres_dsn: str | None
     schema: str
+    postgres_pooler: Pooler
+    kafka_bootstrap: str | None
+    kafka_options: dict[str, Any]  # every client's, TLS and SASL included
+    kafka_consumer_options: dict[str, Any]  # the consumer's: those, then its own
+    batch_size: int  # records per fetch (max_poll_records)
+    keepalive: float  # seconds between polls while full
+    rebalance_timeout: float
     concurrency: int
     auto_concurrency: bool  # concurrency follows max_batch
     max_batch: int
     max_in_flight: int
+    max_message_bytes: int
     handler_timeout: float | None
     shutdown_timeout: float
     revoke_timeout: float
     stall_after_keys: int  # a failure every record would hit stalls it (see _stall)
     stall_max_delay: float
-    unhandled: Unhandled  # what becomes of event types no handler takes
+    metrics_port: int | None
+    metrics_host: str
+    lag_interval: float  # seconds between end-offset requests for the lag
+    parking_interval: float  # seconds between refreshes of the parked keys' gauges
+    unhandled: UnhandledPolicy  # what becomes of event types no handler takes
     ignore: tuple[str, ...]  # event types skipped whatever ``unhandled`` says (fnmatch)
     types: TypePolicy  # the two above, checked against the handlers
+    offset_store: OffsetStoreName
 
-    @records_given
     def __init__(
         self, *, name: str, handlers: Iterable[HandlerSource], topics: Sequence[str],
-        kafka_bootstrap: str | None = None, postgres_dsn: str | None = None,
-        schema: str = "consumerkit",
+        postgres: Postgres = DEFAULTS["postgres"], kafka: Kafka = DEFAULTS["kafka"],
+        limits: Limits = DEFAULTS["limits"], timeouts: Timeouts = DEFAULTS["timeouts"],
+        stall: Stall = DEFAULTS["stall"], metrics: Metrics = DEFAULTS["metrics"],
+        unhandled: Unhandled = DEFAULTS["unhandled"],
         dedup: DedupPolicy | None = None, dedup_cache: DedupCache | None = None,
         outbox: Outbox | None = None,
         retry: RetryPolicy | None = None, wire: WireFormat | None = None,
         dead_letter: DeadLetterSink | Sequence[DeadLetterSink] | None = None,
-        concurrency: int | None = None, max_batch: int = 500, max_in_flight: int = 5000,
-        max_message_bytes: int = 1 << 20,
-        migrate: bool = True, kafka_options: Mapping[str, Any] | None = None,
-        kafka_consumer_options: Mapping[str, Any] | None = None,
-        handler_timeout: float | None = 60.0, shutdown_timeout: float = 30.0,
-        stall_after_keys: int = 5, stall_max_delay: float = 30.0,
-        handle_signals: bool = True,
-        maintenance_interval: timedelta | None = None,
-        observers: Sequence[Observer] = (), metrics_port: int | None = None,
-        metrics_host: str = "0.0.0.0",  # noqa: S104 - a scrape target listens on all
-        registry: CollectorRegistry | None = None,
-        offset_store: OffsetStoreName = "postgres",
-        unhandled: Unhandled = "dead_letter", ignore: Sequence[str] = (),
-        postgres_pooler: Pooler = "none",
+        offset_store: OffsetStoreName | None = None, migrate: bool = True,
+        handle_signals: bool = True, maintenance_interval: timedelta | None = None,
+        observers: Sequence[Observer] = (), registry: CollectorRegistry | None = None,
+        source_factory: Callable[[RebalanceHandler], Source] | None = None,
     ) -> None:
         self.name = check_name(name, "consumer name")
         self.topics = [check_name(t, "topic") for t in topics]
         if not self.topics:
             raise ConfigurationError("at least one topic is required")
-        if offset_store not in OFFSET_STORES:
-            raise ConfigurationError(f"offset_store must be one of {', '.join(OFFSET_STORES)}, "
-                                     f"not {offset_store!r}")
-        # "postgres": each partition's next offset is stored in the effects' transactions,
-        # and read from there on assignment (docs/ordering-and-offsets.md)
-        self.offset_store: OffsetStoreName = offset_store
-        # what stands in front of PostgreSQL (shared/pooler.py): checked by configure()
-        self.postgres_pooler: Pooler = postgres_pooler
         self.routes = RouteTable.build(handlers)
         self.dedup = dedup or DedupPolicy()
         self.dedup_cache = dedup_cache
@@ -116,62 +114,53 @@ class Consumer:
             tuple(sinks) if isinstance(sinks, Sequence) else (sinks,))
         if not self.dead_letter:
             raise ConfigurationError("at least one dead-letter destination is required")
-        # None: given later (``consumerkit run`` fills them from its settings)
-        self.kafka_bootstrap = kafka_bootstrap
-        self.postgres_dsn = postgres_dsn
-        self.max_message_bytes = max_message_bytes
         self.auto_migrate = migrate
-        self.kafka_options = dict(kafka_options or {})
-        self.kafka_consumer_options = {**self.kafka_options, **(kafka_consumer_options or {})}
-        # refuse unsafe settings now; the fetch size follows max_poll_records
-        options = consumer_options(self.kafka_consumer_options)
-        self.batch_size = int(options["max_poll_records"])
-        # while full, poll (with partitions paused) well within max_poll_interval_ms
-        self.keepalive = options.get("max_poll_interval_ms", 300_000) / 4000
-        self.rebalance_timeout = options["rebalance_timeout_ms"] / 1000
-        self.auto_concurrency = True
-        self._running = False
-        self.configure(schema=schema, concurrency=concurrency, max_batch=max_batch,
-                       max_in_flight=max_in_flight, handler_timeout=handler_timeout,
-                       shutdown_timeout=shutdown_timeout, stall_after_keys=stall_after_keys,
-                       stall_max_delay=stall_max_delay, unhandled=unhandled,
-                       ignore=ignore)
-        try:
-            producer_options(self.kafka_options)  # dead-letter producers share these
-        except ConfigurationError as exc:
-            raise ConfigurationError(
-                f"{exc} (kafka_options go to every Kafka client; options of the consumer "
-                "alone belong in kafka_consumer_options)") from None
         self.handle_signals = handle_signals
+        self.source_factory = source_factory
         self.maintenance_interval = maintenance_interval or min(
             self.dedup.partition_interval / 4, timedelta(hours=1))
         self.stats = ConsumerStats()
         # metrics are kept when a port or a registry is given; read when run() starts
         self.observers = tuple(observers)
-        self.metrics_port = metrics_port
-        self.metrics_host = metrics_host
         self.registry = registry
-        self.lag_interval = 5.0  # seconds between end-offset requests for the lag
-        self.parking_interval = 30.0  # seconds between refreshes of the parked keys' gauges
+        self._running = False
+        self._options: dict[str, Any] = {}
+        self.set_options(postgres=postgres, kafka=kafka, limits=limits, timeouts=timeouts,
+                         stall=stall, metrics=metrics, unhandled=unhandled,
+                         offset_store=offset_store)
         self.started = asyncio.Event()
         self._run: Run | None = None  # what run() opened, while it runs
         self._stop_requested = asyncio.Event()  # a stop was asked (stop(), a signal)
         self._finished = asyncio.Event()
 
-    def configure(self, **values: Any) -> None:
-        """Change values of the constructor's ``CONFIGURABLE`` arguments before :meth:`run`,
-        checked, and what depends on them derived again, as the constructor does. The code's
-        values set so are chosen, as if passed (:attr:`given`): settings do not override them
-        (``consumerkit run`` sets this way what the code left at its defaults)."""
+    def options(self) -> dict[str, Any]:
+        """The option groups by argument name, and ``offset_store`` (``None`` when the code
+        left it to the settings): what :meth:`set_options` takes."""
+        return dict(self._options)
+
+    def set_options(self, **options: Any) -> None:
+        """Replace option groups (and ``offset_store``) before :meth:`run`, checked, and
+        derive again what depends on them, as the constructor does: all or nothing
+        (``consumerkit run`` gives so what the code left to its settings)."""
         if self._running:
             raise ConfigurationError("a running consumer cannot be configured")
-        before = dict(vars(self))
-        try:
-            configure(self, dict(values))
-        except ConfigurationError:
-            vars(self).update(before)  # all or nothing
-            raise
-        self.given = self.given | values.keys()  # set by the code: chosen, as if passed
+        unknown = set(options) - {*DEFAULTS, "offset_store"}
+        if unknown:
+            raise ConfigurationError(f"unknown option groups: {', '.join(sorted(unknown))}")
+        merged = {**self._options, **options}
+        derived = derive(merged, self.routes, self.dedup, self.retry)
+        self._options = merged
+        vars(self).update(derived)
+
+    @property
+    def postgres(self) -> Postgres:
+        group: Postgres = self._options["postgres"]
+        return group
+
+    @property
+    def kafka(self) -> Kafka:
+        group: Kafka = self._options["kafka"]
+        return group
 
     @property
     def outbox(self) -> Outbox | None:
@@ -200,20 +189,12 @@ class Consumer:
         return (f"Consumer(name={self.name!r}, topics={self.topics!r}, "
                 f"postgres={dsn!r}, kafka={self.kafka_bootstrap!r})")
 
-    @property
-    def postgres_dsn(self) -> str | None:
-        return self._dsn
-
-    @postgres_dsn.setter
-    def postgres_dsn(self, dsn: str | None) -> None:
-        self._dsn = dsn
-
     def _require_dsn(self) -> str:
-        if self._dsn is None:
+        if self.postgres_dsn is None:
             raise ConfigurationError(
-                "no PostgreSQL DSN: pass postgres_dsn=, or set CONSUMERKIT_POSTGRES_DSN "
-                "(consumerkit run --postgres)")
-        return self._dsn
+                "no PostgreSQL DSN: pass postgres=Postgres(dsn=...), or set "
+                "CONSUMERKIT_POSTGRES_DSN (consumerkit run --postgres)")
+        return self.postgres_dsn
 
     def _services(self) -> tuple[str, str]:
         """The DSN and the bootstrap servers, or a :class:`ConfigurationError` naming the
@@ -221,7 +202,7 @@ class Consumer:
         dsn = self._require_dsn()
         if self.kafka_bootstrap is None:
             raise ConfigurationError(
-                "no Kafka bootstrap servers: pass kafka_bootstrap=, or set "
+                "no Kafka bootstrap servers: pass kafka=Kafka(bootstrap=...), or set "
                 "CONSUMERKIT_KAFKA_BOOTSTRAP (consumerkit run --kafka)")
         return dsn, self.kafka_bootstrap
 

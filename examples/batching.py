@@ -10,7 +10,7 @@ import asyncio
 from pydantic import BaseModel
 
 import examples.billing
-from consumerkit import Consumer, HandlerContext, handler
+from consumerkit import Consumer, HandlerContext, Kafka, Limits, Postgres, handler
 
 
 def build_database_only(kafka: str, postgres: str) -> Consumer:
@@ -19,11 +19,13 @@ def build_database_only(kafka: str, postgres: str) -> Consumer:
         name="billing",
         handlers=[examples.billing.billing],
         topics=["orders"],
-        kafka_bootstrap=kafka,
-        postgres_dsn=postgres,
-        concurrency=4,        # batch transactions at once (the pool holds 6 connections)
-        max_batch=500,        # records in one transaction at most
-        max_in_flight=5_000,  # records fetched and not yet settled: enough to fill the batches
+        postgres=Postgres(dsn=postgres),
+        kafka=Kafka(bootstrap=kafka),
+        limits=Limits(
+            concurrency=4,        # batch transactions at once (the pool holds 6 connections)
+            max_batch=500,        # records in one transaction at most
+            max_in_flight=5_000,  # records fetched and not yet settled: enough to fill them
+        ),
     )
 
 
@@ -51,8 +53,10 @@ def build_slow_io(kafka: str, postgres: str) -> Consumer:
         name="receipts",
         handlers=[email_receipt],
         topics=["payments"],
-        kafka_bootstrap=kafka,
-        postgres_dsn=postgres,
-        max_batch=1,      # in a batch, handlers run one after another on one connection
-        concurrency=64,   # 64 slow calls at once (the pool holds 66 connections)
+        postgres=Postgres(dsn=postgres),
+        kafka=Kafka(bootstrap=kafka),
+        limits=Limits(
+            max_batch=1,     # in a batch, handlers run one after another on one connection
+            concurrency=64,  # 64 slow calls at once (the pool holds 66 connections)
+        ),
     )

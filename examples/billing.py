@@ -22,7 +22,7 @@ import os
 import asyncpg
 from pydantic import BaseModel
 
-from consumerkit import Consumer, HandlerContext, HandlerRegistry, handler
+from consumerkit import Consumer, HandlerContext, HandlerRegistry, Kafka, Postgres, handler
 
 
 class OrderCreated(BaseModel):
@@ -56,8 +56,8 @@ def build(kafka: str, postgres: str, topics: list[str] | None = None) -> Consume
         name="billing",
         handlers=[billing],
         topics=topics or ["orders"],
-        kafka_bootstrap=kafka,
-        postgres_dsn=postgres,
+        postgres=Postgres(dsn=postgres),
+        kafka=Kafka(bootstrap=kafka),
     )
 
 

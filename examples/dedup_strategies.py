@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from consumerkit import Consumer, RetryPolicy
+from consumerkit import Consumer, Kafka, Postgres, RetryPolicy
 from consumerkit.dedup import DedupPolicy, InMemoryDedupStore, MemoryDedupCache, maintain
 from consumerkit.dedup.horizon import redelivery_horizon_check
 from consumerkit.dedup.redis import RedisDedupCache
@@ -30,7 +30,9 @@ def with_redis_cache(kafka: str, postgres: str, redis_url: str) -> Consumer:
                             retry_interval=5.0)
     cache.check(partitioned)  # raises ConfigurationError if ttl > retention
     return Consumer(name="billing", handlers=[billing], topics=["orders"],
-                    kafka_bootstrap=kafka, postgres_dsn=postgres, dedup=partitioned,
+                    postgres=Postgres(dsn=postgres),
+                    kafka=Kafka(bootstrap=kafka),
+                    dedup=partitioned,
                     dedup_cache=cache)
 
 
@@ -38,7 +40,9 @@ def with_memory_cache(kafka: str, postgres: str) -> Consumer:
     # The ids this process applied, kept in its memory (no round trip, no Redis); what
     # another process applied is still absorbed by PostgreSQL.
     return Consumer(name="billing", handlers=[billing], topics=["orders"],
-                    kafka_bootstrap=kafka, postgres_dsn=postgres, dedup=partitioned,
+                    postgres=Postgres(dsn=postgres),
+                    kafka=Kafka(bootstrap=kafka),
+                    dedup=partitioned,
                     dedup_cache=MemoryDedupCache(max_ids=200_000))
 
 

@@ -10,6 +10,7 @@ from uuid import UUID
 import asyncpg
 from pydantic import BaseModel
 
+from consumerkit import Postgres
 from consumerkit.outbox import (
     KafkaSink,
     NewEvent,
@@ -64,7 +65,7 @@ def build_relay(bootstrap: str, dsn: str) -> Relay:
         route="events.{aggregate_type}",  # or "{aggregate_type}", "events.{event_type}"
         kafka_options={"enable_idempotence": True},  # False for brokers without it
     )
-    return Relay(dsn, sink, schema="consumerkit", table="outbox", batch_size=500)
+    return Relay(Postgres(dsn=dsn, schema="consumerkit"), sink, table="outbox", batch_size=500)
 
 
 async def run_relay(bootstrap: str, dsn: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from consumerkit import Consumer, HandlerContext, RetryPolicy, handler
+from consumerkit import Consumer, HandlerContext, Kafka, Postgres, RetryPolicy, handler
 
 
 class LedgerEntry(BaseModel):
@@ -27,4 +27,6 @@ retry = RetryPolicy(max_attempts=3, on_exhausted="park")
 
 def build(kafka: str, postgres: str) -> Consumer:
     return Consumer(name="ledger", handlers=[post_entry], topics=["ledger"],
-                    kafka_bootstrap=kafka, postgres_dsn=postgres, retry=retry)
+                    postgres=Postgres(dsn=postgres),
+                    kafka=Kafka(bootstrap=kafka),
+                    retry=retry)

@@ -10,6 +10,8 @@ from consumerkit import (
     DeadLetterTable,
     DeadLetterTopic,
     DedupPolicy,
+    Kafka,
+    Postgres,
     RetryPolicy,
 )
 
@@ -35,9 +37,8 @@ def build(kafka: str, postgres: str) -> Consumer:
         name="billing",
         handlers=[examples.billing.billing],
         topics=["orders"],
-        kafka_bootstrap=kafka,
-        postgres_dsn=postgres,
-        schema="billing_consumerkit",
+        postgres=Postgres(dsn=postgres, schema="billing_consumerkit"),
+        kafka=Kafka(bootstrap=kafka),
         dedup=dedup,
         retry=retry,
         dead_letter=dead_letter,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 import examples.billing
-from consumerkit import Consumer, HandlerContext, HandlerRegistry, handler
+from consumerkit import Consumer, HandlerContext, HandlerRegistry, Kafka, Postgres, handler
 
 
 class StockReserved(BaseModel):
@@ -54,6 +54,6 @@ def build(kafka: str, postgres: str) -> Consumer:
         name="warehouse",
         handlers=[everything],
         topics=["orders", "stock", "legacy-orders"],
-        kafka_bootstrap=kafka,
-        postgres_dsn=postgres,
+        postgres=Postgres(dsn=postgres),
+        kafka=Kafka(bootstrap=kafka),
     )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from consumerkit import Consumer, HandlerContext, handler
+from consumerkit import Consumer, HandlerContext, Kafka, Postgres, handler
 from consumerkit.outbox import Outbox
 
 
@@ -42,8 +42,7 @@ def build(kafka: str, postgres: str, topics: list[str] | None = None,
         name="billing-saga",
         handlers=[take_payment],
         topics=topics or ["orders"],
-        kafka_bootstrap=kafka,
-        postgres_dsn=postgres,
-        schema=schema,
+        postgres=Postgres(dsn=postgres, schema=schema),
+        kafka=Kafka(bootstrap=kafka),
         outbox=Outbox(schema=schema, table="outbox"),  # created at start-up, like the dedup table
     )

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
+from consumerkit import Postgres
 from consumerkit.testing import TestConsumer
 from examples import saga
 from examples.billing import SCHEMA_SQL, OrderCancelled, OrderCreated, billing
@@ -27,8 +28,9 @@ async def kit(consumerkit_dsn: str, consumerkit_schema: str) -> AsyncIterator[Te
         await conn.execute(SCHEMA_SQL)
     finally:
         await conn.close()
-    async with TestConsumer([billing], postgres_dsn=consumerkit_dsn,
-                            schema=consumerkit_schema, topics=["orders"]) as kit:
+    async with TestConsumer([billing],
+                            postgres=Postgres(dsn=consumerkit_dsn, schema=consumerkit_schema),
+                            topics=["orders"]) as kit:
         yield kit
 
 

@@ -20,7 +20,7 @@ from typing import TypeAlias
 
 from pydantic import BaseModel
 
-from consumerkit import HandlerContext, WebhookReceiver, WebhookSink, handler
+from consumerkit import HandlerContext, Postgres, WebhookReceiver, WebhookSink, handler
 from consumerkit.outbox import OutboxEvent, Relay
 
 Lifespan: TypeAlias = Callable[[object], contextlib.AbstractAsyncContextManager[None]]
@@ -72,7 +72,7 @@ def build_sink(secrets: Sequence[str]) -> WebhookSink:
 
 
 def build_relay(postgres_dsn: str, secrets: Sequence[str]) -> Relay:
-    return Relay(postgres_dsn, build_sink(secrets))
+    return Relay(Postgres(dsn=postgres_dsn), build_sink(secrets))
 
 
 PARTNER_URLS = {

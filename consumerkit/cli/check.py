@@ -39,10 +39,12 @@ from .common import REPLICATION_MAX, policy_args, sub, whole
 from .errors import one_line
 from .options import add_settings_arguments, load_settings
 
-SERVICE_FIELDS = {"postgres_dsn", "kafka_bootstrap", "db_schema", "security_protocol",
-                  "sasl_mechanism", "sasl_plain_username", "sasl_plain_password", "ssl_cafile",
-                  "ssl_certfile", "ssl_keyfile", "ssl_password", "postgres_pooler"}
-TYPE_FIELDS = {"unhandled", "ignore"}  # what the sample's unhandled types would become
+SERVICE_FIELDS = {"postgres.dsn", "postgres.schema", "postgres.pooler", "kafka.bootstrap",
+                  "kafka.security_protocol", "kafka.sasl_mechanism", "kafka.sasl_plain_username",
+                  "kafka.sasl_plain_password", "kafka.ssl_cafile", "kafka.ssl_certfile",
+                  "kafka.ssl_keyfile", "kafka.ssl_password"}
+# what the sample's unhandled types would become
+TYPE_FIELDS = {"unhandled.policy", "unhandled.ignore"}
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

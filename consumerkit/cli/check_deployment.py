@@ -77,17 +77,19 @@ async def described(args: argparse.Namespace, settings: CommonSettings) -> Deplo
 
 async def _given(args: argparse.Namespace, settings: CommonSettings) -> Deployment:
     if args.target is None:
-        outboxes = [OutboxTable(settings.db_schema, t) for t in args.outbox_tables or []]
+        outboxes = [OutboxTable(settings.postgres.schema, t) for t in args.outbox_tables or []]
         return Deployment(
-            dsn=settings.dsn(), bootstrap=settings.kafka_bootstrap, schema=settings.db_schema,
+            dsn=settings.dsn(), bootstrap=settings.kafka.bootstrap,
+            schema=settings.postgres.schema,
             policy=DedupPolicy(retention=args.retention, partition_interval=args.interval,
                                table=args.table, expired=args.expired),
             topics=args.topics or [],
             outboxes=outboxes, cdc_outboxes=outboxes if args.outbox_cdc else [],
-            kafka_options=settings.kafka_options(),
+            kafka_options=settings.kafka.client_options(),
             offset_store=getattr(settings, "offset_store", "postgres"),
-            pooler=settings.postgres_pooler,
-            concurrency=getattr(settings, "concurrency", None) or 4)
+            pooler=settings.postgres.pooler,
+            concurrency=(settings.limits.concurrency if isinstance(settings, ConsumerSettings)
+                         else None) or 4)
     assert isinstance(settings, ConsumerSettings)
     consumer = await load_consumer(args.target)
     apply_settings(consumer, settings, sources(args, ConsumerSettings))

@@ -62,5 +62,5 @@ async def check_pooler(dsn: str, declared: Pooler, report: Findings) -> None:
         report.problem(
             f"PostgreSQL is reached through a pooler in transaction mode ({proof}), but "
             f"postgres_pooler is {declared}: set CONSUMERKIT_POSTGRES_POOLER=transaction "
-            "(--postgres-pooler transaction, Consumer(postgres_pooler=...)) for the "
+            "(--postgres-pooler transaction, Postgres(pooler=...)) for the "
             "consumers, relays and this check")

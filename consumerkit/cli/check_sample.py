@@ -95,7 +95,8 @@ def judge_sample(consumer: Consumer, records: Mapping[str, Sequence[RecordLike]]
         if lost:
             report.problem(f"{what}: event types no handler takes, dead-lettered: "
                            f"{_named(lost, types)}; handle them, or skip them with "
-                           "Consumer(unhandled='skip') or ignore=[...] (--unhandled, --ignore)")
+                           "Unhandled(policy='skip') or Unhandled(ignore=[...]) "
+                           "(--unhandled-policy, --unhandled-ignore)")
         if skipped:
             report.note(f"{what}: event types no handler takes, skipped: "
                         f"{_named(skipped, types)}")

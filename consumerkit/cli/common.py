@@ -96,12 +96,15 @@ partition = whole(0, PARTITION_MAX)
 
 
 def database_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """``--postgres`` (default ``$CONSUMERKIT_POSTGRES_DSN``, never shown) and ``--schema``."""
+    """``--postgres-dsn`` (default ``$CONSUMERKIT_POSTGRES_DSN``, never shown) and
+    ``--postgres-schema``, named as the settings name them, with their short forms."""
     parser.add_argument(
-        "--postgres", default=None,
+        "--postgres-dsn", "--postgres", dest="postgres", default=None,
         help="PostgreSQL DSN (default: $CONSUMERKIT_POSTGRES_DSN; never printed)")
-    parser.add_argument("--schema", default=os.environ.get("CONSUMERKIT_SCHEMA", "consumerkit"),
-                        help="the schema of consumerkit's tables ($CONSUMERKIT_SCHEMA)")
+    parser.add_argument(
+        "--postgres-schema", "--schema", dest="schema",
+        default=os.environ.get("CONSUMERKIT_POSTGRES_SCHEMA", "consumerkit"),
+        help="the schema of consumerkit's tables ($CONSUMERKIT_POSTGRES_SCHEMA)")
     return parser
 
 

@@ -1,16 +1,15 @@
 """``consumerkit config run [MODULE:ATTR]`` / ``consumerkit config relay``: the effective
 settings, secrets redacted, and where each value came from (flag, env, the ``.env`` file,
-default, or the consumer's code: an argument it passes to ``Consumer(...)``)."""
+default, or the consumer's code: a field it gives a group, ``Limits(max_batch=100)``)."""
 
 from __future__ import annotations
 
 import argparse
 
-from ..settings import SETTINGS, CommonSettings, ConsumerSettings, env_name
-from ..shared.identifiers import redact_dsn
+from ..settings import SETTINGS, CommonSettings, ConsumerSettings, env_name, settings_fields, value
+from ..settings.precedence import resolve, shown
 from .common import HelpFormatter
-from .options import add_settings_arguments, load_settings, shown, sources
-from .run import ARGUMENTS, settle_settings
+from .options import add_settings_arguments, load_settings, sources
 from .target import load_consumer
 
 
@@ -36,19 +35,21 @@ async def config_command(args: argparse.Namespace) -> int:
     model: type[CommonSettings] = SETTINGS[args.runnable]
     settings = load_settings(args, model)
     origin = sources(args, model)
-    values = {name: shown(getattr(settings, name)) for name in model.model_fields}
-    if settings.postgres_dsn is not None:  # its host and database help; its password not
-        values["postgres_dsn"] = redact_dsn(settings.postgres_dsn.get_secret_value())
+    values = {name: value(settings, name) for name, _ in settings_fields(model)}
     if getattr(args, "target", None):
         assert isinstance(settings, ConsumerSettings)
         consumer = await load_consumer(args.target)
-        origin.update(settle_settings(consumer, settings, origin))
-        for name, argument in ARGUMENTS.items():  # the consumer's values, whatever their source
-            value = getattr(consumer, argument)
-            values[name] = redact_dsn(value) if name == "postgres_dsn" and value else shown(value)
+        options, origin = resolve(consumer.options(), settings, origin)
+        for name in values:  # the consumer's values, whatever their source
+            group, dot, field = name.partition(".")
+            if dot and group in options:
+                values[name] = getattr(options[group], field)
+            elif name in options:
+                values[name] = options[name]
     width = max(len(n) for n in values)
-    print(f"{'setting':<{width}}  {'source':<8}  {'variable':<36}  value")
-    for name, value in values.items():
-        label = "schema" if name == "db_schema" else name
-        print(f"{label:<{width}}  {origin[name]:<8}  {env_name(name):<36}  {value}")
+    wide = max(len(env_name(n)) for n in values)
+    print(f"{'setting':<{width}}  {'source':<8}  {'variable':<{wide}}  value")
+    for name, found in values.items():
+        text = shown(found, dsn=name == "postgres.dsn")
+        print(f"{name:<{width}}  {origin[name]:<8}  {env_name(name):<{wide}}  {text}")
     return 0

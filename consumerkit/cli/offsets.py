@@ -82,12 +82,12 @@ async def forget_command(args: argparse.Namespace) -> int:
         raise CommandError("--partition needs --topic")
     settings = load_settings(args, ConsumerSettings)
     assert isinstance(settings, ConsumerSettings)
-    table = qualified(settings.db_schema, TABLE)
-    bootstrap = settings.kafka_bootstrap
+    table = qualified(settings.postgres.schema, TABLE)
+    bootstrap = settings.kafka.bootstrap
     if not bootstrap:
         raise CommandError("no broker to check the group has no member: pass --kafka "
                            "HOST:PORT or set CONSUMERKIT_KAFKA_BOOTSTRAP")
-    async with _Group(bootstrap, settings.kafka_options(), group) as kafka:
+    async with _Group(bootstrap, settings.kafka.client_options(), group) as kafka:
         if members := await kafka.members():
             raise CommandError(f"consumer group {group!r} has {members} member(s): stop its "
                                "consumers first (a running consumer writes its rows back)")

@@ -1,59 +1,65 @@
 """Command-line options generated from the settings models, and where each value came from.
 
-Every field of a settings model is a flag (``postgres_dsn`` is ``--postgres``,
-``kafka_bootstrap`` ``--kafka``, ``db_schema`` ``--schema``, the rest ``--field-name``). A
-flag given on the command line wins over the variable, which wins over ``.env``.
+Every setting is a flag named after it (``limits.max_batch`` is ``--limits-max-batch``;
+``--postgres``, ``--kafka`` and ``--schema`` are kept as short forms of ``--postgres-dsn``,
+``--kafka-bootstrap`` and ``--postgres-schema``). The order of precedence is
+:mod:`consumerkit.settings.precedence`'s.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
-from dotenv import dotenv_values
-from pydantic import SecretStr, ValidationError
+from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from ..errors import ConfigurationError
-from ..settings import CommonSettings, env_name, flag
+from ..settings import ALIASES, PREFIX, CommonSettings, env_name, flag, precedence, settings_fields
 
 
 def add_settings_arguments(parser: argparse.ArgumentParser, model: type[CommonSettings],
                            *, only: set[str] | None = None) -> None:
-    """One flag per field of ``model`` (or of ``only``); absent flags stay out of the
+    """One flag per setting of ``model`` (or of ``only``); absent flags stay out of the
     namespace, so the variables and defaults apply."""
     group = parser.add_argument_group(
         "settings", "each also read from its variable or from .env (flag > variable > .env > "
         "default; see docs/configuration.md)")
-    for name, field in model.model_fields.items():
+    for name, field in settings_fields(model):
         if only is not None and name not in only:
             continue
+        if get_origin(field.annotation) is dict and name != "webhook_headers":
+            continue  # a mapping of client options: its variable alone (JSON)
         default = "unset" if field.default is None else (
-            "none" if field.default_factory is not None else field.default)
+            "none" if field.default_factory is not None or field.default == () else
+            field.default)
         help_ = f"{field.description} (default: {default}; ${env_name(name)})"
         help_ = help_.replace("%", "%%")
+        flags = [flag(name), *ALIASES.get(name, ())]
         if name == "webhook_headers":
-            group.add_argument(flag(name), dest=name, action="append", default=argparse.SUPPRESS,
+            group.add_argument(*flags, dest=name, action="append", default=argparse.SUPPRESS,
                                metavar="'NAME: VALUE'", help=help_)
-        elif name == "webhook_secrets":
-            group.add_argument(flag(name), dest=name, action="append", default=argparse.SUPPRESS,
-                               metavar="whsec_...", help=help_ + " (repeat for several)")
-        elif name == "ignore":
-            group.add_argument(flag(name), dest=name, action="append", default=argparse.SUPPRESS,
-                               metavar="PATTERN", help=help_ + " (repeat for several)")
+        elif name in REPEATED:
+            group.add_argument(*flags, dest=name, action="append", default=argparse.SUPPRESS,
+                               metavar=REPEATED[name], help=help_ + " (repeat for several)")
         elif field.annotation is bool:
-            group.add_argument(flag(name), dest=name, action=argparse.BooleanOptionalAction,
+            group.add_argument(*flags, dest=name, action=argparse.BooleanOptionalAction,
                                default=argparse.SUPPRESS, help=help_)
         else:
             choices = _choices(field.annotation)
             upper = bool(choices) and all(c == c.upper() for c in choices or [])
-            group.add_argument(flag(name), dest=name, default=argparse.SUPPRESS,
+            group.add_argument(*flags, dest=name, default=argparse.SUPPRESS,
                                choices=choices, type=str.upper if upper else str,
-                               metavar=None if choices else name.upper(), help=help_)
+                               metavar=None if choices else name.split(".")[-1].upper(),
+                               help=help_)
     # a Path default: argparse checks only what is given, and a missing .env is no error
     parser.add_argument("--env-file", type=env_file, default=Path(".env"), metavar="FILE",
                         help="read settings from this file too (one that is given must exist)")
+
+
+REPEATED = {"webhook_secrets": "whsec_...", "unhandled.ignore": "PATTERN"}
+"""Settings given as one flag per item."""
 
 
 def env_file(text: str) -> Path:
@@ -76,11 +82,24 @@ def _choices(annotation: Any) -> list[str] | None:
 
 
 def flags_given(args: argparse.Namespace, model: type[CommonSettings]) -> dict[str, Any]:
-    """The settings fields given as flags."""
-    given = {k: v for k, v in vars(args).items() if k in model.model_fields}
+    """The settings given as flags, by name (``limits.max_batch``)."""
+    names = {name for name, _ in settings_fields(model)}
+    given = {k: v for k, v in vars(args).items() if k in names}
     if "webhook_headers" in given:
         given["webhook_headers"] = dict(_header(h) for h in given["webhook_headers"])
     return given
+
+
+def nested(flags: dict[str, Any]) -> dict[str, Any]:
+    """Flags as the settings model's arguments: a group's fields in a mapping of its own."""
+    found: dict[str, Any] = {}
+    for name, value in flags.items():
+        group, dot, field = name.partition(".")
+        if dot:
+            found.setdefault(group, {})[field] = value
+        else:
+            found[name] = value
+    return found
 
 
 def _header(text: str) -> tuple[str, str]:
@@ -95,37 +114,23 @@ def load_settings(args: argparse.Namespace, model: type[CommonSettings]) -> Comm
     validate is a one-line :class:`ConfigurationError` naming its flag and variable (never
     the value: it may be a secret)."""
     try:
-        return model(_env_file=args.env_file, **flags_given(args, model))
+        return model(_env_file=args.env_file, **nested(flags_given(args, model)))
+    except SettingsError as exc:  # a variable that should hold JSON does not
+        field = str(exc).split('"')[1] if '"' in str(exc) else "?"
+        raise ConfigurationError(f"invalid setting ${env_name(field)}: not valid JSON "
+                                 "(or not the expected form)") from None
     except ValidationError as exc:
         error = exc.errors()[0]
-        name = next((str(p) for p in error["loc"] if str(p) in model.model_fields), None)
-        if name is None:  # the variable's name when it came from there
-            name = str(error["loc"][0]).removeprefix("CONSUMERKIT_").lower()
-            name = "db_schema" if name == "schema" else name
-        where = f"{flag(name)} / ${env_name(name)}" if name in model.model_fields else name
-        raise ConfigurationError(f"invalid setting {where}: {error['msg']}") from None
+        names = {name for name, _ in settings_fields(model)}
+        loc = [str(p) for p in error["loc"]]
+        name = ".".join(loc[:2]) if ".".join(loc[:2]) in names else loc[0] if loc else "?"
+        if name not in names:  # the variable's name when it came from there
+            name = name.removeprefix(PREFIX).lower()
+        where = f"{flag(name)} / ${env_name(name)}" if name in names else name
+        message = error["msg"].removeprefix("Value error, ")  # a validator's own words
+        raise ConfigurationError(f"invalid setting {where}: {message}") from None
 
 
 def sources(args: argparse.Namespace, model: type[CommonSettings]) -> dict[str, str]:
-    """Where each field's value came from: ``flag``, ``env``, ``.env`` or ``default``."""
-    given = flags_given(args, model)
-    environ = {k.upper() for k in os.environ}
-    path = Path(args.env_file)
-    dotenv = {k.upper() for k in dotenv_values(path)} if path.is_file() else set()
-    found = {}
-    for name in model.model_fields:
-        variable = env_name(name)
-        found[name] = ("flag" if name in given else "env" if variable in environ
-                       else str(args.env_file) if variable in dotenv else "default")
-    return found
-
-
-def shown(value: object) -> str:
-    """A value as ``config`` prints it: secrets as ``**********``."""
-    if isinstance(value, SecretStr):
-        return str(value)
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {shown(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list):
-        return "[" + ", ".join(shown(v) for v in value) + "]"
-    return "unset" if value is None else str(value)
+    """Where each setting's value came from: ``flag``, ``env``, ``.env`` or ``default``."""
+    return precedence.sources(model, flags_given(args, model), Path(args.env_file))

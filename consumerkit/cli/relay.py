@@ -44,11 +44,12 @@ def make_sink(settings: RelaySettings) -> OutboxSink:
         secrets = [s.get_secret_value() for s in settings.webhook_secrets]
         return WebhookSink(settings.webhook_url, headers=headers, secrets=secrets or None,
                            timeout=settings.webhook_timeout)
-    if settings.kafka_bootstrap is None:
-        raise CommandError("no Kafka bootstrap servers: pass --kafka or set "
+    if settings.kafka.bootstrap is None:
+        raise CommandError("no Kafka bootstrap servers: pass --kafka-bootstrap or set "
                            "CONSUMERKIT_KAFKA_BOOTSTRAP (or --webhook-url for a webhook)")
-    options = {**settings.kafka_options(), "enable_idempotence": settings.enable_idempotence}
-    return KafkaSink(settings.kafka_bootstrap, route=settings.route, kafka_options=options,
+    options = {**settings.kafka.client_options(),
+               "enable_idempotence": settings.enable_idempotence}
+    return KafkaSink(settings.kafka.bootstrap, route=settings.route, kafka_options=options,
                      auto_create_topics=settings.auto_create_topics)
 
 
@@ -56,7 +57,7 @@ async def relay_command(args: argparse.Namespace) -> int:
     settings = load_settings(args, RelaySettings)
     assert isinstance(settings, RelaySettings)
     configure_logging(settings.log_format, settings.log_level)
-    table = OutboxTable(settings.db_schema, settings.table)
+    table = OutboxTable(settings.postgres.schema, settings.table)
     dsn = settings.dsn()
     async with database(dsn) as conn:
         if await conn.fetchval("SELECT to_regclass($1)",
@@ -65,15 +66,10 @@ async def relay_command(args: argparse.Namespace) -> int:
                 f"no outbox table {table.schema}.{table.table}: run `consumerkit migrate "
                 f"--outbox-table {table.table}` (with the same --postgres and --schema) to "
                 "create it")
-    assert dsn is not None
-    relay = Relay(dsn, make_sink(settings), schema=table.schema, table=table.table,
+    relay = Relay(settings.postgres, make_sink(settings), table=table.table,
                   batch_size=settings.batch_size, notify=settings.notify,
                   poll_interval=settings.poll_interval, name=settings.name,
-                  handle_signals=False, metrics_port=settings.metrics_port,
-                  metrics_host=settings.metrics_host,
-                  postgres_pooler=settings.postgres_pooler,
-                  postgres_listen_dsn=settings.postgres_listen_dsn.get_secret_value()
-                  if settings.postgres_listen_dsn else None)
+                  handle_signals=False, metrics=settings.metrics)
     signals = 0
 
     def on_signal(sig: signal.Signals, task: asyncio.Task[None]) -> None:

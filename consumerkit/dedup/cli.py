@@ -24,7 +24,7 @@ from .partitions import MaintenanceReport, PartitionInfo, list_partitions, maint
 from .policy import DedupPolicy
 
 ACTIONS = ("partitions", "maintain", "check")
-CONSUMER_HANDLER_TIMEOUT = 60.0  # Consumer(handler_timeout=...) default, for the check
+CONSUMER_HANDLER_TIMEOUT = 60.0  # Timeouts(handler=...) default, for the check
 
 
 def add_arguments(parser: argparse.ArgumentParser,

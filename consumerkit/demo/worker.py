@@ -24,6 +24,7 @@ import asyncpg
 
 from ..consumer import Consumer
 from ..outbox import KafkaSink, Relay
+from ..settings.groups import Kafka, Postgres, Timeouts
 from ..shared import aio
 from . import shop
 
@@ -41,17 +42,18 @@ def build_consumer(role: str, run: str, kafka: str, dsn: str) -> Consumer:
                 "shop": shop.shop_handlers}[role](schema)
     topic = shop.payments_topic(run) if role == "shop" else shop.orders_topic(run)
     return Consumer(
-        name=role, handlers=[handlers], topics=[topic], kafka_bootstrap=kafka,
-        postgres_dsn=dsn, schema=schema,
-        outbox=shop.billing_outbox(schema) if role == "billing" else None,
-        kafka_consumer_options=GROUP, shutdown_timeout=10.0)
+        name=role, handlers=[handlers], topics=[topic],
+        postgres=Postgres(dsn=dsn, schema=schema),
+        kafka=Kafka(bootstrap=kafka, consumer_options=GROUP),
+        timeouts=Timeouts(shutdown=10.0),
+        outbox=shop.billing_outbox(schema) if role == "billing" else None)
 
 
 def build_relay(role: str, run: str, kafka: str, dsn: str, idempotence: bool = False) -> Relay:
     table, topic = RELAYS[role]
     sink = KafkaSink(kafka, route=topic(run),
                      kafka_options={"enable_idempotence": idempotence})
-    return Relay(dsn, sink, schema=shop.schema_name(run), table=table,
+    return Relay(Postgres(dsn=Postgres(dsn=dsn, schema=shop.schema_name(run))), sink, table=table,
                  name=f"{role}-{os.getpid()}", poll_interval=0.5)
 
 

@@ -2,7 +2,7 @@
 
 Behind PgBouncer in transaction mode a ``LISTEN`` lands on whichever backend serves that one
 transaction and hears nothing after it, so such a relay polls. Given a DSN that reaches
-PostgreSQL directly (``postgres_listen_dsn``), it also listens there: a commit to the outbox
+PostgreSQL directly (``Postgres(listen_dsn=...)``), it also listens there: a commit to the outbox
 wakes it at once, as a direct relay is woken. The connection does nothing else (no lock, no
 query), and losing it costs only latency: the relay keeps polling, and connects again at its
 next idle wait.

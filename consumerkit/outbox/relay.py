@@ -29,11 +29,12 @@ from ..observability.logging import LogObserver
 from ..observability.metrics import RelayMetrics
 from ..observability.observer import Observer, fanout
 from ..retry import RetryPolicy
+from ..settings.groups import Metrics, Postgres
 from ..shared import faults, signals
 from ..shared.failures import BROKEN_CONNECTION
 from ..shared.identifiers import redact_dsn
 from ..shared.observing import Probe, serve_metrics
-from ..shared.pooler import Pooler, check_pooler, connect
+from ..shared.pooler import connect
 from .event import OutboxEvent
 from .leases import LeaseOwner
 from .listener import Listener
@@ -45,6 +46,7 @@ from .table import OutboxTable
 
 log = logging.getLogger("consumerkit.outbox")
 
+DEFAULT_METRICS = Metrics()
 DEFAULT_RETRY = RetryPolicy(max_attempts=10, initial_delay=1.0, max_delay=60.0)
 # an outage: drop the connection, pause, connect again
 _DB_ERRORS = (TimeoutError, asyncpg.PostgresError, *BROKEN_CONNECTION)
@@ -59,31 +61,31 @@ class Relay:
     batch of which no event was acknowledged (the broker is down) only pauses the relay with
     the same back-off, without counting attempts. ``notify=False`` relies on polling alone
     (for poolers without LISTEN); the lock connection must still be a real session.
-    ``postgres_pooler`` says what stands in front of PostgreSQL. With ``none`` or
+    ``postgres`` is the database (its DSN is required) and, in ``pooler``, what stands in
+    front of it. With ``none`` or
     ``session`` the slots are session advisory locks; with ``transaction`` (a backend lent
     for one transaction at a time) they are leases in a table, renewed every round and
     checked by the claim itself (:mod:`.leases`), and the relay polls; given
-    ``postgres_listen_dsn``, a DSN that reaches PostgreSQL directly, it also LISTENs there
+    ``listen_dsn``, a DSN that reaches PostgreSQL directly, it also LISTENs there
     (:mod:`.listener`), to be woken by a commit as a direct relay is.
     """
 
     def __init__(
-        self, postgres_dsn: str, sink: OutboxSink, *, schema: str = "consumerkit",
-        table: str = "outbox", batch_size: int = 500, notify: bool = True,
+        self, postgres: Postgres, sink: OutboxSink, *, table: str = "outbox",
+        batch_size: int = 500, notify: bool = True,
         poll_interval: float = 1.0, rebalance_interval: float = 1.0,
         retry: RetryPolicy = DEFAULT_RETRY, name: str | None = None,
         handle_signals: bool = True, observers: Sequence[Observer] = (),
-        metrics_port: int | None = None,
-        metrics_host: str = "0.0.0.0",  # noqa: S104 - a scrape target listens on all
-        registry: CollectorRegistry | None = None,
-        postgres_pooler: Pooler = "none", postgres_listen_dsn: str | None = None,
+        metrics: Metrics = DEFAULT_METRICS, registry: CollectorRegistry | None = None,
     ) -> None:
-        try:
-            self.pooler = check_pooler(postgres_pooler)
-        except ValueError as exc:
-            raise ConfigurationError(str(exc)) from None
-        if postgres_listen_dsn and self.pooler != "transaction":
-            raise ConfigurationError("postgres_listen_dsn is for postgres_pooler='transaction' "
+        postgres_dsn = postgres.url()
+        if postgres_dsn is None:
+            raise ConfigurationError("a relay needs a DSN: Relay(Postgres(dsn=...), sink)")
+        self.pooler = postgres.pooler
+        schema = postgres.schema
+        listen_dsn = postgres.listen_dsn.get_secret_value() if postgres.listen_dsn else None
+        if listen_dsn and self.pooler != "transaction":
+            raise ConfigurationError("Postgres(listen_dsn=...) is for pooler='transaction' "
                                      "only: otherwise the relay's lock connection listens")
         if batch_size < 1 or poll_interval <= 0 or rebalance_interval <= 0:
             raise ConfigurationError("need batch_size >= 1, poll_interval > 0 and "
@@ -100,10 +102,10 @@ class Relay:
         self.published = 0
         # metrics are kept when a port or a registry is given; read when run() starts
         self.observers = tuple(observers)
-        self.metrics_port = metrics_port
-        self.metrics_host = metrics_host
+        self.metrics_port = metrics.port
+        self.metrics_host = metrics.host
         self.registry = registry
-        self.backlog_interval = 5.0  # seconds between the pending/oldest/failed queries
+        self.backlog_interval = metrics.refresh_interval  # between the backlog's queries
         self._observer: Observer = fanout([LogObserver(self.name, log), *self.observers])
         self._ready_reason: str | None = "never checked"
         self._backlog_at = -math.inf  # when the backlog was last counted
@@ -118,8 +120,8 @@ class Relay:
         self._leases: LeaseOwner | None = None
         self._listener: Listener | None = None
         if self.pooler == "transaction":  # no session: leases, and polling (LISTEN direct)
-            if notify and postgres_listen_dsn:
-                self._listener = Listener(postgres_listen_dsn, self.table.channel,
+            if notify and listen_dsn:
+                self._listener = Listener(listen_dsn, self.table.channel,
                                           name=self.name, on_notify=self._wake.set)
             self.notify = self._listener is not None
             self._owner = self._leases = LeaseOwner(postgres_dsn, self.table, name=self.name,

@@ -65,7 +65,8 @@ class Outbox:
     ``version_header`` header; an event with neither goes without it (version 1).
 
     ``schema`` unset: the outbox of a consumer lives in the consumer's schema
-    (``Consumer(schema=...)``, ``--schema``, ``TestConsumer.like(..., schema=...)``), and an
+    (``Postgres(schema=...)``, ``--postgres-schema``,
+    ``TestConsumer.like(..., postgres=Postgres(schema=...))``), and an
     outbox used on its own in ``consumerkit``. Name a schema to keep the outbox there whatever
     the consumer's.
     """

@@ -1,11 +1,12 @@
-"""Settings of the runnables, read from ``CONSUMERKIT_*`` variables, a ``.env`` file and flags.
+"""The settings of ``consumerkit run`` and ``consumerkit relay``, built of the option groups.
 
-One model per runnable: :class:`ConsumerSettings` (``consumerkit run``) and
-:class:`RelaySettings` (``consumerkit relay``). Field names are the keyword arguments of
-:class:`~consumerkit.Consumer` and :class:`~consumerkit.outbox.Relay`, except ``db_schema``
-(``schema``: the name would shadow pydantic's own attribute); the variable is the name in
-upper case after ``CONSUMERKIT_``. Precedence, highest first: a flag, a variable, the
-``.env`` file, the default. DSNs and passwords are :class:`~pydantic.SecretStr`: their
+Each group (:mod:`.groups`) is a field, so each of its fields is a setting named
+``group.field``: the variable is ``CONSUMERKIT_`` and the name in upper case, a ``_`` for the
+dot (``postgres.dsn`` is ``CONSUMERKIT_POSTGRES_DSN``, ``limits.max_batch``
+``CONSUMERKIT_LIMITS_MAX_BATCH``), the flag ``--`` and the name with ``-`` for dots and
+underscores (``--postgres-dsn``, ``--limits-max-batch``). The other fields (``log_level``,
+the relay's ``table``...) are named alike without a group. Which value wins is decided in one
+place, :mod:`.precedence`. DSNs and passwords are :class:`~pydantic.SecretStr`: their
 ``repr`` and ``str`` are ``**********``. The configuration reference in the docs is generated
 from these models (``python -m consumerkit.settings.reference``).
 """
@@ -13,66 +14,72 @@ from these models (``python -m consumerkit.settings.reference``).
 from __future__ import annotations
 
 import json
-import ssl
+from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 from ..shared.dsn import dsn_secrets
-from ..shared.identifiers import identifier
-from ..shared.pooler import Pooler
+from .groups import (
+    COUNT_MAX,
+    SECONDS_MAX,
+    Group,
+    Kafka,
+    Limits,
+    Metrics,
+    Postgres,
+    Stall,
+    Timeouts,
+    Unhandled,
+)
 
 PREFIX = "CONSUMERKIT_"
-COUNT_MAX = 1_000_000
-"""The most records or rows a count setting (batch, concurrency, stall) may name."""
-IN_FLIGHT_MAX = 10_000_000
-"""The most records fetched and not yet committed."""
-SECONDS_MAX = 86_400.0
-"""The longest timeout or delay, in seconds (a day): a larger one is a typo, and infinity or
-NaN would reach asyncio's timers."""
+
+
+class KnownOnly(PydanticBaseSettingsSource):
+    """Variables (or ``.env`` lines) of a group's fields alone: another that shares a group's
+    prefix (``CONSUMERKIT_KAFKA_CACHE``, a test harness's) is no setting, and ignored as any
+    unknown ``CONSUMERKIT_*`` variable is, rather than refused by the group."""
+
+    def __init__(self, settings_cls: type[BaseSettings],
+                 source: PydanticBaseSettingsSource) -> None:
+        super().__init__(settings_cls)
+        self.source = source
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self.source.get_field_value(field, field_name)
+
+    def __call__(self) -> dict[str, Any]:
+        found = self.source()
+        for name, value in found.items():
+            group = self.settings_cls.model_fields[name].annotation if (
+                name in self.settings_cls.model_fields) else None
+            if isinstance(value, dict) and isinstance(group, type) and issubclass(group, Group):
+                found[name] = {k: v for k, v in value.items() if k in group.model_fields}
+        return found
 
 
 class CommonSettings(BaseSettings):
     """What every runnable needs: the services, metrics, logs, Kafka security."""
 
     model_config = SettingsConfigDict(
-        env_prefix=PREFIX, env_file=".env", extra="ignore", populate_by_name=True,
-        validate_default=True)
+        env_prefix=PREFIX, env_file=".env", extra="ignore", env_nested_delimiter="_",
+        env_nested_max_split=1, validate_default=True)
 
-    postgres_dsn: SecretStr | None = Field(
-        None, description="PostgreSQL DSN (`postgresql://user:password@host:5432/db`); "
-        "never printed with its password")
-    postgres_pooler: Pooler = Field(
-        "none", description="what stands in front of PostgreSQL: `none` (a direct "
-        "connection), `session` or `transaction` (PgBouncer's `pool_mode`); `transaction` "
-        "turns the statement cache off and keeps no session state: the relay leases its "
-        "slots in a table and polls")
-    kafka_bootstrap: str | None = Field(
-        None, description="Kafka bootstrap servers, `HOST:PORT[,HOST:PORT...]`")
-    db_schema: str = Field(
-        "consumerkit", validation_alias=AliasChoices(f"{PREFIX}SCHEMA"),
-        description="the PostgreSQL schema of consumerkit's tables")
-    metrics_port: int | None = Field(
-        None, ge=0, le=65535,
-        description="serve `/metrics`, `/healthz` and `/readyz` on this port (unset: no server)")
-    metrics_host: str = Field("0.0.0.0", description="the address the metrics server binds")  # noqa: S104
+    postgres: Postgres = Postgres()
+    kafka: Kafka = Kafka()
+    metrics: Metrics = Metrics()
     log_format: Literal["text", "json"] = Field(
         "text", description="`text` for a terminal, `json` for one object per line")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field(
         "INFO", description="the lowest level logged")
-    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
-        "PLAINTEXT", description="Kafka: how clients talk to the brokers")
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
-        None, description="Kafka: the SASL mechanism")
-    sasl_plain_username: str | None = Field(None, description="Kafka: the SASL user name")
-    sasl_plain_password: SecretStr | None = Field(None, description="Kafka: the SASL password")
-    ssl_cafile: str | None = Field(
-        None, description="Kafka TLS: the CA bundle that signs the brokers' certificates")
-    ssl_certfile: str | None = Field(
-        None, description="Kafka TLS: the client certificate (mutual TLS)")
-    ssl_keyfile: str | None = Field(None, description="Kafka TLS: the client key")
-    ssl_password: SecretStr | None = Field(None, description="Kafka TLS: the client key's password")
     uvloop: bool = Field(
         True, description="run on uvloop when it is installed (the `fast` extra); false: the "
         "standard asyncio loop")
@@ -81,11 +88,14 @@ class CommonSettings(BaseSettings):
         "generation every 50,000 allocations instead of 700 (see operations); false: "
         "CPython's defaults")
 
-    @field_validator("db_schema")
     @classmethod
-    def _schema(cls, value: str) -> str:
-        identifier(value, "schema name")
-        return value
+    def settings_customise_sources(
+        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, KnownOnly(settings_cls, env_settings),
+                KnownOnly(settings_cls, dotenv_settings), file_secret_settings)
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -95,105 +105,39 @@ class CommonSettings(BaseSettings):
     def secret_values(self) -> list[str]:
         """Every secret in clear, the DSN whole and its password: what output must never
         show, whatever the source (flag, variable, ``.env``)."""
-        values = [s.get_secret_value() for s in (self.sasl_plain_password, self.ssl_password)
-                  if s is not None]
         # a DSN without a password is no secret: the errors show it as they show any other
         # (user, host, port, database)
-        return values + dsn_secrets(self.dsn() or "")
+        listen = self.postgres.listen_dsn
+        return (self.kafka.secret_values() + dsn_secrets(self.dsn() or "")
+                + dsn_secrets(listen.get_secret_value() if listen else ""))
 
     def dsn(self) -> str | None:
         """The DSN in clear, for the database driver only."""
-        return self.postgres_dsn.get_secret_value() if self.postgres_dsn else None
-
-    def kafka_options(self) -> dict[str, Any]:
-        """aiokafka options for TLS and SASL (only those that differ from aiokafka's
-        defaults, so they never override what the code passes)."""
-        options: dict[str, Any] = {}
-        if self.security_protocol != "PLAINTEXT":
-            options["security_protocol"] = self.security_protocol
-        if self.sasl_mechanism is not None:
-            options["sasl_mechanism"] = self.sasl_mechanism
-        if self.sasl_plain_username is not None:
-            options["sasl_plain_username"] = self.sasl_plain_username
-        if self.sasl_plain_password is not None:
-            options["sasl_plain_password"] = self.sasl_plain_password.get_secret_value()
-        if "SSL" in self.security_protocol or self.ssl_cafile or self.ssl_certfile:
-            options["ssl_context"] = self._ssl_context()
-        return options
-
-    def _ssl_context(self) -> ssl.SSLContext:
-        context = ssl.create_default_context(cafile=self.ssl_cafile)
-        if self.ssl_certfile:
-            password = self.ssl_password.get_secret_value() if self.ssl_password else None
-            context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile, password)
-        return context
+        return self.postgres.url()
 
 
 class ConsumerSettings(CommonSettings):
-    """``consumerkit run``: fills what the consumer's code leaves unset (``None``): the DSN,
-    the bootstrap servers, the metrics port, TLS and SASL options. The other fields are for
-    code that builds its consumer from them: ``Consumer(..., **settings.consumer_kwargs())``.
+    """``consumerkit run``: gives the consumer every option its code left unchosen. Code that
+    builds its consumer from them passes the groups: ``Consumer(..., **settings.options())``.
     """
 
-    concurrency: int | None = Field(
-        None, ge=1, le=COUNT_MAX,
-        description="records (or batches) handled at once; unset: 4 with batches, 16 without")
-    max_batch: int = Field(
-        500, ge=1, le=COUNT_MAX, description="records per transaction (1: one each)")
-    max_in_flight: int = Field(
-        5000, ge=1, le=IN_FLIGHT_MAX, description="records fetched but not yet committed")
-    handler_timeout: float | None = Field(
-        60.0, gt=0, le=SECONDS_MAX, allow_inf_nan=False,
-        description="seconds one handler call may take (unset: no limit)")
-    shutdown_timeout: float = Field(
-        30.0, gt=0, le=SECONDS_MAX, allow_inf_nan=False,
-        description="seconds a graceful stop waits for in-flight work")
-    stall_after_keys: int = Field(
-        5, ge=0, le=COUNT_MAX,
-        description="stall the consumer when a handler fails with the same error type "
-        "for this many keys in a row (0: only a missing table, column or schema, a "
-        "missing privilege or a read-only database stall it)")
-    stall_max_delay: float = Field(
-        30.0, gt=0, le=SECONDS_MAX, allow_inf_nan=False,
-        description="the longest wait, in seconds, between two tries while stalled")
+    limits: Limits = Limits()
+    timeouts: Timeouts = Timeouts()
+    stall: Stall = Stall()
+    unhandled: Unhandled = Unhandled()
     offset_store: Literal["kafka", "postgres"] = Field(
         "postgres", description="where each partition's next offset is kept: `postgres` "
         "also stores it in the effects' transactions and trusts it on assignment; `kafka` "
         "only on the broker")
-    unhandled: Literal["dead_letter", "skip"] = Field(
-        "dead_letter", description="what becomes of a record whose event type no handler "
-        "takes: `dead_letter` (nothing is lost without a word: a misspelt handler's events "
-        "wait in the dead letters) or `skip` (counted per event type, logged once per type, "
-        "the offset moves on; for a topic shared by many event types)")
-    ignore: Annotated[list[str], NoDecode] = Field(
-        default_factory=list, description="event types skipped even with "
-        "`unhandled=dead_letter`, as fnmatch patterns (`order.internal.*`); several "
-        "separated by commas or spaces, or a JSON list in the variable")
 
-    @field_validator("ignore", mode="before")
-    @classmethod
-    def _patterns(cls, value: object) -> object:
-        # an event type holds no comma or space, so either separates patterns
-        if isinstance(value, str):
-            text = value.strip()
-            value = json.loads(text) if text.startswith("[") else [text]
-        if isinstance(value, list):
-            return [p for item in value for p in str(item).replace(",", " ").split()]
-        return value
+    def options(self) -> dict[str, Any]:
+        """The consumer's option groups and ``offset_store``, by the argument that takes
+        each (what :meth:`Consumer.set_options` takes too)."""
+        return {name: getattr(self, name) for name in (*CONSUMER_GROUPS, "offset_store")}
 
-    def consumer_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for :class:`~consumerkit.Consumer`."""
-        return {
-            "postgres_dsn": self.dsn(), "kafka_bootstrap": self.kafka_bootstrap,
-            "schema": self.db_schema, "concurrency": self.concurrency,
-            "max_batch": self.max_batch, "max_in_flight": self.max_in_flight,
-            "handler_timeout": self.handler_timeout, "shutdown_timeout": self.shutdown_timeout,
-            "stall_after_keys": self.stall_after_keys, "stall_max_delay": self.stall_max_delay,
-            "kafka_options": self.kafka_options(), "metrics_port": self.metrics_port,
-            "metrics_host": self.metrics_host, "offset_store": self.offset_store,
-            "unhandled": self.unhandled, "ignore": list(self.ignore),
-            "postgres_pooler": self.postgres_pooler,
-        }
+
+CONSUMER_GROUPS = ("postgres", "kafka", "limits", "timeouts", "stall", "metrics", "unhandled")
+"""The groups :class:`~consumerkit.Consumer` takes, all of them settings of ``run``."""
 
 
 class RelaySettings(CommonSettings):
@@ -210,10 +154,6 @@ class RelaySettings(CommonSettings):
         1.0, gt=0, le=SECONDS_MAX, allow_inf_nan=False,
         description="seconds between polls when no notification comes")
     notify: bool = Field(True, description="wake on LISTEN/NOTIFY (off behind a pooler)")
-    postgres_listen_dsn: SecretStr | None = Field(
-        None, description="with `postgres_pooler` `transaction`: a DSN reaching PostgreSQL "
-        "directly, on which the relay LISTENs to be woken by commits (unset: it polls); "
-        "never printed with its password")
     name: str | None = Field(None, description="the relay's name in logs (unset: host:pid)")
     enable_idempotence: bool = Field(
         True, description="Kafka's idempotent producer (off for brokers without it)")
@@ -252,21 +192,42 @@ class RelaySettings(CommonSettings):
 SETTINGS: dict[str, type[CommonSettings]] = {"run": ConsumerSettings, "relay": RelaySettings}
 """The settings model of each runnable command."""
 
+ALIASES = {"postgres.dsn": ("--postgres",), "kafka.bootstrap": ("--kafka",),
+           "postgres.schema": ("--schema",), "postgres.listen_dsn": ("--postgres-listen",)}
+"""Short flags kept beside the derived ones."""
+FLAGS = {"webhook_headers": "--webhook-header", "webhook_secrets": "--webhook-secret"}
+"""Flags given once per item, named in the singular."""
 
-FLAGS = {"postgres_dsn": "--postgres", "kafka_bootstrap": "--kafka", "db_schema": "--schema",
-         "postgres_listen_dsn": "--postgres-listen",
-         "webhook_headers": "--webhook-header", "webhook_secrets": "--webhook-secret"}
+
+def settings_fields(model: type[CommonSettings]) -> Iterator[tuple[str, FieldInfo]]:
+    """Each setting of ``model`` by its name (``postgres.dsn``, ``log_level``), with its
+    field: a group's fields in its place."""
+    for name, field in model.model_fields.items():
+        group = field.annotation
+        if isinstance(group, type) and issubclass(group, Group):
+            for inner, info in group.model_fields.items():
+                yield f"{name}.{inner}", info
+        else:
+            yield name, field
+
+
+def value(settings: CommonSettings, name: str) -> object:
+    """The value of setting ``name`` (``postgres.dsn``) in ``settings``."""
+    found: object = settings
+    for part in name.split("."):
+        found = getattr(found, part)
+    return found
 
 
 def flag(name: str) -> str:
-    """The command-line flag of field ``name``."""
-    return FLAGS.get(name, "--" + name.replace("_", "-"))
+    """The command-line flag of setting ``name``."""
+    return FLAGS.get(name, "--" + name.replace(".", "-").replace("_", "-"))
 
 
 def env_name(name: str) -> str:
-    """The variable of field ``name``."""
-    return f"{PREFIX}SCHEMA" if name == "db_schema" else f"{PREFIX}{name.upper()}"
+    """The variable of setting ``name``."""
+    return PREFIX + name.replace(".", "_").upper()
 
 
-__all__ = ["PREFIX", "SETTINGS", "CommonSettings", "ConsumerSettings", "RelaySettings",
-           "env_name", "flag"]
+__all__ = ["ALIASES", "CONSUMER_GROUPS", "PREFIX", "SETTINGS", "CommonSettings",
+           "ConsumerSettings", "RelaySettings", "env_name", "flag", "settings_fields", "value"]

@@ -26,6 +26,7 @@ from ..envelope import Envelope, Record, RecordLike
 from ..errors import ConfigurationError
 from ..registry import HandlerSource
 from ..retry import RetryPolicy
+from ..settings.groups import Group, Kafka, Postgres
 from ..stats import ConsumerStats
 from ..transport.memory import MemoryBroker
 from ..transport.source import Partition, RebalanceHandler, Source
@@ -40,13 +41,14 @@ without the seconds of back-off a test would wait through."""
 class TestConsumer:
     """Run ``handlers`` as a consumer does, on events published in memory::
 
-        async with TestConsumer([charge], postgres_dsn=dsn, schema=schema) as kit:
+        async with TestConsumer([charge], postgres=Postgres(dsn=dsn, schema=schema)) as kit:
             kit.publish(OrderCreated(order_id="o-1", amount=5), key="o-1")
             await kit.drain()
             assert [s.event_id for s in kit.applied] == [...]
 
     ``settings`` are :class:`~consumerkit.Consumer` keyword arguments (``retry``,
-    ``max_batch``, ``outbox``, ``dedup``, ``wire``, ...). The offsets are kept in the
+    ``limits``, ``outbox``, ``dedup``, ``wire``, ...); the broker is the in-memory one, whatever
+    ``kafka`` names. The offsets are kept in the
     in-memory broker (``offset_store="kafka"``) unless ``offset_store`` is given, so that
     :meth:`replay` rewinds them as an offset reset does. Dead letters go to the given
     ``dead_letter`` sinks (the dead-letter table by default) and are also kept in
@@ -56,8 +58,8 @@ class TestConsumer:
     __test__ = False  # a helper, not a test class for pytest to collect
 
     def __init__(
-        self, handlers: Iterable[HandlerSource], *, postgres_dsn: str,
-        schema: str = "consumerkit", name: str = "test-consumer",
+        self, handlers: Iterable[HandlerSource], *, postgres: Postgres,
+        name: str = "test-consumer",
         topics: Sequence[str] = ("events",), partitions: int = 4,
         broker: MemoryBroker | None = None, **settings: Any,
     ) -> None:
@@ -67,10 +69,12 @@ class TestConsumer:
         settings.setdefault("retry", FAST_RETRY)
         settings.setdefault("offset_store", "kafka")
         observers = [*settings.pop("observers", ()), OutcomeRecorder(self._settle)]
+        kafka = settings.pop("kafka", None) or Kafka()
         self.consumer = Consumer(
-            name=name, handlers=handlers, topics=topics, kafka_bootstrap="memory",
-            postgres_dsn=postgres_dsn, schema=schema, handle_signals=False,
-            dead_letter=[*sinks, self._recorder], observers=observers, **settings)
+            name=name, handlers=handlers, topics=topics, postgres=postgres,
+            kafka=kafka.model_copy(update={"bootstrap": "memory"}), handle_signals=False,
+            dead_letter=[*sinks, self._recorder], observers=observers,
+            source_factory=self._source, **settings)
         self.broker = broker or MemoryBroker()
         known = self.broker.topics()
         for topic in self.consumer.topics:
@@ -82,29 +86,29 @@ class TestConsumer:
         self._task: asyncio.Task[None] | None = None
         self._engine: Engine | None = None
         observe_handlers(self.consumer.routes, self.errors)
-        self.consumer.source_factory = self._source
 
     @classmethod
     def like(cls, consumer: Consumer, **overrides: Any) -> TestConsumer:
         """A TestConsumer with ``consumer``'s name, handlers, topics, database, schema and
         settings (retry, batches, dedup, outbox, wire format, ...); ``overrides`` are
-        TestConsumer arguments that replace them. Dead-letter topics are left out (there is
+        TestConsumer arguments that replace them, a group the fields it is given alone
+        (``postgres=Postgres(schema=...)`` keeps the DSN). Dead-letter topics are left out (there is
         no broker): the dead-letter table, and :attr:`dead_letters`, receive the entries."""
         routes = consumer.routes
         sinks = [s for s in consumer.dead_letter if not isinstance(s, DeadLetterTopic)]
+        options = consumer.options()
+        # the kit's own: a memory broker, offsets in it, no metrics server
+        for own in ("kafka", "metrics", "offset_store"):
+            del options[own]
+        for name, group in overrides.items():  # a group's fields given replace those alone
+            if isinstance(group, Group) and name in options:
+                overrides[name] = options[name].merged(group)
         settings: dict[str, Any] = {
-            "name": consumer.name, "topics": consumer.topics,
-            "postgres_dsn": consumer._dsn, "schema": consumer.schema,
+            "name": consumer.name, "topics": consumer.topics, **options,
             "dedup": consumer.dedup, "dedup_cache": consumer.dedup_cache,
             # as given: an outbox without a schema of its own follows the kit's schema
             "outbox": consumer.outbox_given, "retry": consumer.retry, "wire": consumer.wire,
-            "dead_letter": sinks or None, "concurrency": consumer.concurrency,
-            "max_batch": consumer.max_batch, "max_in_flight": consumer.max_in_flight,
-            "max_message_bytes": consumer.max_message_bytes,
-            "handler_timeout": consumer.handler_timeout,
-            "stall_after_keys": consumer.stall_after_keys,
-            "stall_max_delay": consumer.stall_max_delay,
-            "unhandled": consumer.unhandled, "ignore": consumer.ignore, **overrides}
+            "dead_letter": sinks or None, **overrides}
         handlers = [r.func for r in (*routes.by_type.values(), *routes.by_topic.values())]
         return cls(handlers, **settings)
 

@@ -15,6 +15,9 @@ from consumerkit import (
     DeadLetterTable,
     HandlerContext,
     HandlerRegistry,
+    Kafka,
+    Limits,
+    Postgres,
     handler,
 )
 from consumerkit.types import SinkResources
@@ -62,8 +65,10 @@ def build() -> Consumer:
     gate = os.environ.get("CLI_TEST_GATE")
     return Consumer(
         name=os.environ.get("CLI_TEST_GROUP", "cli-test"), handlers=[charge],
-        topics=[os.environ.get("CLI_TEST_TOPIC", "orders")], schema=SCHEMA, max_batch=1,
-        concurrency=4, kafka_consumer_options=FAST_GROUP,
+        topics=[os.environ.get("CLI_TEST_TOPIC", "orders")],
+        postgres=Postgres(schema=SCHEMA),
+        kafka=Kafka(consumer_options=FAST_GROUP),
+        limits=Limits(max_batch=1, concurrency=4),
         dead_letter=GatedDeadLetters(Path(gate)) if gate else None)
 
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 from pydantic import BaseModel
 
-from consumerkit import Consumer, HandlerContext, handler
+from consumerkit import Consumer, HandlerContext, Kafka, handler
+from consumerkit.settings.groups import GROUPS
 
 TABLE = os.environ.get("CLI_TEST_SCHEMA", "consumerkit")
 FAST_GROUP = {"session_timeout_ms": 3000, "heartbeat_interval_ms": 300,
@@ -28,7 +30,11 @@ async def charge(event: Charge, ctx: HandlerContext) -> None:
 
 
 def build() -> Consumer:
+    # what the code chooses: {"limits": {"max_batch": 500}} or {"offset_store": "kafka"}
     chosen = json.loads(os.environ.get("CLI_TEST_CHOSEN", "{}"))
+    options: dict[str, Any] = {
+        name: GROUPS[name](**fields) if name in GROUPS else fields
+        for name, fields in chosen.items()}
+    options["kafka"] = Kafka(consumer_options=FAST_GROUP, **chosen.get("kafka", {}))
     return Consumer(name=os.environ.get("CLI_TEST_GROUP", "cli-defaults"), handlers=[charge],
-                    topics=[os.environ.get("CLI_TEST_TOPIC", "orders")],
-                    kafka_consumer_options=FAST_GROUP, **chosen)
+                    topics=[os.environ.get("CLI_TEST_TOPIC", "orders")], **options)

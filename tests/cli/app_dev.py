@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from consumerkit import Consumer, HandlerContext, handler
+from consumerkit import Consumer, HandlerContext, Kafka, handler
 from consumerkit.outbox import Outbox
 
 
@@ -23,5 +23,5 @@ async def charge(event: OrderCreated, ctx: HandlerContext) -> None:
 
 
 consumer = Consumer(name="billing", handlers=[charge], topics=["orders"], outbox=Outbox(),
-                    kafka_consumer_options={"session_timeout_ms": 3000,
-                                            "heartbeat_interval_ms": 300})
+                    kafka=Kafka(consumer_options={"session_timeout_ms": 3000,
+                                            "heartbeat_interval_ms": 300}))

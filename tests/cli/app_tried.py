@@ -11,7 +11,7 @@ import os
 import asyncpg
 from pydantic import BaseModel, ConfigDict
 
-from consumerkit import BatchContext, Consumer, HandlerContext, HandlerRegistry, Outbox
+from consumerkit import BatchContext, Consumer, HandlerContext, HandlerRegistry, Outbox, Postgres
 
 handlers = HandlerRegistry()
 
@@ -87,5 +87,6 @@ async def refund(event: Refund, ctx: HandlerContext) -> None:
 
 
 def consumer() -> Consumer:
-    return Consumer(name="orders", handlers=[handlers], topics=["orders"], schema=_schema(),
+    return Consumer(name="orders", handlers=[handlers], topics=["orders"],
+                    postgres=Postgres(schema=_schema()),
                     outbox=Outbox(_schema(), "shop_outbox"), handle_signals=False)

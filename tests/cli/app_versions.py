@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from consumerkit import Consumer, HandlerContext, HandlerRegistry, handler
+from consumerkit import Consumer, HandlerContext, HandlerRegistry, Postgres, handler
 
 
 class Order(BaseModel):
@@ -43,7 +43,8 @@ def rename_amount(doc: dict[str, Any]) -> dict[str, Any]:
 
 def _consumer(handlers: Any) -> Consumer:
     return Consumer(name="orders", handlers=[handlers], topics=["orders"],
-                    schema=os.environ["CHECK_TEST_SCHEMA"], handle_signals=False)
+                    postgres=Postgres(schema=os.environ["CHECK_TEST_SCHEMA"]),
+                    handle_signals=False)
 
 
 def careless() -> Consumer:

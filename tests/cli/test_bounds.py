@@ -69,14 +69,15 @@ def test_an_env_file_given_is_read_and_the_default_may_be_missing(
 
 
 @pytest.mark.parametrize(("argv", "expected"), [
-    (["config", "run", "--handler-timeout", "inf"],
-     "invalid setting --handler-timeout / $CONSUMERKIT_HANDLER_TIMEOUT: Input should be a "
+    (["config", "run", "--timeouts-handler", "inf"],
+     "invalid setting --timeouts-handler / $CONSUMERKIT_TIMEOUTS_HANDLER: Input should be a "
      "finite number"),
-    (["config", "run", "--shutdown-timeout", "1e300"],
-     "invalid setting --shutdown-timeout / $CONSUMERKIT_SHUTDOWN_TIMEOUT: Input should be less "
+    (["config", "run", "--timeouts-shutdown", "1e300"],
+     "invalid setting --timeouts-shutdown / $CONSUMERKIT_TIMEOUTS_SHUTDOWN: Input should be less "
      "than or equal to 86400"),
-    (["config", "run", "--max-in-flight", "99999999999999999999"],
-     "invalid setting --max-in-flight / $CONSUMERKIT_MAX_IN_FLIGHT: Input should be less than "
+    (["config", "run", "--limits-max-in-flight", "99999999999999999999"],
+     "invalid setting --limits-max-in-flight / $CONSUMERKIT_LIMITS_MAX_IN_FLIGHT: "
+     "Input should be less than "
      "or equal to 10000000"),
     (["config", "relay", "--poll-interval", "nan"],
      "invalid setting --poll-interval / $CONSUMERKIT_POLL_INTERVAL: Input should be a finite "

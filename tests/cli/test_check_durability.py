@@ -42,7 +42,7 @@ async def test_check_on_tansu_reports_what_it_read_and_what_it_could_not(
     finally:
         await admin.close()
     env = {"CONSUMERKIT_POSTGRES_DSN": with_password(postgres_dsn),
-           "CONSUMERKIT_SCHEMA": pg_schema}
+           "CONSUMERKIT_POSTGRES_SCHEMA": pg_schema}
     assert (await cli("migrate", cwd=tmp_path, env=env)).code == 0
     base = ["check", "--kafka", tansu, "--topic", "orders", "--published-topic", "invoices"]
 

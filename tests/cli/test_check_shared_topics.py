@@ -42,8 +42,8 @@ async def test_check_names_the_unhandled_types_and_a_misspelt_handler(
     code, out = await run(capsys, "check", f"{APP}:dead_lettering", *services, "--sample", "5")
     assert code == 1, out
     assert (f"PROBLEM  {what}: event types no handler takes, dead-lettered: {seen}; handle "
-            "them, or skip them with Consumer(unhandled='skip') or ignore=[...] (--unhandled, "
-            "--ignore)") in out.splitlines()
+            "them, or skip them with Unhandled(policy='skip') or Unhandled(ignore=[...]) "
+            "(--unhandled-policy, --unhandled-ignore)") in out.splitlines()
 
     code, out = await run(capsys, "check", f"{APP}:skipping", *services, "--sample", "5")
     assert code == 0, out
@@ -56,6 +56,6 @@ async def test_check_names_the_unhandled_types_and_a_misspelt_handler(
             ) in out.splitlines()
     # the settings reach the check as they reach `consumerkit run`
     code, out = await run(capsys, "check", f"{APP}:dead_lettering", *services, "--sample", "5",
-                          "--unhandled", "skip")
+                          "--unhandled-policy", "skip")
     assert code == 0, out
     assert await committed(kafka_bootstrap, "inventory", topic, 1) == {}  # no group offsets

@@ -15,7 +15,7 @@ import pytest_asyncio
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel
 
-from consumerkit import Consumer, HandlerContext, handler
+from consumerkit import Consumer, HandlerContext, Kafka, Postgres, handler
 from consumerkit.cli.check_slots import wal_size
 from consumerkit.outbox import Outbox
 from consumerkit.testing.services import MakeTopic
@@ -100,8 +100,9 @@ async def test_a_consumer_with_an_outbox_exports_the_slot(
     registry = CollectorRegistry()
     schema = f"slots_{uuid.uuid4().hex[:8]}"
     consumer = Consumer(name=f"slots-{schema}", handlers=[on_ping],
-                        topics=[await make_topic(1)], kafka_bootstrap=kafka_bootstrap,
-                        postgres_dsn=logical_postgres.dsn, schema=schema,
+                        topics=[await make_topic(1)],
+                        postgres=Postgres(dsn=logical_postgres.dsn, schema=schema),
+                        kafka=Kafka(bootstrap=kafka_bootstrap),
                         outbox=Outbox(schema, "outbox"), handle_signals=False,
                         registry=registry)
     running = asyncio.create_task(consumer.run())

@@ -168,8 +168,9 @@ def test_a_setting_that_does_not_validate_names_flag_and_variable(
     monkeypatch.setenv("CONSUMERKIT_METRICS_PORT", "9100")
     code, _, err = run(capsys, "config", "relay", "--schema", "Bad-Schema")
     assert code == 1
-    assert one_line(err) == ("consumerkit: invalid schema name 'Bad-Schema': use 1-63 characters "
-                             "of a-z, 0-9 and _, starting with a letter or _")
+    assert one_line(err) == ("consumerkit: invalid setting --postgres-schema / "
+                             "$CONSUMERKIT_POSTGRES_SCHEMA: invalid schema name 'Bad-Schema': use "
+                             "1-63 characters of a-z, 0-9 and _, starting with a letter or _")
 
 
 @pytest.mark.parametrize("user", ["postgres", "app"])

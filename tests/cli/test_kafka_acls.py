@@ -72,11 +72,11 @@ def settings(security: KafkaSecurity, user: str, password: str | None = None,
     """The CONSUMERKIT_* variables of a command connecting as ``user``."""
     assert security.ca_file is not None
     return {"CONSUMERKIT_KAFKA_BOOTSTRAP": security.bootstrap,
-            "CONSUMERKIT_SECURITY_PROTOCOL": "SASL_SSL",
-            "CONSUMERKIT_SASL_MECHANISM": "SCRAM-SHA-512",
-            "CONSUMERKIT_SASL_PLAIN_USERNAME": user,
-            "CONSUMERKIT_SASL_PLAIN_PASSWORD": password or security.credentials()[user],
-            "CONSUMERKIT_SSL_CAFILE": str(security.ca_file)}
+            "CONSUMERKIT_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+            "CONSUMERKIT_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+            "CONSUMERKIT_KAFKA_SASL_PLAIN_USERNAME": user,
+            "CONSUMERKIT_KAFKA_SASL_PLAIN_PASSWORD": password or security.credentials()[user],
+            "CONSUMERKIT_KAFKA_SSL_CAFILE": str(security.ca_file)}
 
 
 async def stop(proc: asyncio.subprocess.Process) -> Done:
@@ -111,7 +111,7 @@ async def test_the_relay_and_the_consumer_run_under_their_acls(
                              aggregate_id=f"order-{n % 5}",
                              payload={"order_id": f"order-{n}", "amount": n})
     dsn = with_password(postgres_dsn)
-    common = {"CONSUMERKIT_POSTGRES_DSN": dsn, "CONSUMERKIT_SCHEMA": schema}
+    common = {"CONSUMERKIT_POSTGRES_DSN": dsn, "CONSUMERKIT_POSTGRES_SCHEMA": schema}
     # the relay with the idempotent producer on (the default), WRITE on its topic only
     relay = await start("relay", "--route", TOPIC, "--log-level", "info", cwd=app_dir,
                         env={**common, **settings(cluster, "billing-relay")})
@@ -148,7 +148,8 @@ async def test_the_relay_and_the_consumer_run_under_their_acls(
 async def test_a_wrong_password_is_one_line(
     cluster: KafkaSecurity, app_dir: Path, postgres_dsn: str, schema: str,
 ) -> None:
-    env = {"CONSUMERKIT_POSTGRES_DSN": with_password(postgres_dsn), "CONSUMERKIT_SCHEMA": schema,
+    env = {"CONSUMERKIT_POSTGRES_DSN": with_password(postgres_dsn),
+           "CONSUMERKIT_POSTGRES_SCHEMA": schema,
            **settings(cluster, "billing-relay", password="not-the-password")}
     line = one_line(await cli("relay", "--route", TOPIC, cwd=app_dir, env=env))
     assert line == (
@@ -201,7 +202,8 @@ async def test_check_names_a_topic_its_principal_may_not_see(
 async def test_a_relay_without_write_is_one_line(
     cluster: KafkaSecurity, app_dir: Path, postgres_dsn: str, schema: str,
 ) -> None:
-    env = {"CONSUMERKIT_POSTGRES_DSN": with_password(postgres_dsn), "CONSUMERKIT_SCHEMA": schema,
+    env = {"CONSUMERKIT_POSTGRES_DSN": with_password(postgres_dsn),
+           "CONSUMERKIT_POSTGRES_SCHEMA": schema,
            **settings(cluster, "no-write")}
     line = one_line(await cli("relay", "--route", TOPIC, cwd=app_dir, env=env))
     assert line == (
@@ -220,7 +222,8 @@ async def test_a_relay_routed_to_a_topic_it_may_not_write_names_the_acl(
     """Its producer id granted (WRITE on its own topic), a topic denied: a fixed route stops
     the relay at start, an event a template routes there is refused for good (FAILED, until
     `outbox retry`); both in a line naming the ACL."""
-    env = {"CONSUMERKIT_POSTGRES_DSN": with_password(postgres_dsn), "CONSUMERKIT_SCHEMA": schema,
+    env = {"CONSUMERKIT_POSTGRES_DSN": with_password(postgres_dsn),
+           "CONSUMERKIT_POSTGRES_SCHEMA": schema,
            **settings(cluster, "billing-relay")}
     missing = (f"the Kafka broker denied user 'billing-relay' the topic {UNGRANTED} "
                "(TOPIC_AUTHORIZATION_FAILED): it needs an ACL allowing WRITE on it")

@@ -166,20 +166,21 @@ async def test_config_shows_values_and_their_sources(
     app_dir: Path, postgres_dsn: str, pg_schema: str,
 ) -> None:
     (app_dir / ".env").write_text("CONSUMERKIT_METRICS_PORT=9100\n"
-                                  f"CONSUMERKIT_SASL_PLAIN_PASSWORD={PASSWORD}\n")
+                                  f"CONSUMERKIT_KAFKA_SASL_PLAIN_PASSWORD={PASSWORD}\n")
     env = {"CLI_TEST_SCHEMA": pg_schema, "CLI_TEST_TOPIC": "orders",
            "CONSUMERKIT_POSTGRES_DSN": with_password(postgres_dsn),
-           "CONSUMERKIT_MAX_BATCH": "50"}
+           "CONSUMERKIT_LIMITS_MAX_BATCH": "50"}
     done = await cli("config", "run", "app_consumer:consumer", "--kafka", "broker:9092",
                      cwd=app_dir, env=env)
     assert done.code == 0, done.err
     rows = {line.split()[0]: line.split() for line in done.out.splitlines()[1:]}
-    assert rows["kafka_bootstrap"][1:] == ["flag", "CONSUMERKIT_KAFKA_BOOTSTRAP", "broker:9092"]
-    assert rows["postgres_dsn"][1] == "env"
-    assert "***" in rows["postgres_dsn"][3]
-    assert rows["metrics_port"][1:] == [".env", "CONSUMERKIT_METRICS_PORT", "9100"]
-    assert rows["sasl_plain_password"][1:] == [".env", "CONSUMERKIT_SASL_PLAIN_PASSWORD",
-                                               "**********"]
-    assert rows["max_batch"][1:] == ["code", "CONSUMERKIT_MAX_BATCH", "1"]  # the code sets 1
-    assert rows["schema"][1:] == ["code", "CONSUMERKIT_SCHEMA", pg_schema]
+    assert rows["kafka.bootstrap"][1:] == ["flag", "CONSUMERKIT_KAFKA_BOOTSTRAP", "broker:9092"]
+    assert rows["postgres.dsn"][1] == "env"
+    assert "***" in rows["postgres.dsn"][3]
+    assert rows["metrics.port"][1:] == [".env", "CONSUMERKIT_METRICS_PORT", "9100"]
+    assert rows["kafka.sasl_plain_password"][1:] == [
+        ".env", "CONSUMERKIT_KAFKA_SASL_PLAIN_PASSWORD", "**********"]
+    # the code sets 1
+    assert rows["limits.max_batch"][1:] == ["code", "CONSUMERKIT_LIMITS_MAX_BATCH", "1"]
+    assert rows["postgres.schema"][1:] == ["code", "CONSUMERKIT_POSTGRES_SCHEMA", pg_schema]
     assert PASSWORD not in done.output

@@ -35,7 +35,7 @@ async def test_relay_publishes_pending_rows_and_stops_on_sigterm(
             await outbox.add(conn, event_type="order.placed", aggregate_type="order",
                              aggregate_id=f"order-{n % 7}", payload={"n": n})
     topic = await make_topic(2)
-    env = {"CONSUMERKIT_POSTGRES_DSN": dsn, "CONSUMERKIT_SCHEMA": pg_schema,
+    env = {"CONSUMERKIT_POSTGRES_DSN": dsn, "CONSUMERKIT_POSTGRES_SCHEMA": pg_schema,
            "CONSUMERKIT_ENABLE_IDEMPOTENCE": str(IDEMPOTENCE).lower()}
     proc = await start("relay", "--kafka", kafka_bootstrap, "--route", topic,
                        "--batch-size", "7", "--log-level", "info", cwd=tmp_path, env=env)
@@ -97,7 +97,7 @@ async def test_relay_posts_to_a_webhook_with_its_headers_kept_secret(
     thread.start()
     try:
         dsn = with_password(postgres_dsn)
-        env = {"CONSUMERKIT_POSTGRES_DSN": dsn, "CONSUMERKIT_SCHEMA": pg_schema}
+        env = {"CONSUMERKIT_POSTGRES_DSN": dsn, "CONSUMERKIT_POSTGRES_SCHEMA": pg_schema}
         assert (await cli("migrate", cwd=tmp_path, env=env)).code == 0
         async with pg_pool.acquire() as conn, conn.transaction():
             for n in range(5):

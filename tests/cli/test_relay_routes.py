@@ -57,7 +57,8 @@ async def test_a_fixed_route_to_a_missing_topic_stops_the_relay_in_one_line(
     dsn = with_password(postgres_dsn)
     await _migrated(tmp_path, dsn, pg_schema)
     missing = f"no-such-topic-{uuid.uuid4().hex[:8]}"
-    env = {"CONSUMERKIT_POSTGRES_DSN": dsn, "CONSUMERKIT_SCHEMA": pg_schema, **NO_IDEMPOTENCE}
+    env = {"CONSUMERKIT_POSTGRES_DSN": dsn,
+           "CONSUMERKIT_POSTGRES_SCHEMA": pg_schema, **NO_IDEMPOTENCE}
     done = await cli("relay", "--kafka", kafka_bootstrap, "--route", missing,
                      "--log-level", "warning", cwd=tmp_path, env=env)
     assert done.code == 1
@@ -81,7 +82,8 @@ async def test_a_templated_route_to_a_missing_topic_waits_for_it_and_loses_nothi
     dsn = with_password(postgres_dsn)
     missing = f"orders-{uuid.uuid4().hex[:8]}"
     table = await _one_event(tmp_path, dsn, pg_schema, pg_pool, missing)
-    env = {"CONSUMERKIT_POSTGRES_DSN": dsn, "CONSUMERKIT_SCHEMA": pg_schema, **NO_IDEMPOTENCE}
+    env = {"CONSUMERKIT_POSTGRES_DSN": dsn,
+           "CONSUMERKIT_POSTGRES_SCHEMA": pg_schema, **NO_IDEMPOTENCE}
     proc = await start("relay", "--kafka", kafka_bootstrap, "--log-level", "info",
                        cwd=tmp_path, env=env)  # the default route: {aggregate_type}
     try:
@@ -112,7 +114,8 @@ async def test_auto_creation_when_the_operator_allows_it(
     dsn = with_password(postgres_dsn)
     created = f"auto-{uuid.uuid4().hex[:8]}"
     table = await _one_event(tmp_path, dsn, pg_schema, pg_pool, created)
-    env = {"CONSUMERKIT_POSTGRES_DSN": dsn, "CONSUMERKIT_SCHEMA": pg_schema,
+    env = {"CONSUMERKIT_POSTGRES_DSN": dsn,
+           "CONSUMERKIT_POSTGRES_SCHEMA": pg_schema,
            "CONSUMERKIT_AUTO_CREATE_TOPICS": "true", **NO_IDEMPOTENCE}
     proc = await start("relay", "--kafka", kafka_bootstrap, cwd=tmp_path, env=env)
 

@@ -54,7 +54,7 @@ async def test_relay_signs_webhooks_that_standardwebhooks_verifies(
     SignedHook.seen.clear()
     try:
         env = {"CONSUMERKIT_POSTGRES_DSN": with_password(postgres_dsn),
-               "CONSUMERKIT_SCHEMA": pg_schema}
+               "CONSUMERKIT_POSTGRES_SCHEMA": pg_schema}
         assert (await cli("migrate", cwd=tmp_path, env=env)).code == 0
         async with pg_pool.acquire() as conn, conn.transaction():
             for n in range(3):
@@ -117,7 +117,7 @@ def test_webhook_secrets_read_from_spaces_or_a_json_list(
 async def test_a_malformed_secret_is_one_line_without_its_value(
     tmp_path: Path, postgres_dsn: str, pg_schema: str,
 ) -> None:
-    env = {"CONSUMERKIT_POSTGRES_DSN": postgres_dsn, "CONSUMERKIT_SCHEMA": pg_schema}
+    env = {"CONSUMERKIT_POSTGRES_DSN": postgres_dsn, "CONSUMERKIT_POSTGRES_SCHEMA": pg_schema}
     assert (await cli("migrate", cwd=tmp_path, env=env)).code == 0
     bad = "whsec_not*base64*but-secret-looking"
     done = await cli("relay", "--webhook-url", "http://127.0.0.1:1/", "--webhook-secret", bad,

@@ -101,7 +101,7 @@ async def test_run_without_a_broker_names_the_setting(
     done = await cli("run", "app_consumer:consumer", cwd=app_dir, env=env)
     assert done.code == 1
     assert done.err.strip().splitlines()[-1] == (
-        "consumerkit: no Kafka bootstrap servers: pass kafka_bootstrap=, or set "
+        "consumerkit: no Kafka bootstrap servers: pass kafka=Kafka(bootstrap=...), or set "
         "CONSUMERKIT_KAFKA_BOOTSTRAP (consumerkit run --kafka)")
     assert "Traceback" not in done.err
 

@@ -174,7 +174,7 @@ async def test_relay_serves_pending_and_published_on_the_metrics_port(
     pg_schema: str, pg_pool: asyncpg.Pool,
 ) -> None:
     dsn = with_password(postgres_dsn)
-    env = {"CONSUMERKIT_POSTGRES_DSN": dsn, "CONSUMERKIT_SCHEMA": pg_schema}
+    env = {"CONSUMERKIT_POSTGRES_DSN": dsn, "CONSUMERKIT_POSTGRES_SCHEMA": pg_schema}
     migrated = await cli("migrate", cwd=tmp_path, env=env)
     assert migrated.code == 0, migrated.err
     outbox = Outbox(pg_schema)

@@ -23,9 +23,9 @@ UNREACHABLE = f"postgresql://app:{PASSWORD}@127.0.0.1:1/x"
 
 
 def test_the_settings_reprs_hide_every_secret() -> None:
-    consumer = ConsumerSettings(postgres_dsn=UNREACHABLE, sasl_plain_password=PASSWORD,
-                                ssl_password=PASSWORD)
-    relay = RelaySettings(postgres_dsn=UNREACHABLE,
+    consumer = ConsumerSettings(postgres={"dsn": UNREACHABLE},
+                                kafka={"sasl_plain_password": PASSWORD, "ssl_password": PASSWORD})
+    relay = RelaySettings(postgres={"dsn": UNREACHABLE},
                           webhook_headers={"Authorization": f"Bearer {PASSWORD}"})
     for settings in (consumer, relay):
         for text in (repr(settings), str(settings), settings.model_dump_json(),
@@ -33,9 +33,8 @@ def test_the_settings_reprs_hide_every_secret() -> None:
             assert PASSWORD not in text
     assert consumer.dsn() == UNREACHABLE  # the driver still gets it
     assert isinstance(relay.webhook_headers["Authorization"], SecretStr)
-    assert consumer.kafka_options()["sasl_plain_password"] == PASSWORD
-    built = Consumer(name="c", handlers=[charge], topics=["t"],
-                     **{**consumer.consumer_kwargs(), "kafka_options": {}})
+    assert consumer.kafka.client_options()["sasl_plain_password"] == PASSWORD
+    built = Consumer(name="c", handlers=[charge], topics=["t"], **consumer.options())
     assert PASSWORD not in repr(built)
     assert "app:***@" in repr(built)
 
@@ -48,7 +47,7 @@ def every_command(dsn: str, schema: str) -> list[list[str]]:
         ["outbox", "failed", *db], ["outbox", "retry", "--all", *db],
         ["outbox", "skip", "--all", *db], ["outbox", "cleanup", "--older-than", "7d", *db],
         ["outbox", "migrate", *db], ["check", *db], ["config", "relay", *db],
-        ["config", "run", *db, "--sasl-plain-password", PASSWORD],
+        ["config", "run", *db, "--kafka-sasl-plain-password", PASSWORD],
         ["relay", *db, "--kafka", "127.0.0.1:1", "--log-level", "debug"],
         ["demo", "--postgres", UNREACHABLE, "--kafka", "127.0.0.1:1"],
         *([c[0], *c[1:2], "--postgres", UNREACHABLE] for c in (

@@ -4,7 +4,6 @@ warning says so. Parametrized over the settings models' fields: a new field is c
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import shutil
@@ -12,7 +11,7 @@ import sys
 import uuid
 from pathlib import Path
 from types import UnionType
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import asyncpg
 import pytest
@@ -21,13 +20,20 @@ from pydantic.fields import FieldInfo
 
 from consumerkit import Consumer
 from consumerkit.cli import main
-from consumerkit.cli.options import shown as shown_value
-from consumerkit.cli.run import ARGUMENTS, UNSET_BY_NONE
-from consumerkit.settings import SETTINGS, ConsumerSettings, env_name, flag
+from consumerkit.engine.options import DEFAULTS
+from consumerkit.settings import (
+    CONSUMER_GROUPS,
+    SETTINGS,
+    ConsumerSettings,
+    env_name,
+    flag,
+    settings_fields,
+    value,
+)
+from consumerkit.settings.precedence import shown as shown_value
 from consumerkit.shared.identifiers import redact_dsn
 from consumerkit.testing.services import MakeTopic
 
-from .app_consumer import charge
 from .conftest import start, terminate, with_password
 from .test_run import ORDERS, publish, wait_for
 
@@ -36,16 +42,25 @@ SECRET = "Sw0rd-s3cret"
 DSN = f"postgresql://app:{SECRET}@db.example:5432/app"
 CODE_DSN = "postgresql://code@db.example:5432/code"
 TARGET = "app_defaults:build"
-DEFAULTS = {p.name: p.default for p in inspect.signature(Consumer).parameters.values()}
-"""The Consumer's arguments and their defaults."""
+CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+OWN = {"postgres.dsn": CODE_DSN, "kafka.bootstrap": "code.example:9092", "metrics.port": 9200,
+       "limits.concurrency": 2, "kafka.sasl_mechanism": "SCRAM-SHA-256",
+       "kafka.sasl_plain_username": "code-user", "kafka.sasl_plain_password": "code-secret",
+       "postgres.listen_dsn": "postgresql://code@db.example:5432/listen",
+       "kafka.ssl_cafile": CA_BUNDLE, "kafka.ssl_keyfile": "code-key.pem",
+       "kafka.ssl_password": "code-secret"}
+"""What the code gives where the default is unset: a value of its own."""
+CODE_CHOSEN = {"kafka.consumer_options"}  # the app's code always gives it
+NO_FLAG = {"kafka.options", "kafka.consumer_options"}  # a mapping: its variable alone
+NO_CODE = {"kafka.ssl_certfile"}  # the code's certificate would be loaded: it needs a real one
 
 
 def _kind(field: FieldInfo) -> Any:
     """The field's type, ``None`` taken out of an optional one."""
-    if get_origin(field.annotation) not in (Union, UnionType):
-        return field.annotation
-    [kind] = [a for a in get_args(field.annotation) if a is not type(None)]
-    return kind
+    kind = field.annotation
+    if get_origin(kind) in (Union, UnionType):
+        [kind] = [a for a in get_args(kind) if a is not type(None)]
+    return get_args(kind)[0] if get_origin(kind) is Annotated else kind
 
 
 def given(name: str, field: FieldInfo) -> tuple[str, str]:
@@ -60,10 +75,12 @@ def given(name: str, field: FieldInfo) -> tuple[str, str]:
     elif kind is float:
         text = "12.5"
     elif kind is SecretStr:
-        text = DSN if name == "postgres_dsn" else SECRET
+        text = DSN if name == "postgres.dsn" else SECRET
+    elif get_origin(kind) is dict and name.startswith("kafka."):  # client options
+        return "", json.dumps({"client_id": "sample_value"})
     elif get_origin(kind) is dict:
         return f"X-Token: {SECRET}", json.dumps({"X-Token": SECRET})
-    elif get_origin(kind) is list and name == "ignore":  # event type patterns
+    elif get_origin(kind) is tuple:  # event type patterns
         return "order.internal.*", "order.internal.*"
     elif get_origin(kind) is list:
         return f"whsec_{SECRET}", f"whsec_{SECRET}"
@@ -78,27 +95,33 @@ def shown(command: str, name: str, field: FieldInfo, text: str) -> str:
     kind = _kind(field)
     if kind is bool:
         return str(text == "true")
-    if name == "postgres_dsn":
+    if name == "postgres.dsn":
         return redact_dsn(text)
     if kind is SecretStr:
         return "**********"
+    if get_origin(kind) is dict and name.startswith("kafka."):
+        return "{client_id: sample_value}"
     if get_origin(kind) is dict:
         return "{X-Token: **********}"
-    if get_origin(kind) is list and name == "ignore":
-        return f"[{text}]" if command == "relay" else f"('{text}',)"
+    if get_origin(kind) is tuple:
+        return f"[{text}]"
     if get_origin(kind) is list:
         return "[**********]"
     return text
 
 
-def code_value(argument: str) -> object:
-    """What the code passes: the constructor's own default where it has one (passing it is
-    still a choice), else a value of its own."""
-    default = DEFAULTS[argument]
-    if default is not None and argument not in UNSET_BY_NONE:
-        return default
-    return {"postgres_dsn": CODE_DSN, "kafka_bootstrap": "code.example:9092",
-            "metrics_port": 9200, "concurrency": 2}[argument]
+def code_value(name: str, field: FieldInfo) -> object:
+    """What the code gives: the group's own default where it has one (giving it is still a
+    choice), else a value of its own."""
+    if field.default is not None and name not in OWN:
+        return list(field.default) if isinstance(field.default, tuple) else field.default
+    return OWN[name]
+
+
+def code_json(name: str, chosen: object) -> str:
+    """``CLI_TEST_CHOSEN`` for the app's code to give ``chosen`` to setting ``name``."""
+    group, dot, field = name.partition(".")
+    return json.dumps({group: {field: chosen}} if dot else {name: chosen})
 
 
 def flag_argv(name: str, field: FieldInfo, text: str) -> list[str]:
@@ -107,10 +130,17 @@ def flag_argv(name: str, field: FieldInfo, text: str) -> list[str]:
     return [flag(name), text]
 
 
+def consumer_option(name: str) -> bool:
+    """Whether the setting is one of a consumer's options (in code too)."""
+    return name.split(".")[0] in CONSUMER_GROUPS or name == "offset_store"
+
+
 CASES = [(command, name, how) for command, model in SETTINGS.items()
-         for name in model.model_fields
+         for name, _ in settings_fields(model) if name not in CODE_CHOSEN
          for how in ("default", "flag", "env", "code")
-         if how != "code" or (command == "run" and name in ARGUMENTS)]
+         if (how != "code" or (command == "run" and consumer_option(name)
+                               and name not in NO_CODE))
+         and not (how in ("flag", "code") and name in NO_FLAG)]
 
 
 @pytest.fixture
@@ -133,48 +163,45 @@ def test_config_shows_each_settings_value_and_its_real_source(
     command: str, name: str, how: str,
 ) -> None:
     model = SETTINGS[command]
-    field = model.model_fields[name]
+    field = dict(settings_fields(model))[name]
     flag_text, env_text = given(name, field)
     argv = ["config", command, *([TARGET] if command == "run" else [])]
     if how in ("flag", "code"):
         argv += flag_argv(name, field, flag_text)
     if how == "env":
         monkeypatch.setenv(env_name(name), env_text)
-    argument = ARGUMENTS.get(name, "")
     if how == "code":
-        monkeypatch.setenv("CLI_TEST_CHOSEN", json.dumps({argument: code_value(argument)}))
+        chosen = code_value(name, field)
+        monkeypatch.setenv("CLI_TEST_CHOSEN", code_json(name, chosen))
     assert main(argv) == 0
     out, err = capsys.readouterr()
     rows = {line.split()[0]: line.split(maxsplit=3) for line in out.splitlines()[1:]}
-    label = "schema" if name == "db_schema" else name
-    _, source, variable, value = rows[label]
+    _, source, variable, shown_text = rows[name]
     assert variable == env_name(name)
     assert SECRET not in out + err
     if how == "code":
-        chosen = code_value(argument)
-        assert (source, value) == ("code", "unset" if chosen is None else str(chosen))
-        assert (f"{flag(name)} (flag) ignored: the consumer's code passes "
-                f"{argument}={chosen!r}") in err
+        text = shown_value(SecretStr(str(chosen)) if _kind(field) is SecretStr else chosen,
+                           dsn=name == "postgres.dsn")
+        assert (source, shown_text) == ("code", text)
+        assert (f"{flag(name)} (flag) ignored: the consumer's code gives {name}={text}"
+                in err)
         return
     assert "ignored" not in err  # nothing the code chose was given
     assert source == how
     if how == "default":
-        if command == "run" and argument:  # the consumer's own default
-            default = getattr(Consumer(name="c", handlers=[charge], topics=["t"]), argument)
-        else:
-            default = getattr(model(), name)
-        assert value == shown_value(default)
-        assert value != shown(command, name, field, flag_text)  # so the other cases can fail
+        assert shown_text == shown_value(value(model(), name))
+        assert shown_text != shown(command, name, field, env_text)  # the other cases can fail
         return
-    assert value == shown(command, name, field, flag_text if how == "flag" else env_text)
+    assert shown_text == shown(command, name, field, flag_text if how == "flag" else env_text)
 
 
-def test_every_consumer_argument_among_the_settings_is_configurable() -> None:
-    """Each setting named after a Consumer argument is given to it: none is left out."""
-    arguments = set(DEFAULTS)
-    for name in ConsumerSettings.model_fields:
-        argument = "schema" if name == "db_schema" else name
-        assert (argument in arguments) == (name in ARGUMENTS), name
+def test_the_consumers_groups_are_the_settings_groups() -> None:
+    """Each group a Consumer takes is a settings group of ``run``, of the same model: no
+    option of the consumer is left out of the settings."""
+    assert set(CONSUMER_GROUPS) == set(DEFAULTS)
+    for name, group in DEFAULTS.items():
+        assert ConsumerSettings.model_fields[name].annotation is type(group), name
+    assert set(ConsumerSettings().options()) <= set(Consumer.__init__.__code__.co_varnames)
 
 
 async def test_run_takes_the_schema_flag_and_the_batch_variable_the_code_left_default(
@@ -190,7 +217,7 @@ async def test_run_takes_the_schema_flag_and_the_batch_variable_the_code_left_de
     env = {"CLI_TEST_SCHEMA": pg_schema, "CLI_TEST_TOPIC": topic,
            "CLI_TEST_GROUP": f"cli-{uuid.uuid4().hex[:8]}",
            "CONSUMERKIT_POSTGRES_DSN": with_password(postgres_dsn),
-           "CONSUMERKIT_MAX_BATCH": "50"}
+           "CONSUMERKIT_LIMITS_MAX_BATCH": "50"}
     proc = await start("run", TARGET, "--kafka", kafka_bootstrap, "--schema", pg_schema,
                        cwd=tmp_path, env=env)
     try:

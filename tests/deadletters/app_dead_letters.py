@@ -9,7 +9,7 @@ import os
 
 from pydantic import BaseModel
 
-from consumerkit import Consumer, HandlerContext, handler
+from consumerkit import Consumer, HandlerContext, Postgres, handler
 
 SCHEMA = os.environ.get("DEAD_TEST_SCHEMA", "consumerkit")
 DELAY = float(os.environ.get("DEAD_TEST_DELAY", "0"))
@@ -30,4 +30,5 @@ async def record_step(event: Step, ctx: HandlerContext) -> None:
 
 
 consumer = Consumer(name="dead-app", handlers=[record_step], topics=["steps"],
-                    schema=SCHEMA, handle_signals=False)
+                    postgres=Postgres(schema=SCHEMA),
+                    handle_signals=False)

@@ -12,7 +12,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from consumerkit import Consumer, HandlerContext, replay_dead_letters
+from consumerkit import Consumer, HandlerContext, Postgres, replay_dead_letters
 from consumerkit.deadletter.table import TABLE
 from consumerkit.shared.identifiers import qualified
 
@@ -134,7 +134,8 @@ async def test_a_replay_or_a_discard_is_refused_while_a_replay_runs(
         await release.wait()
 
     app = Consumer(name=APP, handlers=[ledger_handler(pg_schema, wait_inside)],
-                   topics=["steps"], postgres_dsn=postgres_dsn, schema=pg_schema,
+                   topics=["steps"],
+                   postgres=Postgres(dsn=postgres_dsn, schema=pg_schema),
                    handle_signals=False)
     running = asyncio.create_task(replay_dead_letters(app))
     try:

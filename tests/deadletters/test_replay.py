@@ -22,6 +22,7 @@ from consumerkit import (
     HandlerContext,
     HandlerRegistry,
     Outbox,
+    Postgres,
     RetryPolicy,
     discard_dead_letters,
     handler,
@@ -51,7 +52,8 @@ class Broken:
 
 def consumer(dsn: str, schema: str, broken: Broken, registry: CollectorRegistry) -> Consumer:
     return Consumer(name=APP, handlers=[ledger_handler(schema, broken)], topics=["steps"],
-                    postgres_dsn=dsn, schema=schema, handle_signals=False, registry=registry,
+                    postgres=Postgres(dsn=dsn, schema=schema),
+                    handle_signals=False, registry=registry,
                     retry=RetryPolicy(max_attempts=2, initial_delay=0.01, max_delay=0.02))
 
 
@@ -178,7 +180,8 @@ async def test_a_replay_goes_through_the_upcasters_and_the_outbox_once(
                  ("event_version", b"1")],
         reason="handler_failed", detail="outbox table missing", event_id="evt-o-1"))
     app = Consumer(name=APP, handlers=[HandlerRegistry([accept_order, rename_amount])],
-                   topics=["orders"], postgres_dsn=postgres_dsn, schema=pg_schema,
+                   topics=["orders"],
+                   postgres=Postgres(dsn=postgres_dsn, schema=pg_schema),
                    outbox=Outbox(), handle_signals=False)
     first = await replay_dead_letters(app)
     assert (first.replayed, first.failed) == (1, 0)

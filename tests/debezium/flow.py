@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 from pydantic import BaseModel
 
-from consumerkit import Consumer, HandlerContext, handler
+from consumerkit import Consumer, HandlerContext, Kafka, Postgres, handler
 from consumerkit.outbox import Outbox
 
 STEP = "step.done"
@@ -105,7 +105,8 @@ async def consuming(dsn: str, bootstrap: str, schema: str, topics: list[str],
     consumer = Consumer(
         name=name or f"cdc-{uuid.uuid4().hex[:8]}", handlers=handlers(schema, echo_to),
         topics=topics,
-        kafka_bootstrap=bootstrap, postgres_dsn=dsn, schema=schema,
+        postgres=Postgres(dsn=dsn, schema=schema),
+        kafka=Kafka(bootstrap=bootstrap),
         outbox=outbox or Outbox(schema, "outbox", notify=False), handle_signals=False)
     task = asyncio.create_task(consumer.run())
     try:

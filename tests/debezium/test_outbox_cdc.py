@@ -17,7 +17,7 @@ import asyncpg
 import orjson
 import pytest
 
-from consumerkit import Consumer, Envelope, HandlerContext, handler
+from consumerkit import Consumer, Envelope, HandlerContext, Kafka, Postgres, handler
 from consumerkit.outbox import KafkaSink, NewEvent, Outbox, Relay
 
 from ..cli.test_migrate_check import run
@@ -94,16 +94,19 @@ async def test_the_relay_and_debezium_give_the_consumer_equal_envelopes(
     async def keep(event: Step, ctx: HandlerContext) -> None:
         seen.setdefault(ctx.envelope.event_id, {})[ctx.envelope.topic] = (ctx.envelope, event)
 
-    relay = Relay(dsn, KafkaSink(cdc.kafka.bootstrap, route="relay.{aggregate_type}"),
-                  schema=cdc.table.schema, handle_signals=False, notify=False,
+    relay = Relay(Postgres(dsn=dsn, schema=cdc.table.schema), KafkaSink(cdc.kafka.bootstrap,
+        route="relay.{aggregate_type}"),
+                  handle_signals=False, notify=False,
                   poll_interval=0.2)
     async with RelayRunning(relay):
         # one consumer per copy: a single one would absorb the second copy as a duplicate
         for topic, suffix in ((cdc.topic, "d"), (relayed, "r")):
             consumer = Consumer(
                 name=f"eq-{suffix}-{cdc.table.schema}".replace("_", "-"), handlers=[keep],
-                topics=[topic], kafka_bootstrap=cdc.kafka.bootstrap, postgres_dsn=dsn,
-                schema=f"{cdc.table.schema}_{suffix}", handle_signals=False)
+                topics=[topic],
+                postgres=Postgres(dsn=dsn, schema=f"{cdc.table.schema}_{suffix}"),
+                kafka=Kafka(bootstrap=cdc.kafka.bootstrap),
+                handle_signals=False)
             running = asyncio.create_task(consumer.run())
             try:
                 async with asyncio.timeout(180):

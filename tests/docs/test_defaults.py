@@ -1,7 +1,7 @@
 """Every default the prose states is the code's default.
 
 The tables of arguments are compared with the signatures in ``test_docs.py``; this file covers
-sentences such as "`max_batch`, 500 by default" or "`handler_timeout` (60 s by default)",
+sentences such as "`max_batch`, 500 by default" or "`timeouts.handler` (60 s by default)",
 anywhere in the docs, the README and the docstrings of the public API.
 """
 
@@ -20,6 +20,7 @@ import pytest
 from consumerkit import Consumer, DedupPolicy, RetryPolicy, WebhookReceiver
 from consumerkit.dedup.redis import RedisDedupCache
 from consumerkit.outbox import KafkaSink, Outbox, Relay
+from consumerkit.settings.groups import GROUPS, Group
 from consumerkit.transport.kafka import _CONSUMER_DEFAULTS as CONSUMER_DEFAULTS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,12 +45,17 @@ def code_defaults() -> dict[str, set[Any]]:
     found: dict[str, set[Any]] = {}
     for cls in (Consumer, Relay, KafkaSink, Outbox, RedisDedupCache, WebhookReceiver):
         for name, param in inspect.signature(cls.__init__).parameters.items():
-            if param.default is not inspect.Parameter.empty:
+            if param.default is not inspect.Parameter.empty and not isinstance(
+                    param.default, Group):  # a group's fields are below
                 found.setdefault(name, set()).add(param.default)
     for data in (DedupPolicy, RetryPolicy):
         for f in dataclasses.fields(data):
             if f.default is not dataclasses.MISSING:
                 found.setdefault(f.name, set()).add(f.default)
+    for group in GROUPS.values():  # `limits.max_batch` states the default of `max_batch`
+        for name, field in group.model_fields.items():
+            if field.default_factory is None:
+                found.setdefault(name, set()).add(field.default)
     for name, value in CONSUMER_DEFAULTS.items():
         found.setdefault(name, set()).add(value)
     return found
@@ -76,7 +82,7 @@ def claims(text: str) -> Iterator[tuple[str, list[Any], str]]:
 
 def test_claims_are_found() -> None:
     stated = {name for path in TEXTS for name, _, _ in claims(path.read_text())}
-    assert {"max_batch", "handler_timeout", "socket_timeout", "retry_interval",
+    assert {"max_batch", "handler", "socket_timeout", "retry_interval",
             "max_poll_records", "rebalance_timeout_ms", "retention"} <= stated
 
 

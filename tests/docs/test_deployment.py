@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from consumerkit import Consumer
 from consumerkit.cli import _parser
 from consumerkit.observability.server import HealthServer
-from consumerkit.settings import ConsumerSettings
+from consumerkit.settings import ConsumerSettings, env_name, settings_fields
 
 from .test_service import SERVICE, container, deployment, load_app, probe_paths
 
@@ -53,27 +53,27 @@ def instructions(name: str) -> list[str]:
 
 
 def test_every_variable_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    names = {f"CONSUMERKIT_{f.upper()}" for f in ConsumerSettings.model_fields}
+    names = {env_name(name) for name, _ in settings_fields(ConsumerSettings)}
     for var in container()["env"]:
         assert var["name"] in names, f"{var['name']} is no setting of consumerkit run"
     settings = manifest_settings(monkeypatch)
-    assert settings.kafka_bootstrap == "kafka-0.kafka:9092,kafka-1.kafka:9092"
+    assert settings.kafka.bootstrap == "kafka-0.kafka:9092,kafka-1.kafka:9092"
     assert settings.dsn() == SECRET_DSN
 
 
 def test_the_ports_are_the_metrics_port(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = manifest_settings(monkeypatch)
-    assert settings.metrics_port is not None  # without it, no probe would be answered
+    assert settings.metrics.port is not None  # without it, no probe would be answered
     # the kubelet and Prometheus reach the pod's address, not its loopback
-    assert settings.metrics_host == "0.0.0.0"
+    assert settings.metrics.host == "0.0.0.0"
     c = container()
     (port,) = c["ports"]
-    assert port["containerPort"] == settings.metrics_port
+    assert port["containerPort"] == settings.metrics.port
     for probe in ("livenessProbe", "readinessProbe"):
         assert c[probe]["httpGet"]["port"] in (port["name"], port["containerPort"]), probe
     annotations = deployment()["spec"]["template"]["metadata"]["annotations"]
-    assert int(annotations["prometheus.io/port"]) == settings.metrics_port
-    assert instructions("EXPOSE") == [str(settings.metrics_port)]
+    assert int(annotations["prometheus.io/port"]) == settings.metrics.port
+    assert instructions("EXPOSE") == [str(settings.metrics.port)]
 
 
 async def test_the_probe_paths_are_answered_by_the_health_server() -> None:
@@ -110,7 +110,7 @@ async def get(port: int, path: str) -> int:
 
 def test_the_grace_period_outlasts_the_drain(monkeypatch: pytest.MonkeyPatch) -> None:
     consumer: Consumer = load_app().consumer
-    drain = max(consumer.shutdown_timeout, manifest_settings(monkeypatch).shutdown_timeout)
+    drain = max(consumer.shutdown_timeout, manifest_settings(monkeypatch).timeouts.shutdown)
     grace = deployment()["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
     assert grace >= drain + GRACE_MARGIN, (grace, drain)
 
@@ -157,5 +157,5 @@ def test_the_migration_job_runs_migrate_with_the_same_image() -> None:
     assert step["image"] == container()["image"]
     args = _parser().parse_args(step["command"][1:])
     assert args.command == "migrate"
-    names = {f"CONSUMERKIT_{f.upper()}" for f in ConsumerSettings.model_fields}
+    names = {env_name(name) for name, _ in settings_fields(ConsumerSettings)}
     assert {var["name"] for var in step["env"]} <= names

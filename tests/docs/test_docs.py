@@ -53,6 +53,8 @@ from consumerkit.outbox.debezium import (
 from consumerkit.parking.tables import STEPS as PARKING_STEPS
 from consumerkit.route_table import RouteTable
 from consumerkit.schema import CORE_STEPS, DEDUP_STEPS
+from consumerkit.settings import CONSUMER_GROUPS
+from consumerkit.settings.groups import GROUPS
 from consumerkit.settings.reference import render as render_reference
 from consumerkit.transport import kafka as kafka_transport
 
@@ -479,8 +481,22 @@ def test_consumer_arguments_table_matches_the_signature() -> None:
         expected = params[name].default
         if default == "required":
             assert expected is inspect.Parameter.empty, name
+        elif name in GROUPS:  # a group: its defaults, as `Limits()` builds them
+            assert first_code(default) == f"{GROUPS[name].__name__}()", name
+            assert expected == GROUPS[name](), name
         else:
             assert ast.literal_eval(first_code(default)) == expected, name
+
+
+def test_the_option_groups_table_lists_every_field_of_the_consumers_groups() -> None:
+    rows = table_rows(section(page("consumer.md"), "Option groups"))
+    documented = {name for r in rows for name in re.findall(r"`([a-z_]+\.[a-z_*]+)`", r[0])}
+    fields = {f"{group}.{field}" for group in CONSUMER_GROUPS
+              for field in GROUPS[group].model_fields}
+    covered = {f for f in fields if f in documented
+               or any(d.endswith("*") and f.startswith(d[:-1]) for d in documented)}
+    assert covered == fields, fields - covered
+    assert documented <= fields | {"kafka.sasl_*", "kafka.ssl_*"}
 
 
 def _setting_rows() -> dict[str, tuple[Any, str]]:
@@ -607,8 +623,12 @@ def test_cli_usage_lists_the_options_of_each_command() -> None:
         line = next(x for x in usage.splitlines() if x.startswith(f"consumerkit {command} "))
         settings = {a for g in parser._action_groups if g.title == "settings"
                     for a in g._group_actions}
-        options = {o for a in parser._actions if a not in settings for o in a.option_strings
-                   if o.startswith("--") and o not in ("--help", "--debug", "--env-file")}
+        # an option by its first long name (``--postgres-dsn``, not its short ``--postgres``);
+        # both of a ``--[no-]`` pair
+        options = {o for a in parser._actions if a not in settings
+                   for o in [o for o in a.option_strings if o.startswith("--")][
+                       :None if isinstance(a, argparse.BooleanOptionalAction) else 1]
+                   } - {"--help", "--debug", "--env-file"}
         assert set(re.findall(r"--[a-z-]+", line)) == options, command
         if settings:  # "[settings]": every one of them is in the configuration reference
             assert "[settings]" in line, command

@@ -9,6 +9,7 @@ import asyncio
 import asyncpg
 import pytest
 
+from consumerkit import Postgres
 from consumerkit.outbox import NewEvent, Outbox, OutboxTable, Relay, migrate_outbox
 from consumerkit.outbox.kafka import KafkaSink
 from consumerkit.schema import migrate
@@ -60,9 +61,9 @@ async def test_a_consumer_and_a_relay_go_on_after_a_failover(
     source, published = await make_topic(partitions=3), await make_topic(partitions=3)
     before, after = make_events(6, 10), make_events(6, 20)[60:]
     consumer = build_consumer("failover", SCHEMA, source, dsn, kafka_bootstrap, migrate=False)
-    relay = Relay(dsn, KafkaSink(kafka_bootstrap, route=published,
+    relay = Relay(Postgres(dsn=dsn, schema=SCHEMA), KafkaSink(kafka_bootstrap, route=published,
                                  kafka_options={"enable_idempotence": False}),
-                  schema=SCHEMA, name="failover", handle_signals=False,
+                  name="failover", handle_signals=False,
                   rebalance_interval=0.2, poll_interval=0.2)
     async with Running(consumer), RelayRunning(relay):
         await publish(kafka_bootstrap, source, before)

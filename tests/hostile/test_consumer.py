@@ -12,7 +12,7 @@ import asyncpg
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from consumerkit import Consumer, DeadLetterTable, RetryPolicy
+from consumerkit import Consumer, DeadLetterTable, Kafka, Limits, Postgres, RetryPolicy
 from consumerkit.deadletter.table import list_dead_letters
 from consumerkit.testing.services import MakeTopic
 
@@ -89,9 +89,10 @@ async def test_a_running_consumer_settles_a_hostile_batch_and_applies_every_good
     await publish_raw(kafka_bootstrap, topic, [*bad, *good])
     consumer = Consumer(
         name=f"hostile.{topic}", handlers=[registry], topics=[topic],
-        kafka_bootstrap=kafka_bootstrap, postgres_dsn=with_search_path(postgres_dsn, schema),
-        schema=schema, handle_signals=False, dead_letter=[DeadLetterTable()],
-        max_message_bytes=64_000, kafka_consumer_options=FAST_GROUP,
+        postgres=Postgres(dsn=with_search_path(postgres_dsn, schema), schema=schema),
+        kafka=Kafka(bootstrap=kafka_bootstrap, consumer_options=FAST_GROUP),
+        limits=Limits(max_message_bytes=64_000),
+        handle_signals=False, dead_letter=[DeadLetterTable()],
         retry=RetryPolicy(max_attempts=2, initial_delay=0.01, max_delay=0.05))
     total = len(bad) + GOOD
     try:

@@ -14,8 +14,9 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from pydantic import BaseModel
 
-from consumerkit import Consumer, HandlerContext, RetryPolicy, handler
+from consumerkit import Consumer, HandlerContext, Kafka, Postgres, RetryPolicy, handler
 from consumerkit.engine.runner import Engine
+from consumerkit.settings.groups import Group
 from consumerkit.shared.identifiers import identifier
 from consumerkit.types import DbConnection
 
@@ -150,17 +151,27 @@ def verify(rows: Sequence[Any], expected: Sequence[Event]) -> None:
 
 
 def build(name: str, schema: str, topic: str, dsn: str, bootstrap: str,
-          fail: Hook | None = None, **extra: object) -> Consumer:
+          fail: Hook | None = None, **extra: Any) -> Consumer:
     """A ledger consumer. Its group (and dedup namespace) is ``name`` + the topic, so every
     test gets fresh groups on the shared broker."""
-    options: dict[str, object] = {
+    options = merge_options({
         "handlers": [ledger_handler(schema, fail)], "topics": [topic],
-        "kafka_bootstrap": bootstrap, "postgres_dsn": dsn, "schema": schema,
-        "handle_signals": False, "postgres_pooler": POOLER,
+        "postgres": Postgres(dsn=dsn, schema=schema, pooler=POOLER),
+        "kafka": Kafka(bootstrap=bootstrap, consumer_options=FAST_GROUP),
+        "handle_signals": False,
         "retry": RetryPolicy(max_attempts=4, initial_delay=0.01, max_delay=0.05),
-        "kafka_consumer_options": FAST_GROUP, **extra,
-    }
-    return Consumer(name=group(name, topic), **options)  # type: ignore[arg-type]
+    }, extra)
+    return Consumer(name=group(name, topic), **options)
+
+
+def merge_options(defaults: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """A helper's ``Consumer`` arguments with a test's laid over them: a group the test gives
+    replaces the fields it was given alone (``limits=Limits(max_batch=1)``)."""
+    merged = dict(defaults)
+    for name, value in extra.items():
+        base = merged.get(name)
+        merged[name] = base.merged(value) if isinstance(base, Group) else value
+    return merged
 
 
 def group(name: str, topic: str) -> str:

@@ -10,9 +10,10 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
-from consumerkit import Consumer, HandlerContext, HandlerRegistry
+from consumerkit import Consumer, HandlerContext, HandlerRegistry, Kafka, Postgres, Unhandled
 
 from ..pooling import POOLER
+from .ledger import merge_options
 
 TYPES = ("order.created", "order.paid", "order.shipped", "order.cancelled",
          "order.internal.audit")
@@ -50,10 +51,10 @@ def registry(types: tuple[str, ...], taken: list[str] | None = None) -> HandlerR
 
 def consumer(name: str, topic: str, schema: str, types: tuple[str, ...] = HANDLED,
              taken: list[str] | None = None, **settings: Any) -> Consumer:
-    return Consumer(name=name, handlers=[registry(types, taken)], topics=[topic],
-                    schema=schema, handle_signals=False,
-                    postgres_pooler=POOLER, kafka_consumer_options=FAST_GROUP,
-                    **settings)
+    return Consumer(name=name, **merge_options({
+        "handlers": [registry(types, taken)], "topics": [topic],
+        "postgres": Postgres(schema=schema, pooler=POOLER),
+        "kafka": Kafka(consumer_options=FAST_GROUP), "handle_signals": False}, settings))
 
 
 def _env() -> tuple[str, str]:
@@ -61,7 +62,7 @@ def _env() -> tuple[str, str]:
 
 
 def skipping() -> Consumer:
-    return consumer("inventory", *_env(), unhandled="skip")
+    return consumer("inventory", *_env(), unhandled=Unhandled(policy="skip"))
 
 
 def dead_lettering() -> Consumer:
@@ -70,4 +71,4 @@ def dead_lettering() -> Consumer:
 
 def misspelt() -> Consumer:
     return consumer("inventory", *_env(), types=("order.craeted", "order.paid"),
-                    unhandled="skip")
+                    unhandled=Unhandled(policy="skip"))

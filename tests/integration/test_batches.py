@@ -18,7 +18,7 @@ import asyncpg
 import pytest
 from pydantic import BaseModel
 
-from consumerkit import HandlerContext, RetryPolicy, handler
+from consumerkit import HandlerContext, Limits, RetryPolicy, handler
 from consumerkit.deadletter.entry import DeadLetterEntry
 from consumerkit.deadletter.writer import DeadLetterWriter
 from consumerkit.dedup import PostgresDedupStore
@@ -663,7 +663,7 @@ async def test_a_batched_consumer_with_poison_swallowers_duplicates_and_garbage(
     await publish(kafka_bootstrap, topic, resent)
     total = len(events) + len(garbage) + len(resent)
     consumer = build("mixed", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=misbehave,
-                     max_batch=50, concurrency=3)
+                     limits=Limits(max_batch=50, concurrency=3))
     async with Running(consumer):
         await wait_for(lambda: settled(consumer, total), 120, "every record settled")
     s = consumer.stats

@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from consumerkit import Consumer
+from consumerkit import Consumer, Limits
 
 from .conftest import LedgerTopic
 from .ledger import (
@@ -61,7 +61,7 @@ async def test_2000_events_with_duplicates_apply_once_in_key_order(
     await publish(kafka_bootstrap, topic, events)
     await publish(kafka_bootstrap, topic, resent)
     consumer = build("billing", pg_schema, topic, postgres_dsn, kafka_bootstrap,
-                     max_batch=max_batch)
+                     limits=Limits(max_batch=max_batch))
     async with Running(consumer):
         await wait_for(lambda: settled(consumer, 2200), 120, "2,200 deliveries settled")
     verify(await rows(pg_pool, pg_schema), events)
@@ -119,9 +119,9 @@ async def test_rebalance_mid_stream_loses_nothing_and_applies_nothing_twice(
     split = len(events) * 2 // 3
     await publish(kafka_bootstrap, topic, events[:split])
     first = build("inventory", pg_schema, topic, postgres_dsn, kafka_bootstrap,
-                          concurrency=2, max_in_flight=50)
+                  limits=Limits(concurrency=2, max_in_flight=50))
     second = build("inventory", pg_schema, topic, postgres_dsn, kafka_bootstrap,
-                           concurrency=2, max_in_flight=50)
+                   limits=Limits(concurrency=2, max_in_flight=50))
     async with Running(first):
         await wait_for(lambda: _at_least(pg_pool, pg_schema, 150), 120, "150 effects")
         async with Running(second):

@@ -17,8 +17,11 @@ from consumerkit import (
     DeadLetterTable,
     DeadLetterTopic,
     HandlerContext,
+    Kafka,
+    Limits,
     RetryPolicy,
     StartupError,
+    Timeouts,
 )
 from consumerkit.deadletter.table import list_dead_letters
 from consumerkit.testing.services import MakeTopic
@@ -64,7 +67,7 @@ async def test_flaky_handler_applies_once_and_poison_is_dead_lettered(
     events = make_events(keys=5, per_key=10)
     await publish(kafka_bootstrap, topic, events)
     consumer = build("flaky", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=fail,
-                     max_message_bytes=4096)
+                     limits=Limits(max_message_bytes=4096))
     async with Running(consumer):
         await wait_for(lambda: settled(consumer, len(events)), 60, "every event settled")
     poison = "evt-1-3"
@@ -109,7 +112,7 @@ async def test_every_kind_of_bad_input_is_dead_lettered_and_the_consumer_keeps_r
     events = make_events(keys=1, per_key=1, prefix="good")
     await publish(kafka_bootstrap, topic, events)
     consumer = build("strict", pg_schema, topic, postgres_dsn, kafka_bootstrap,
-                     max_message_bytes=4096,
+                     limits=Limits(max_message_bytes=4096),
                     dead_letter=[DeadLetterTable(), DeadLetterTopic(
                         dlq_topic, producer_options=dict(PRODUCER_OPTIONS))])
     async with Running(consumer) as running:
@@ -148,7 +151,7 @@ async def test_unreachable_broker_and_missing_topics_are_clear_startup_errors(
     postgres_dsn: str, kafka_bootstrap: str, pg_schema: str,
 ) -> None:
     nobroker = build("nobroker", pg_schema, "orders", postgres_dsn, "127.0.0.1:1",
-                    kafka_options={"request_timeout_ms": 3000})
+                     kafka=Kafka(options={"request_timeout_ms": 3000}))
     with pytest.raises(StartupError, match="cannot reach the Kafka broker"):
         await asyncio.wait_for(nobroker.run(), 60)
     missing = build("notopic", pg_schema, "ck-missing-topic-xyz", postgres_dsn, kafka_bootstrap)
@@ -225,7 +228,7 @@ async def test_a_hanging_handler_times_out_and_is_dead_lettered(
     events = make_events(keys=1, per_key=2)
     await publish(kafka_bootstrap, topic, events)
     consumer = build("hang", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=hang,
-                     handler_timeout=0.2,
+                     timeouts=Timeouts(handler=0.2),
                      retry=RetryPolicy(max_attempts=2, initial_delay=0.01, max_delay=0.02))
     async with Running(consumer):
         await wait_for(lambda: settled(consumer, 2), 60, "both records settled")

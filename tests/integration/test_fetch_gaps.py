@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 import asyncpg
 import pytest
 
+from consumerkit import Limits, Postgres
 from consumerkit.engine.runner import Engine
 from consumerkit.envelope import RecordLike
 from consumerkit.errors import TransportError
@@ -98,8 +99,10 @@ async def run(dsn: str, schema: str, max_batch: int, once: set[int], always: set
     """Publish 30 steps of 3 keys to one partition, drain through a source that leaves
     offsets out, publish ``later`` steps more and drain again; return the kit, the source
     and the effects."""
-    kit = TestConsumer([registry], postgres_dsn=dsn, schema=schema, partitions=1,
-                       max_batch=max_batch)
+    kit = TestConsumer([registry],
+                       postgres=Postgres(dsn=dsn, schema=schema),
+                       limits=Limits(max_batch=max_batch),
+                       partitions=1)
     source = leaving_out(kit, once, always, marked=marked)
     publish(kit, range(30))  # before the start: the first fetch holds them all
     async with kit:
@@ -206,7 +209,8 @@ async def test_a_gap_at_the_first_offset_of_an_ownership_is_read_again(
     first, _, _ = await run(consumerkit_dsn, consumerkit_schema, 500, once=set(),
                             always=set())
     # another member of the group starts where the first committed: 30
-    kit = TestConsumer([registry], postgres_dsn=consumerkit_dsn, schema=consumerkit_schema,
+    kit = TestConsumer([registry],
+                       postgres=Postgres(dsn=consumerkit_dsn, schema=consumerkit_schema),
                        broker=first.broker)
     source = leaving_out(kit, once={30, 31}, always=set())
     publish(kit, range(30, 40))
@@ -221,7 +225,8 @@ async def test_without_the_committed_offset_an_ownerships_first_fetch_is_taken_a
     consumerkit_dsn: str, consumerkit_schema: str, effects_table: None,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    kit = TestConsumer([registry], postgres_dsn=consumerkit_dsn, schema=consumerkit_schema,
+    kit = TestConsumer([registry],
+                       postgres=Postgres(dsn=consumerkit_dsn, schema=consumerkit_schema),
                        partitions=1)
     source = leaving_out(kit, once=set(), always=set(), committed_fails=True)
     publish(kit, range(10))

@@ -26,6 +26,7 @@ from consumerkit import (
     Consumer,
     DeadLetterFilter,
     DedupPolicy,
+    Postgres,
     RetryPolicy,
     WebhookReceiver,
     WebhookSink,
@@ -183,9 +184,10 @@ async def test_a_role_without_ddl_rights_runs_consumer_relay_and_receiver(
         "AND replay_attempts = 1 AND last_replay_error LIKE 'invalid_json%'") == role
 
     # the relay: slots (advisory locks), LISTEN, publish, delete, under the same role
-    relay = Relay(dsn, KafkaSink(kafka_bootstrap, route=downstream,
+    relay = Relay(Postgres(dsn=dsn, schema=pg_schema, pooler=POOLER), KafkaSink(kafka_bootstrap,
+        route=downstream,
                                  kafka_options=dict(PRODUCER_OPTIONS)),
-                  schema=pg_schema, handle_signals=False, postgres_pooler=POOLER, poll_interval=0.2)
+                  handle_signals=False, poll_interval=0.2)
     relaying = asyncio.create_task(relay.run())
     try:
         assert len(await read_topic(kafka_bootstrap, downstream, len(events))) == len(events)
@@ -212,10 +214,10 @@ async def test_a_role_without_ddl_rights_runs_consumer_relay_and_receiver(
         await writer.close()
     with socket.socket() as closed:  # bound, never listening: every delivery fails
         closed.bind(("127.0.0.1", 0))
-        failing = Relay(dsn, WebhookSink(f"http://127.0.0.1:{closed.getsockname()[1]}/x",
+        failing = Relay(Postgres(dsn=dsn, schema=pg_schema, pooler=POOLER), WebhookSink(f"http://127.0.0.1:{closed.getsockname()[1]}/x",
                                          timeout=2),
-                        schema=pg_schema, handle_signals=False,
-                        postgres_pooler=POOLER, poll_interval=0.2,
+                        handle_signals=False,
+                        poll_interval=0.2,
                         retry=RetryPolicy(initial_delay=0.05, max_delay=0.1))
         failing_run = asyncio.create_task(failing.run())
         try:

@@ -11,7 +11,7 @@ import time
 import asyncpg
 import pytest
 
-from consumerkit import Consumer, HandlerContext
+from consumerkit import Consumer, HandlerContext, Kafka, Limits, Timeouts
 from consumerkit.testing.services import start_tansu
 from consumerkit.transport.kafka_admin import create_topic
 
@@ -49,8 +49,8 @@ async def test_a_full_consumer_keeps_polling_and_stays_in_its_group(
     events = make_events(keys=4, per_key=5)
     await publish(kafka_bootstrap, topic, events)
     consumer = build("full", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=slow,
-                     max_in_flight=3,
-                     kafka_consumer_options={**FAST_GROUP, "max_poll_interval_ms": 2000})
+                     kafka=Kafka(consumer_options={**FAST_GROUP, "max_poll_interval_ms": 2000}),
+                     limits=Limits(max_in_flight=3))
     async with Running(consumer):
         await wait_for(lambda: _in_flight(consumer, 3), 30, "the consumer to fill up")
         deadline = time.monotonic() + 4  # twice max_poll_interval_ms while full
@@ -117,7 +117,7 @@ async def test_stop_returns_when_the_broker_stops_answering(
         events = make_events(keys=2, per_key=3)
         await publish(broker.bootstrap, topic, events, idempotence=False)  # Tansu has none
         consumer = build("frozen", pg_schema, topic, postgres_dsn, broker.bootstrap,
-                         shutdown_timeout=3.0)
+                         timeouts=Timeouts(shutdown=3.0))
         task = asyncio.create_task(consumer.run())
         await wait_for(lambda: settled(consumer, len(events)), 60, "every event")
         os.kill(broker.pid, signal.SIGSTOP)

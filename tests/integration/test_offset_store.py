@@ -18,7 +18,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from prometheus_client import CollectorRegistry
 
-from consumerkit import Consumer, HandlerContext
+from consumerkit import Consumer, HandlerContext, Limits
 
 from .conftest import LedgerTopic
 from .ledger import (
@@ -106,7 +106,8 @@ async def test_each_partition_has_one_row_holding_what_the_broker_holds(
     events = make_events(keys=12, per_key=15)
     await publish(kafka_bootstrap, topic, events)
     consumer = build("rows", pg_schema, topic, postgres_dsn, kafka_bootstrap,
-                     max_batch=max_batch, offset_store="postgres")
+                     limits=Limits(max_batch=max_batch),
+                     offset_store="postgres")
     async with Running(consumer):
         await wait_for(lambda: _at_least(pg_pool, pg_schema, len(events)), 120, "every effect")
     verify(await rows(pg_pool, pg_schema), events)

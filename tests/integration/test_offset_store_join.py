@@ -10,6 +10,7 @@ import asyncio
 import asyncpg
 import pytest
 
+from consumerkit import Postgres
 from consumerkit.envelope import RecordLike
 from consumerkit.testing import TestConsumer
 from consumerkit.transport.memory import MemorySource
@@ -75,7 +76,8 @@ async def effects_table(consumerkit_dsn: str) -> None:
 async def test_an_assignment_before_the_fetch_loop_starts_at_the_stored_offset(
     consumerkit_dsn: str, consumerkit_schema: str, effects_table: None,
 ) -> None:
-    kit = TestConsumer([registry], postgres_dsn=consumerkit_dsn, schema=consumerkit_schema,
+    kit = TestConsumer([registry],
+                       postgres=Postgres(dsn=consumerkit_dsn, schema=consumerkit_schema),
                        partitions=1, offset_store="postgres")
     sources: list[Source] = []
 
@@ -105,7 +107,8 @@ async def test_an_assignment_before_the_fetch_loop_starts_at_the_stored_offset(
 async def test_records_fetched_while_placing_are_read_again_from_the_stored_offset(
     consumerkit_dsn: str, consumerkit_schema: str, effects_table: None,
 ) -> None:
-    first = TestConsumer([registry], postgres_dsn=consumerkit_dsn, schema=consumerkit_schema,
+    first = TestConsumer([registry],
+                         postgres=Postgres(dsn=consumerkit_dsn, schema=consumerkit_schema),
                          partitions=1, offset_store="postgres")
     for n in range(6):
         first.publish(Step(key="k", seq=n), key="k")
@@ -113,7 +116,8 @@ async def test_records_fetched_while_placing_are_read_again_from_the_stored_offs
         await first.drain(timeout=20)
     # the broker lost the group's commits (a failover's): its offset is behind the database's
     first.broker.reset(first.consumer.name, {(first.consumer.topics[0], 0): 0})
-    again = TestConsumer([registry], postgres_dsn=consumerkit_dsn, schema=consumerkit_schema,
+    again = TestConsumer([registry],
+                         postgres=Postgres(dsn=consumerkit_dsn, schema=consumerkit_schema),
                          partitions=1, offset_store="postgres", broker=first.broker)
     sources: list[AssignsBesideTheFetch] = []
 

@@ -17,6 +17,7 @@ from consumerkit import (
     DeadLetter,
     DedupPolicy,
     HandlerContext,
+    Limits,
     Retry,
     RetryPolicy,
 )
@@ -80,7 +81,8 @@ async def test_terminated_database_connections_are_waited_out_not_dead_lettered(
     events = make_events(keys=10, per_key=30)
     await publish(kafka_bootstrap, topic, events)
     # one attempt only: a terminated connection mistaken for a handler failure dead-letters
-    consumer = build("outage", pg_schema, topic, postgres_dsn, kafka_bootstrap, concurrency=4,
+    consumer = build("outage", pg_schema, topic, postgres_dsn, kafka_bootstrap,
+                     limits=Limits(concurrency=4),
                      retry=RetryPolicy(max_attempts=1, initial_delay=0.01, max_delay=0.05))
     kills = 0
     async with Running(consumer):

@@ -16,6 +16,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from consumerkit import Postgres
 from consumerkit.outbox import KafkaSink, Relay
 from consumerkit.shared.identifiers import identifier
 from consumerkit.testing.services import MakeTopic
@@ -65,9 +66,10 @@ async def test_a_crashed_saga_step_emits_each_downstream_event_once(
     assert sorted(causes) == sorted(e.event_id for e in events)
     assert set(causes.values()) == {1}
 
-    relay = Relay(postgres_dsn, KafkaSink(kafka_bootstrap, route=downstream,
+    relay = Relay(Postgres(dsn=postgres_dsn, schema=pg_schema, pooler=POOLER),
+                  KafkaSink(kafka_bootstrap, route=downstream,
                                           kafka_options=dict(PRODUCER_OPTIONS)),
-                  schema=pg_schema, handle_signals=False, postgres_pooler=POOLER, poll_interval=0.2)
+                  handle_signals=False, poll_interval=0.2)
     running = asyncio.create_task(relay.run())
     try:
         delivered = await read_topic(kafka_bootstrap, downstream, len(events))

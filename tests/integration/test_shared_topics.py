@@ -13,8 +13,18 @@ from collections import Counter
 import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
+from pydantic import ValidationError
 
-from consumerkit import ConfigurationError, Consumer, HandlerContext, Outbox, handler
+from consumerkit import (
+    ConfigurationError,
+    Consumer,
+    HandlerContext,
+    Kafka,
+    Outbox,
+    Postgres,
+    Unhandled,
+    handler,
+)
 from consumerkit.deadletter.table import list_dead_letters
 from consumerkit.engine.unhandled import Skipped
 from consumerkit.errors import DecodeError
@@ -38,8 +48,10 @@ async def test_skip_counts_the_unhandled_types_and_dead_letters_nothing(
     await publish_raw(kafka_bootstrap, topic, records(PER_TYPE))
     taken: list[str] = []
     metrics = CollectorRegistry()
-    shop = consumer(f"skip-{topic}", topic, pg_schema, taken=taken, unhandled="skip",
-                    postgres_dsn=postgres_dsn, kafka_bootstrap=kafka_bootstrap,
+    shop = consumer(f"skip-{topic}", topic, pg_schema, taken=taken,
+                    postgres=Postgres(dsn=postgres_dsn),
+                    kafka=Kafka(bootstrap=kafka_bootstrap),
+                    unhandled=Unhandled(policy="skip"),
                     registry=metrics)
     total = PER_TYPE * 5
     caplog.set_level(logging.INFO, logger="consumerkit")
@@ -75,8 +87,9 @@ async def test_dead_letter_by_default(
 ) -> None:
     topic = await make_topic(partitions=2)
     await publish_raw(kafka_bootstrap, topic, records(PER_TYPE))
-    shop = consumer(f"dl-{topic}", topic, pg_schema, postgres_dsn=postgres_dsn,
-                    kafka_bootstrap=kafka_bootstrap)
+    shop = consumer(f"dl-{topic}", topic, pg_schema,
+                    postgres=Postgres(dsn=postgres_dsn),
+                    kafka=Kafka(bootstrap=kafka_bootstrap))
     total = PER_TYPE * 5
     async with Running(shop):
         s = shop.stats
@@ -91,7 +104,7 @@ async def test_dead_letter_by_default(
 
 def test_ignore_patterns_skip_their_types_whatever_the_mode() -> None:
     decoder = Consumer(name="inventory", handlers=[registry(HANDLED)], topics=["orders"],
-                       ignore=["order.internal.*"]).decoder()
+                       unhandled=Unhandled(ignore=["order.internal.*"])).decoder()
     by_type = {t: (key, value, headers) for key, value, headers in records(1)
                for t in [headers[1][1].decode()]}
     outcomes = {}
@@ -121,7 +134,7 @@ def test_a_misspelt_handler_is_named_where_its_events_go(
     assert raised.value.detail == ("no handler for event type 'order.created' (a handler "
                                    "takes 'order.craeted': misspelt?)")
     skip = Consumer(name="inventory", handlers=[registry(misspelt)], topics=["orders"],
-                    unhandled="skip")
+                    unhandled=Unhandled(policy="skip"))
     with pytest.raises(Skipped) as skipped:
         skip.decoder().decode(created)
     assert skipped.value.near == "order.craeted"
@@ -137,10 +150,9 @@ def test_a_misspelt_handler_is_named_where_its_events_go(
 def test_a_pattern_matching_a_handled_type_or_an_unknown_mode_is_refused() -> None:
     with pytest.raises(ConfigurationError, match=r"matches handled event type order\.paid"):
         Consumer(name="inventory", handlers=[registry(HANDLED)], topics=["orders"],
-                 ignore=["order.pa*"])
-    with pytest.raises(ConfigurationError, match="unhandled must be one of dead_letter, skip"):
-        Consumer(name="inventory", handlers=[registry(HANDLED)], topics=["orders"],
-                 unhandled="drop")  # type: ignore[arg-type]
+                 unhandled=Unhandled(ignore=["order.pa*"]))
+    with pytest.raises(ValidationError, match="'dead_letter' or 'skip'"):
+        Unhandled(policy="drop")
 
 
 @handler("order.created")
@@ -152,14 +164,16 @@ async def announce(event: Order, ctx: HandlerContext) -> None:
 def test_the_outbox_follows_the_consumer_schema_unless_it_names_one() -> None:
     outbox = Outbox(table="outbox")
     shop = Consumer(name="inventory", handlers=[announce], topics=["orders"],
-                    schema="shop", outbox=outbox)
+                    postgres=Postgres(schema="shop"),
+                    outbox=outbox)
     assert shop.outbox is not None
     assert shop.outbox.table.events == '"shop"."outbox"'
-    shop.configure(schema="shop_b")  # as `consumerkit run --schema shop_b` does
+    shop.set_options(postgres=Postgres(schema="shop_b"))  # as `consumerkit run --schema` does
     assert shop.outbox is not None
     assert shop.outbox.table.schema == "shop_b"
     assert outbox.table.schema == "consumerkit"  # on its own: the documented default
-    named = Consumer(name="inventory", handlers=[announce], topics=["orders"], schema="shop",
+    named = Consumer(name="inventory", handlers=[announce], topics=["orders"],
+                     postgres=Postgres(schema="shop"),
                      outbox=Outbox(schema="elsewhere"))
     assert named.outbox is not None
     assert named.outbox.table.schema == "elsewhere"
@@ -170,7 +184,8 @@ async def test_a_test_kit_like_a_consumer_writes_its_outbox_in_the_kit_schema(
 ) -> None:
     shop = Consumer(name="inventory", handlers=[announce], topics=["orders"],
                     outbox=Outbox(table="outbox"))
-    async with TestConsumer.like(shop, postgres_dsn=postgres_dsn, schema=pg_schema) as kit:
+    async with TestConsumer.like(shop, postgres=Postgres(dsn=postgres_dsn,
+                                                         schema=pg_schema)) as kit:
         kit.publish(Order(order_id="o-1"), key="o-1")
         await kit.drain()
     rows = await pg_pool.fetch(f'SELECT type FROM "{pg_schema}".outbox')

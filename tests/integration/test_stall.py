@@ -11,7 +11,17 @@ import time
 import asyncpg
 import pytest
 
-from consumerkit import BatchContext, Consumer, HandlerContext, RetryPolicy, handler
+from consumerkit import (
+    BatchContext,
+    Consumer,
+    HandlerContext,
+    Limits,
+    Metrics,
+    RetryPolicy,
+    Stall,
+    Timeouts,
+    handler,
+)
 from consumerkit.shared.identifiers import identifier
 from consumerkit.testing.services import MakeTopic, free_port
 
@@ -70,8 +80,9 @@ async def test_a_table_that_appears_late_stalls_the_consumer_and_nothing_is_dead
     await publish(kafka_bootstrap, topic, first)
     port = free_port()
     consumer = build("late", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=refuse,
-                     max_batch=max_batch, metrics_port=port, metrics_host="127.0.0.1",
-                     stall_max_delay=1.0)
+                     limits=Limits(max_batch=max_batch),
+                     stall=Stall(max_delay=1.0),
+                     metrics=Metrics(port=port, host="127.0.0.1"))
     started = time.monotonic()
     async with Running(consumer):
         await wait_for(lambda: is_stalled(port), 60, "the stall on /readyz")
@@ -139,8 +150,8 @@ async def test_one_error_for_every_key_stalls_until_the_service_is_back(
     await publish(kafka_bootstrap, topic, events)
     port = free_port()
     consumer = build("down", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=payments,
-                     metrics_port=port, metrics_host="127.0.0.1", stall_after_keys=3,
-                     stall_max_delay=0.5,
+                     stall=Stall(after_keys=3, max_delay=0.5),
+                     metrics=Metrics(port=port, host="127.0.0.1"),
                      retry=RetryPolicy(max_attempts=4, initial_delay=0.2, max_delay=0.5))
     async with Running(consumer):
         await wait_for(lambda: is_stalled(port), 60, "the stall on /readyz")
@@ -182,8 +193,9 @@ async def test_a_batch_handler_without_its_table_stalls_and_resumes(
     await publish(kafka_bootstrap, topic, events)
     port = free_port()
     consumer = build("batchlate", pg_schema, topic, postgres_dsn, kafka_bootstrap,
-                     handlers=[batch_ledger(pg_schema)], metrics_port=port,
-                     metrics_host="127.0.0.1", stall_max_delay=0.5)
+                     handlers=[batch_ledger(pg_schema)],
+                     stall=Stall(max_delay=0.5),
+                     metrics=Metrics(port=port, host="127.0.0.1"))
     async with Running(consumer):
         await wait_for(lambda: is_stalled(port), 60, "the stall on /readyz")
         body = (await get(port, "/readyz"))[1]
@@ -209,7 +221,8 @@ async def test_a_rebalance_and_a_stop_during_a_stall_end_cleanly_and_lose_nothin
     events = make_events(keys=8, per_key=3)
     await publish(kafka_bootstrap, topic, events)
     one, two = (build("rebal", pg_schema, topic, postgres_dsn, kafka_bootstrap,
-                      stall_max_delay=0.5, shutdown_timeout=5.0) for _ in range(2))
+                      timeouts=Timeouts(shutdown=5.0),
+                      stall=Stall(max_delay=0.5)) for _ in range(2))
     async with Running(one):
         await wait_for(lambda: _is(one, "stalled: "), 60, "the first consumer to stall")
         async with Running(two):  # joins the group: the stalled one gives up partitions

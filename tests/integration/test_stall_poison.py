@@ -13,7 +13,7 @@ from collections import Counter
 import asyncpg
 import pytest
 
-from consumerkit import Consumer, HandlerContext, RetryPolicy
+from consumerkit import Consumer, HandlerContext, Limits, RetryPolicy, Stall, Timeouts
 from consumerkit.shared.identifiers import identifier
 from consumerkit.testing.services import MakeTopic
 
@@ -83,7 +83,9 @@ async def test_records_whose_data_the_database_refuses_are_dead_lettered_never_a
     poison = bad_events(bad)
     await publish(kafka_bootstrap, topic, poison)
     consumer = build("data", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=items,
-                     retry=FAST, max_batch=max_batch, stall_max_delay=0.5)
+                     retry=FAST,
+                     limits=Limits(max_batch=max_batch),
+                     stall=Stall(max_delay=0.5))
     good = make_events(keys=4, per_key=3, prefix="good")
     async with Running(consumer):
         # more keys than stall_after_keys (5) failed: today's rule would stall here
@@ -126,7 +128,9 @@ async def test_a_handler_refusing_many_keys_stalls_until_a_new_record_passes(
 
     await publish(kafka_bootstrap, topic, poison)
     consumer = build("refuse", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=refuse,
-                     retry=FAST, stall_after_keys=3, stall_max_delay=0.3, max_batch=1)
+                     retry=FAST,
+                     limits=Limits(max_batch=1),
+                     stall=Stall(after_keys=3, max_delay=0.3))
     good = make_events(keys=3, per_key=2, prefix="good")
     async with Running(consumer):
         # 4 keys failing alike look like a service down: a stall, nothing dead-lettered
@@ -165,7 +169,7 @@ async def test_a_service_down_for_every_key_stays_a_stall_for_new_records_too(
     await publish(kafka_bootstrap, topic, first)
     consumer = build("alldown", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=payments,
                      retry=RetryPolicy(max_attempts=3, initial_delay=0.2, max_delay=0.5),
-                     stall_after_keys=3, stall_max_delay=0.3)
+                     stall=Stall(after_keys=3, max_delay=0.3))
     later = [Event(f"new-{k}", f"new-{k}", 1) for k in range(3)]  # keys not yet seen
     async with Running(consumer):
         await wait_for(lambda: stalled(consumer), 60, "the stall")
@@ -206,7 +210,8 @@ async def test_a_revoked_grant_holds_new_records_back_until_it_is_given_again(
     first = make_events(keys=4, per_key=2)
     await publish(kafka_bootstrap, topic, first)
     consumer = build("grant", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=as_app,
-                     retry=FAST, stall_max_delay=0.2)
+                     retry=FAST,
+                     stall=Stall(max_delay=0.2))
     later = [Event(f"new-{k}", f"new-{k}", 1) for k in range(3)]
     try:
         async with Running(consumer):
@@ -283,7 +288,8 @@ async def test_a_statement_cancelled_at_shutdown_is_no_handler_failure(
     await publish(kafka_bootstrap, topic, events)
     consumer = build("cancel", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=slow,
                      retry=RetryPolicy(max_attempts=1, initial_delay=0.01, max_delay=0.05),
-                     max_batch=1, shutdown_timeout=30.0)  # a batch's failure abandons it
+                     limits=Limits(max_batch=1),
+                     timeouts=Timeouts(shutdown=30.0))  # a batch's failure abandons it
     async with Running(consumer):
         pid = await asyncio.wait_for(backend, 60)
         stopping = asyncio.create_task(consumer.stop())

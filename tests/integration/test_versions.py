@@ -17,6 +17,8 @@ from consumerkit import (
     DeadLetter,
     HandlerContext,
     HandlerRegistry,
+    Kafka,
+    Postgres,
     RetryPolicy,
     handler,
 )
@@ -25,6 +27,7 @@ from consumerkit.engine.replay import replay_key
 from consumerkit.testing.services import MakeTopic
 from examples.event_versions import rename_amount, split_customer
 
+from ..pooling import POOLER
 from .ledger import FAST_GROUP, Running, group, publish_raw, wait_for
 
 PARK = RetryPolicy(max_attempts=1, on_exhausted="park")
@@ -73,9 +76,9 @@ def consumers(schema: str, topic: str, dsn: str, bootstrap: str) -> tuple[Consum
     new.include(rename_amount).include(split_customer)  # the documented example's upcasters
 
     options: dict[str, Any] = {
-        "topics": [topic], "kafka_bootstrap": bootstrap, "postgres_dsn": dsn,
-        "schema": schema, "handle_signals": False, "retry": PARK,
-        "kafka_consumer_options": FAST_GROUP}
+        "topics": [topic], "postgres": Postgres(dsn=dsn, schema=schema, pooler=POOLER),
+        "kafka": Kafka(bootstrap=bootstrap, consumer_options=FAST_GROUP),
+        "handle_signals": False, "retry": PARK}
     name = group("versions", topic)
     return (Consumer(name=name, handlers=[old], **options),
             Consumer(name=name, handlers=[new], **options))

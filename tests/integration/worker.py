@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import logging
 
-from consumerkit import Consumer, HandlerContext, RetryPolicy
+from consumerkit import Consumer, HandlerContext, Kafka, Limits, Postgres, RetryPolicy
 from consumerkit.outbox import Outbox
 
 from ..pooling import POOLER
@@ -33,10 +33,11 @@ async def main() -> None:
         name=args.name, topics=[args.topic],
         handlers=[ledger_handler(args.schema, emit_billed if args.outbox else None)],
         outbox=Outbox(args.schema) if args.outbox else None,
-        kafka_bootstrap=args.bootstrap, postgres_dsn=args.dsn, schema=args.schema,
-        retry=RetryPolicy(initial_delay=0.01, max_delay=0.1), concurrency=args.concurrency,
-        max_in_flight=200, kafka_consumer_options={**FAST_GROUP, "max_poll_records": 50},
-        offset_store=args.offset_store, postgres_pooler=POOLER,
+        postgres=Postgres(dsn=args.dsn, schema=args.schema, pooler=POOLER),
+        kafka=Kafka(bootstrap=args.bootstrap, consumer_options={**FAST_GROUP,
+            "max_poll_records": 50}),
+        limits=Limits(concurrency=args.concurrency, max_in_flight=200),
+        retry=RetryPolicy(initial_delay=0.01, max_delay=0.1), offset_store=args.offset_store,
     )
     await consumer.run()
 

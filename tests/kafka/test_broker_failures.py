@@ -23,6 +23,7 @@ import asyncpg
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from consumerkit import Limits, Postgres
 from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay, migrate_outbox
 from consumerkit.retry import RetryPolicy
 from consumerkit.transport.kafka import _CONSUMER_FIXED
@@ -96,7 +97,7 @@ async def test_a_killed_partition_leader_loses_and_duplicates_no_effect(
     events = make_events(keys=30, per_key=40)
     half = len(events) // 2
     consumer = build("leader-kill", pg_schema, topic, postgres_dsn, kafka_cluster.bootstrap,
-                     max_batch=20)
+                     limits=Limits(max_batch=20))
     async with idempotent_producer(kafka_cluster) as producer:
         await send_all(producer, topic, events[:half])
         async with Running(consumer):
@@ -147,7 +148,8 @@ async def test_the_relay_publishes_through_a_broker_restart_in_order(
     built = sink._producer._producer
     assert built._txn_manager is not None, "the relay's producer must be idempotent"
     assert built._sender._acks == -1, "the relay's producer must ask for acks=all"
-    relay = Relay(postgres_dsn, sink, schema=pg_schema, handle_signals=False, batch_size=20,
+    relay = Relay(Postgres(dsn=postgres_dsn, schema=pg_schema), sink, handle_signals=False,
+                  batch_size=20,
                   retry=RetryPolicy(max_attempts=100, initial_delay=0.2, max_delay=1.0))
     async with RelayRunning(relay):
         await add(40)

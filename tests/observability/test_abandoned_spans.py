@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import BaseModel
 
-from consumerkit import HandlerContext, Retry, handler
+from consumerkit import HandlerContext, Limits, Postgres, Retry, Timeouts, handler
 from consumerkit.observability.tracing import Tracing
 from consumerkit.testing import TestConsumer
 
@@ -31,7 +31,8 @@ async def test_a_message_abandoned_while_waiting_for_a_retry_ends_its_span(
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    kit = TestConsumer([run], postgres_dsn=consumerkit_dsn, schema=consumerkit_schema,
+    kit = TestConsumer([run],
+                       postgres=Postgres(dsn=consumerkit_dsn, schema=consumerkit_schema),
                        observers=[Tracing(tracer_provider=provider)], partitions=1)
     async with kit:
         kit.publish(Job(n=0), key="a")
@@ -60,9 +61,11 @@ async def test_a_handler_cut_short_at_shutdown_ends_its_span(
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    kit = TestConsumer([hang], postgres_dsn=consumerkit_dsn, schema=consumerkit_schema,
-                       observers=[Tracing(tracer_provider=provider)], partitions=1,
-                       max_batch=max_batch, shutdown_timeout=0.2)
+    kit = TestConsumer([hang],
+                       postgres=Postgres(dsn=consumerkit_dsn, schema=consumerkit_schema),
+                       limits=Limits(max_batch=max_batch),
+                       timeouts=Timeouts(shutdown=0.2),
+                       observers=[Tracing(tracer_provider=provider)], partitions=1)
     async with kit:
         kit.publish(Job(n=0), key="a")
         async with asyncio.timeout(30):

@@ -7,7 +7,7 @@ import asyncio
 
 import asyncpg
 
-from consumerkit import DeadLetterTable, HandlerContext
+from consumerkit import DeadLetterTable, HandlerContext, Metrics
 from consumerkit.testing.services import free_port
 from consumerkit.types import SinkResources
 
@@ -47,9 +47,8 @@ async def test_readiness_outcomes_lag_and_histograms_on_the_metrics_port(
     startup = asyncio.Event()
     port = free_port()
     consumer = build("metrics", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=fail,
-                     metrics_port=port, metrics_host="127.0.0.1",
+                     metrics=Metrics(port=port, host="127.0.0.1", refresh_interval=0.1),
                      dead_letter=GatedDeadLetters(startup))
-    consumer.lag_interval = 0.1
     run = asyncio.create_task(consumer.run())
     try:
         await wait(lambda: _answers(port), 30, "the metrics port to answer")
@@ -115,8 +114,8 @@ async def test_two_consumers_in_one_process_keep_separate_registries(
     await publish(kafka_bootstrap, topic, make_events(keys=2, per_key=2))
     ports = free_port(), free_port()
     first, second = (
-        build(f"twin{i}", pg_schema, topic, postgres_dsn, kafka_bootstrap, metrics_port=port,
-              metrics_host="127.0.0.1") for i, port in enumerate(ports))
+        build(f"twin{i}", pg_schema, topic, postgres_dsn, kafka_bootstrap,
+              metrics=Metrics(port=port, host="127.0.0.1")) for i, port in enumerate(ports))
     async with Running(first), Running(second):
         await wait(lambda: settled(first, 4), 60, "the first consumer settled")
         await wait(lambda: settled(second, 4), 60, "the second consumer settled")

@@ -8,7 +8,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from consumerkit import BatchContext, HandlerContext, handler
+from consumerkit import BatchContext, HandlerContext, Limits, handler
 
 from ..integration.conftest import LedgerTopic
 from ..integration.ledger import Event, Running, Step, build, publish, settled
@@ -47,7 +47,8 @@ async def test_every_duplicate_of_one_fetch_is_observed(
     registry = CollectorRegistry()
     consumer = build(f"age-{kind}-{max_batch}", pg_schema, topic, postgres_dsn,
                      kafka_bootstrap, handlers=[one if kind == "record" else many],
-                     max_batch=max_batch, registry=registry)
+                     limits=Limits(max_batch=max_batch),
+                     registry=registry)
     async with Running(consumer):
         await wait(lambda: settled(consumer, len(events)), 60, "every copy settled")
     assert sorted(applied) == sorted({e.event_id for e in events})  # once each

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncpg
 
+from consumerkit import Metrics, Postgres
 from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay, migrate_outbox
 from consumerkit.testing.services import MakeTopic, free_port
 
@@ -32,8 +33,9 @@ async def test_pending_then_published_on_the_metrics_port(
     port = free_port()
     sink = KafkaSink(kafka_bootstrap, route="{aggregate_type}",
                      kafka_options=dict(PRODUCER_OPTIONS))
-    relay = Relay(postgres_dsn, sink, schema=pg_schema, table="outbox", handle_signals=False,
-                  metrics_port=port, metrics_host="127.0.0.1")
+    relay = Relay(Postgres(dsn=postgres_dsn, schema=pg_schema), sink,
+                  metrics=Metrics(port=port, host="127.0.0.1"),
+                  table="outbox", handle_signals=False)
     relay.backlog_interval = 3600  # the first round's count, taken before it publishes
     label = f"{pg_schema}.outbox"
     assert await relay.readiness() == "starting"

@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, format_trace_id
 from pydantic import BaseModel
 
-from consumerkit import Consumer, HandlerContext, handler
+from consumerkit import Consumer, HandlerContext, Kafka, Postgres, handler
 from consumerkit.observability.tracing import Tracing
 from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay, migrate_outbox
 from consumerkit.testing.services import MakeTopic
@@ -54,12 +54,13 @@ async def test_one_trace_from_the_order_through_the_relay_to_billing_and_on(
 
     billing = Consumer(
         name=f"billing.{orders}", handlers=[bill], topics=[orders],
-        kafka_bootstrap=kafka_bootstrap, postgres_dsn=postgres_dsn, schema=pg_schema,
-        outbox=outbox, handle_signals=False, kafka_consumer_options=FAST_GROUP,
-        observers=[Tracing(tracer_provider=provider)])
-    relay = Relay(postgres_dsn, KafkaSink(kafka_bootstrap, route="{aggregate_type}",
+        postgres=Postgres(dsn=postgres_dsn, schema=pg_schema),
+        kafka=Kafka(bootstrap=kafka_bootstrap, consumer_options=FAST_GROUP),
+        outbox=outbox, handle_signals=False, observers=[Tracing(tracer_provider=provider)])
+    relay = Relay(Postgres(dsn=postgres_dsn, schema=pg_schema), KafkaSink(kafka_bootstrap,
+        route="{aggregate_type}",
                                           kafka_options=dict(PRODUCER_OPTIONS)),
-                  schema=pg_schema, table="outbox", handle_signals=False)
+                  table="outbox", handle_signals=False)
     async with RelayRunning(relay), Running(billing):
         await wait(lambda: settled(billing, 1), 60, "the order billed")
         published = await read_all(kafka_bootstrap, [invoices], lambda found: len(found) >= 1)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import asyncpg
 
+from consumerkit import Metrics, Postgres
 from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay, migrate_outbox
 from consumerkit.testing.services import free_port
 
@@ -38,7 +39,7 @@ async def test_a_poison_message_fires_the_dead_letter_alert(
     topic = await ledger_topic(partitions=1)
     port = free_port()
     consumer = build("alerts", pg_schema, topic, postgres_dsn, kafka_bootstrap,
-                     metrics_port=port, metrics_host="127.0.0.1")
+                     metrics=Metrics(port=port, host="127.0.0.1"))
     async with (Running(consumer),
                 running_prometheus(binary, tmp_path, [f"127.0.0.1:{port}"]) as api):
         # the consumer is scraped and ready, and the rules have run since: nothing fires
@@ -72,9 +73,9 @@ async def test_a_row_given_up_on_fires_the_outbox_alert(
     port = free_port()
     sink = KafkaSink(kafka_bootstrap, route="{aggregate_type}",
                      kafka_options=dict(PRODUCER_OPTIONS))
-    relay = Relay(postgres_dsn, sink, schema=pg_schema, table="outbox", handle_signals=False,
-                  metrics_port=port, metrics_host="127.0.0.1")
-    relay.backlog_interval = 0.2
+    relay = Relay(Postgres(dsn=postgres_dsn, schema=pg_schema), sink,
+                  metrics=Metrics(port=port, host="127.0.0.1", refresh_interval=0.2),
+                  table="outbox", handle_signals=False)
     label = f"{pg_schema}.outbox"
     async with (RelayRunning(relay),
                 running_prometheus(binary, tmp_path, [f"127.0.0.1:{port}"]) as api):

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 
+from consumerkit import Postgres
 from consumerkit.outbox import KafkaSink, Relay
 from consumerkit.shared.pooler import POOLERS, check_pooler
 
@@ -20,8 +21,9 @@ async def main() -> None:
     args = parser.parse_args()
     sink = KafkaSink(args.bootstrap, route=args.topic,
                      kafka_options=dict(PRODUCER_OPTIONS))
-    relay = Relay(args.dsn, sink, schema=args.schema, name=args.name, batch_size=200,
-                  rebalance_interval=0.5, postgres_pooler=check_pooler(args.pooler))
+    relay = Relay(Postgres(dsn=args.dsn, schema=args.schema, pooler=check_pooler(args.pooler)),
+                  sink, name=args.name, batch_size=200,
+                  rebalance_interval=0.5)
     await relay.run()
 
 

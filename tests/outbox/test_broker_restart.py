@@ -22,6 +22,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
+from consumerkit import Postgres
 from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay, count_failed
 from consumerkit.retry import RetryPolicy
 from consumerkit.testing.services import TansuBroker, free_port, start_tansu
@@ -104,8 +105,8 @@ async def test_the_relay_delivers_everything_committed_during_and_after_a_broker
     await create_topic(broker.bootstrap, topic, 4)
     sink = KafkaSink(broker.bootstrap, route=topic, kafka_options={
         "enable_idempotence": False, "request_timeout_ms": 2000, "metadata_max_age_ms": 1000})
-    relay = Relay(postgres_dsn, sink, schema=outbox_table.schema, handle_signals=False,
-                  postgres_pooler=POOLER,
+    relay = Relay(Postgres(dsn=postgres_dsn, schema=outbox_table.schema, pooler=POOLER), sink,
+                  handle_signals=False,
                   retry=RetryPolicy(max_attempts=3, initial_delay=0.2, max_delay=0.5))
 
     async def add(tag: str, count: int) -> list[UUID]:

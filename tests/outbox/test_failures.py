@@ -21,6 +21,7 @@ import asyncpg
 import orjson
 import pytest
 
+from consumerkit import Postgres
 from consumerkit.outbox import (
     KafkaSink,
     Outbox,
@@ -100,8 +101,9 @@ async def test_failed_rows_back_off_fail_block_and_can_be_retried_or_skipped(
 ) -> None:
     topic = await make_topic(partitions=2)
     sink = FlakySink(kafka_bootstrap, route=topic, kafka_options=dict(PRODUCER_OPTIONS))
-    relay = Relay(postgres_dsn, sink, schema=outbox_table.schema, retry=FAST_RETRY,
-                  handle_signals=False, postgres_pooler=POOLER)
+    relay = Relay(Postgres(dsn=postgres_dsn, schema=outbox_table.schema, pooler=POOLER), sink,
+                  retry=FAST_RETRY,
+                  handle_signals=False)
     bad1, bad2 = await _add(outbox, pg_pool, "bad", 1), await _add(outbox, pg_pool, "bad", 2)
     poison1 = await _add(outbox, pg_pool, "poison", 1)
     poison2 = await _add(outbox, pg_pool, "poison", 2)
@@ -195,8 +197,8 @@ async def test_a_broker_outage_pauses_the_relay_and_loses_nothing(
     topic, stopped = "ck-outage", False
     sink = KafkaSink(broker.bootstrap, route=topic, auto_create_topics=True, kafka_options={
         "enable_idempotence": False, "request_timeout_ms": 2000, "metadata_max_age_ms": 1000})
-    relay = Relay(postgres_dsn, sink, schema=outbox_table.schema, handle_signals=False,
-                  postgres_pooler=POOLER,
+    relay = Relay(Postgres(dsn=postgres_dsn, schema=outbox_table.schema, pooler=POOLER), sink,
+                  handle_signals=False,
                   retry=RetryPolicy(max_attempts=3, initial_delay=0.2, max_delay=1.0))
     try:
         async with RelayRunning(relay):
@@ -248,8 +250,8 @@ async def test_a_connection_left_mid_operation_pauses_the_relay_and_loses_nothin
     and exited; it is an outage: pause, reconnect, publish everything."""
     topic = await make_topic(partitions=1)
     sink = KafkaSink(kafka_bootstrap, route=topic, kafka_options=dict(PRODUCER_OPTIONS))
-    relay = Relay(postgres_dsn, sink, schema=outbox_table.schema, handle_signals=False,
-                  postgres_pooler=POOLER,
+    relay = Relay(Postgres(dsn=postgres_dsn, schema=outbox_table.schema, pooler=POOLER), sink,
+                  handle_signals=False,
                   retry=RetryPolicy(max_attempts=3, initial_delay=0.05, max_delay=0.1))
     claim = relay._store.claim
     broken: list[int] = []
@@ -313,8 +315,8 @@ async def test_a_routed_topic_missing_for_good_backs_off_the_relay_s_pauses(
                          aggregate_id="a-1", payload={"n": 1})
     sink = KafkaSink(kafka_bootstrap, route=TopicRoute("{aggregate_type}"),
                      kafka_options=dict(PRODUCER_OPTIONS))
-    relay = Relay(postgres_dsn, sink, schema=outbox_table.schema, handle_signals=False,
-                  postgres_pooler=POOLER,
+    relay = Relay(Postgres(dsn=postgres_dsn, schema=outbox_table.schema, pooler=POOLER), sink,
+                  handle_signals=False,
                   retry=RetryPolicy(max_attempts=10, initial_delay=0.2, max_delay=5.0))
     async with RelayRunning(relay):
         async def paused_four_times() -> bool:

@@ -10,6 +10,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from consumerkit import Postgres
 from consumerkit.errors import IdempotenceRefusedError, StartupError
 from consumerkit.outbox import KafkaSink, OutboxTable, Relay
 from consumerkit.testing.services import start_tansu
@@ -30,8 +31,8 @@ async def test_the_relay_says_the_broker_refused_the_idempotent_producer(
     tansu: str, postgres_dsn: str, outbox_table: OutboxTable,
 ) -> None:
     sink = KafkaSink(tansu, route="orders")  # idempotence on: the default
-    relay = Relay(postgres_dsn, sink, schema=outbox_table.schema, handle_signals=False,
-                  postgres_pooler=POOLER)
+    relay = Relay(Postgres(dsn=postgres_dsn, schema=outbox_table.schema, pooler=POOLER), sink,
+                  handle_signals=False)
     with pytest.raises(IdempotenceRefusedError) as caught:
         await relay.run()
     message = str(caught.value)
@@ -57,7 +58,7 @@ async def test_the_relay_command_names_its_flag_and_variable(
     pg_pool: asyncpg.Pool[asyncpg.Record],
 ) -> None:
     env = {"CONSUMERKIT_POSTGRES_DSN": with_password(postgres_dsn),
-           "CONSUMERKIT_SCHEMA": outbox_table.schema}
+           "CONSUMERKIT_POSTGRES_SCHEMA": outbox_table.schema}
     done = await cli("relay", "--kafka", tansu, "--route", "orders", cwd=tmp_path, env=env)
     assert done.code == 1
     assert done.err.strip().splitlines()[-1] == (

@@ -19,7 +19,7 @@ import asyncpg
 import orjson
 import pytest
 
-from consumerkit import HandlerContext, Retry, RetryPolicy
+from consumerkit import HandlerContext, Postgres, Retry, RetryPolicy
 from consumerkit.errors import ConfigurationError
 from consumerkit.outbox import (
     DEFAULT_RETRY,
@@ -87,8 +87,8 @@ class ScriptedSink(KafkaSink):
 
 
 def relay_for(dsn: str, table: OutboxTable, sink: KafkaSink) -> Relay:
-    return Relay(dsn, sink, schema=table.schema, table=table.table, handle_signals=False,
-                 postgres_pooler=POOLER,
+    return Relay(Postgres(dsn=dsn, schema=table.schema, pooler=POOLER), sink, table=table.table,
+                 handle_signals=False,
                  retry=FAST_RETRY)
 
 
@@ -391,7 +391,7 @@ async def test_the_default_relay_retry_is_the_documented_back_off(
 
     sink = KafkaSink(kafka_bootstrap, kafka_options=dict(PRODUCER_OPTIONS))
     try:
-        relay = Relay(postgres_dsn, sink, handle_signals=False, postgres_pooler=POOLER)
+        relay = Relay(Postgres(dsn=postgres_dsn, pooler=POOLER), sink, handle_signals=False)
     finally:
         await sink.close()
     assert relay.retry is DEFAULT_RETRY

@@ -10,6 +10,7 @@ import asyncpg
 import orjson
 from pydantic import BaseModel
 
+from consumerkit import Postgres
 from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay
 from consumerkit.testing.services import MakeTopic
 from consumerkit.transport.kafka_admin import create_topic
@@ -27,10 +28,10 @@ class OrderPlaced(BaseModel):
 
 
 def relay_for(dsn: str, table: OutboxTable, bootstrap: str, route: str,
-              **options: object) -> Relay:
+              listen_dsn: str | None = None, **options: object) -> Relay:
     sink = KafkaSink(bootstrap, route=route, kafka_options=dict(SINK_OPTIONS))
-    return Relay(dsn, sink, schema=table.schema, table=table.table, handle_signals=False,
-                 postgres_pooler=POOLER,
+    postgres = Postgres(dsn=dsn, schema=table.schema, pooler=POOLER, listen_dsn=listen_dsn)
+    return Relay(postgres, sink, table=table.table, handle_signals=False,
                  **options)  # type: ignore[arg-type]
 
 
@@ -139,9 +140,9 @@ async def test_notify_wakes_the_relay_before_its_poll_interval(
 ) -> None:
     topic = await make_topic(partitions=1)
     # behind a transaction pooler the relay LISTENs on a direct connection of its own
-    listen = {"postgres_listen_dsn": direct_postgres_dsn} if THROUGH_POOLER else {}
     relay = relay_for(postgres_dsn, outbox_table, kafka_bootstrap, topic, poll_interval=600,
-                      rebalance_interval=600, **listen)
+                      rebalance_interval=600,
+                      listen_dsn=direct_postgres_dsn if THROUGH_POOLER else None)
     async with RelayRunning(relay):
         await wait_until(lambda: _owns_slots(relay), 30, "slots owned")
         loop = asyncio.get_running_loop()

@@ -15,6 +15,7 @@ from uuid import UUID
 import asyncpg
 import orjson
 
+from consumerkit import Postgres
 from consumerkit.outbox import (
     SLOTS,
     KafkaSink,
@@ -67,9 +68,9 @@ class GatedSink(KafkaSink):
 def kafka_relay(dsn: str, table: OutboxTable, bootstrap: str, topic: str,
                 name: str) -> tuple[Relay, GatedSink]:
     sink = GatedSink(bootstrap, topic)
-    relay = Relay(dsn, sink, schema=table.schema, table=table.table,
-                  name=f"{table.schema}-{name}", handle_signals=False, postgres_pooler=POOLER,
-                  rebalance_interval=0.2, poll_interval=0.2)
+    relay = Relay(Postgres(dsn=dsn, schema=table.schema, pooler=POOLER), sink, table=table.table,
+                  name=f"{table.schema}-{name}", handle_signals=False, rebalance_interval=0.2,
+                  poll_interval=0.2)
     return relay, sink
 
 
@@ -338,8 +339,9 @@ async def test_stop_lets_the_batch_in_flight_finish_and_the_next_relay_sends_not
     held1, held2, other1 = await add("held", 1), await add("held", 2), await add("other", 1)
     app.script(held1, Reply(gate=gate))
     async with serve(app, lifespan="off") as url:
-        relay = Relay(postgres_dsn, WebhookSink(url, timeout=TIMEOUT),
-                      schema=outbox_table.schema, handle_signals=False, postgres_pooler=POOLER)
+        relay = Relay(Postgres(dsn=postgres_dsn, schema=outbox_table.schema, pooler=POOLER),
+                      WebhookSink(url, timeout=TIMEOUT),
+                      handle_signals=False)
         task = asyncio.create_task(relay.run())
         try:
             async with asyncio.timeout(TIMEOUT):
@@ -361,8 +363,9 @@ async def test_stop_lets_the_batch_in_flight_finish_and_the_next_relay_sends_not
         assert await pending(pg_pool, outbox_table) == 1  # only the late event
 
         held3 = await add("held", 3)
-        fresh = Relay(postgres_dsn, WebhookSink(url, timeout=TIMEOUT),
-                      schema=outbox_table.schema, handle_signals=False, postgres_pooler=POOLER)
+        fresh = Relay(Postgres(dsn=postgres_dsn, schema=outbox_table.schema, pooler=POOLER),
+                      WebhookSink(url, timeout=TIMEOUT),
+                      handle_signals=False)
         async with RelayRunning(fresh):
             await wait_until(lambda: drained(pg_pool, outbox_table), TIMEOUT,
                              "the rest delivered")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+from consumerkit import Postgres
 from consumerkit.observability import BaseObserver
 from consumerkit.outbox import KafkaSink, OutboxTable, Relay
 from consumerkit.testing.services import MakeTopic
@@ -27,10 +28,11 @@ async def test_a_cancelled_relay_reports_stopping(
 ) -> None:
     topic = await make_topic(partitions=1)
     told = Readiness()
-    relay = Relay(postgres_dsn, KafkaSink(kafka_bootstrap, route=topic,
+    relay = Relay(Postgres(dsn=postgres_dsn, schema=outbox_table.schema, pooler=POOLER),
+                  KafkaSink(kafka_bootstrap, route=topic,
                                           kafka_options=dict(PRODUCER_OPTIONS)),
-                  schema=outbox_table.schema, table=outbox_table.table,
-                  handle_signals=False, postgres_pooler=POOLER, observers=[told])
+                  table=outbox_table.table,
+                  handle_signals=False, observers=[told])
     task = asyncio.create_task(relay.run())
     try:
         await wait_until(lambda: _ready(relay), 30, "the relay to be ready")

@@ -13,6 +13,7 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
+from consumerkit import Postgres
 from consumerkit.cli import main
 from consumerkit.dedup import DedupPolicy
 from consumerkit.dedup.partitions import list_partitions, maintain, partition_floor
@@ -150,8 +151,9 @@ async def test_the_relay_and_cleanup_refuse_the_partitioned_layout_with_one_line
     outbox = Outbox(kept.schema, kept.table, notify=False, retention=KEEP)
     await _add(pg_pool, outbox, "a")
     sink = _Refusing()
-    relay = Relay(postgres_dsn, sink, schema=kept.schema, table=kept.table,
-                  handle_signals=False, postgres_pooler=POOLER, poll_interval=0.1)
+    relay = Relay(Postgres(dsn=postgres_dsn, schema=kept.schema, pooler=POOLER), sink,
+                  table=kept.table,
+                  handle_signals=False, poll_interval=0.1)
     with pytest.raises(StartupError) as refused:
         async with asyncio.timeout(60):
             await relay.run()

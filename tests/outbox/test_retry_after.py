@@ -11,7 +11,7 @@ from uuid import uuid4
 import asyncpg
 import pytest
 
-from consumerkit import WebhookError
+from consumerkit import Postgres, WebhookError
 from consumerkit.outbox import Outbox, OutboxEvent, OutboxTable, Relay
 from consumerkit.outbox.settle import settle
 from consumerkit.outbox.webhook import WebhookSink
@@ -58,9 +58,9 @@ async def test_the_relay_waits_what_the_receiver_asked_for(
     assert other is not None
     app.script(str(slow), Reply(429, (("Retry-After", "2"),)))
     async with serve(app, lifespan="off") as url:
-        relay = Relay(postgres_dsn, WebhookSink(url, timeout=2.0), schema=outbox_table.schema,
-                      handle_signals=False, postgres_pooler=POOLER,
-                      retry=RetryPolicy(max_attempts=5, initial_delay=0.05, max_delay=5.0))
+        relay = Relay(Postgres(dsn=postgres_dsn, schema=outbox_table.schema, pooler=POOLER),
+                      WebhookSink(url, timeout=2.0), handle_signals=False,
+            retry=RetryPolicy(max_attempts=5, initial_delay=0.05, max_delay=5.0))
         async with RelayRunning(relay):
             await wait_until(lambda: _answered(app, str(slow), 1), 30, "the 429")
             refused_at = time.monotonic()

@@ -22,6 +22,7 @@ import asyncpg
 import orjson
 import pytest
 
+from consumerkit import Postgres
 from consumerkit.outbox import KafkaSink, NewEvent, Outbox, OutboxEvent, OutboxTable, Relay
 from consumerkit.outbox.store import RelayStore
 from consumerkit.retry import RetryPolicy
@@ -125,8 +126,9 @@ async def test_the_checker_catches_a_broken_relay(
                        f"SELECT 'agg-' || i FROM generate_series(0, {AGGREGATES - 1}) i")
     work = Workload(outbox, schema, seed=11, events=EVENTS)
     sink = FlakySink(kafka_bootstrap, route=topic, kafka_options=dict(PRODUCER_OPTIONS))
-    relay = Relay(postgres_dsn, sink, schema=schema, handle_signals=False,
-                  postgres_pooler=POOLER, batch_size=100,
+    relay = Relay(Postgres(dsn=postgres_dsn, schema=schema, pooler=POOLER), sink,
+                  handle_signals=False,
+                  batch_size=100,
                   poll_interval=0.1, retry=RetryPolicy(max_attempts=10, initial_delay=0.05,
                                                        max_delay=0.2))
     relay._store = checked = store(outbox_table)

@@ -7,7 +7,7 @@ import os
 
 from pydantic import BaseModel
 
-from consumerkit import Consumer, HandlerContext, handler
+from consumerkit import Consumer, HandlerContext, Postgres, handler
 
 SCHEMA = os.environ.get("PARKED_TEST_SCHEMA", "consumerkit")
 
@@ -25,4 +25,5 @@ async def record_step(event: Step, ctx: HandlerContext) -> None:
 
 
 consumer = Consumer(name="parked-app", handlers=[record_step], topics=["steps"],
-                    schema=SCHEMA, handle_signals=False)
+                    postgres=Postgres(schema=SCHEMA),
+                    handle_signals=False)

@@ -10,7 +10,7 @@ import orjson
 import pytest
 from prometheus_client import CollectorRegistry
 
-from consumerkit import Consumer, HandlerContext, RetryPolicy, handler
+from consumerkit import Consumer, HandlerContext, Limits, RetryPolicy, handler
 from consumerkit.logs import MESSAGE_FIELDS, JsonFormatter
 
 from ..integration.ledger import (
@@ -41,7 +41,9 @@ async def test_a_failing_key_is_parked_in_order_while_other_keys_flow(
     await publish(kafka_bootstrap, topic, events)
     registry = CollectorRegistry()
     consumer = build("parks", pg_schema, topic, postgres_dsn, kafka_bootstrap, fail=broken,
-                     retry=PARK, max_batch=max_batch, registry=registry)
+                     retry=PARK,
+                     limits=Limits(max_batch=max_batch),
+                     registry=registry)
     caplog.set_level(logging.WARNING, logger="consumerkit.pipeline")
     async with Running(consumer):
         await wait_for(lambda: _settled(consumer, len(events)), 60, "every record settled")

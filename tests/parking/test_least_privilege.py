@@ -15,7 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from consumerkit import RetryPolicy
+from consumerkit import Postgres, RetryPolicy
 from consumerkit.engine.replay import discard_key, replay_key
 from consumerkit.testing import TestConsumer
 
@@ -64,7 +64,9 @@ async def test_a_runtime_role_parks_replays_and_discards_with_the_printed_grants
     dsn = urlunsplit(parts._replace(netloc=f"{role}@{parts.netloc.rpartition('@')[2]}"))
     BROKEN.update({2, 5})
     try:
-        async with TestConsumer([move], postgres_dsn=dsn, schema=pg_schema, migrate=False,
+        async with TestConsumer([move],
+                                postgres=Postgres(dsn=dsn, schema=pg_schema),
+                                migrate=False,
                                 retry=RetryPolicy(max_attempts=1), partitions=1) as kit:
             for seq in (1, 2, 3):
                 kit.publish(Move(seq=seq), key="a")

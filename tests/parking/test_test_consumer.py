@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from consumerkit import RetryPolicy, StartupError
+from consumerkit import Postgres, RetryPolicy, StartupError
 from consumerkit.engine.replay import replay_key
 from consumerkit.observability.tracing import Tracing
 from consumerkit.schema import migrate
@@ -29,7 +29,8 @@ async def test_a_key_parks_a_keyless_record_and_a_dead_letter_do_not_and_replay_
         exporter = InMemorySpanExporter()
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(exporter))
-        async with TestConsumer([move], postgres_dsn=consumerkit_dsn, schema=consumerkit_schema,
+        async with TestConsumer([move],
+                                postgres=Postgres(dsn=consumerkit_dsn, schema=consumerkit_schema),
                                 retry=RetryPolicy(max_attempts=2, initial_delay=0.0),
                                 partitions=1,
                                 observers=[Tracing(tracer_provider=provider)]) as kit:
@@ -70,8 +71,9 @@ async def test_a_batch_handler_parks_the_culprit_s_key_and_replays_through_it(
     try:
         await conn.execute("CREATE TABLE moves (id bigserial, key text, seq int)")
         BROKEN.add(12)
-        async with TestConsumer([moves], postgres_dsn=consumerkit_dsn,
-                                schema=consumerkit_schema, partitions=1,
+        async with TestConsumer([moves],
+                                postgres=Postgres(dsn=consumerkit_dsn, schema=consumerkit_schema),
+                                partitions=1,
                                 retry=RetryPolicy(max_attempts=2, initial_delay=0.0)) as kit:
             for seq in range(10, 15):
                 kit.publish(Move(seq=seq), key="a")
@@ -98,7 +100,8 @@ async def test_a_consumer_that_parks_refuses_to_start_without_the_tables(
         await conn.execute(f'DROP TABLE "{consumerkit_schema}".parked_records')
     finally:
         await conn.close()
-    kit = TestConsumer([move], postgres_dsn=consumerkit_dsn, schema=consumerkit_schema,
+    kit = TestConsumer([move],
+                       postgres=Postgres(dsn=consumerkit_dsn, schema=consumerkit_schema),
                        migrate=False)
     with pytest.raises(StartupError, match=(
             f"on_exhausted='park' needs the table {consumerkit_schema}.parked_records: run "

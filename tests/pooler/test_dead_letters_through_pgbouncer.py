@@ -11,6 +11,7 @@ import asyncpg
 from consumerkit import (
     Consumer,
     DeadLetterFilter,
+    Postgres,
     discard_dead_letters,
     replay_dead_letters,
 )
@@ -27,7 +28,7 @@ async def test_replay_and_discard_through_the_pooler_leave_no_lock_behind(
     buried = letters(keys=8, per_key=25)
     await bury(pg_pool, pg_schema, buried)
     app = Consumer(name=APP, handlers=[ledger_handler(pg_schema)], topics=["steps"],
-                   postgres_dsn=bouncer.dsn, postgres_pooler="transaction", schema=pg_schema,
+                   postgres=Postgres(dsn=bouncer.dsn, pooler="transaction", schema=pg_schema),
                    handle_signals=False)
     report = await replay_dead_letters(app, DeadLetterFilter(partition=0, limit=100),
                                        note="through the pooler")

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import asyncpg
 import pytest
 
-from consumerkit import RetryPolicy
+from consumerkit import Postgres, RetryPolicy
 from consumerkit.engine.replay import _exclusive, discard_key, replay_key
 from consumerkit.errors import ParkingError
 from consumerkit.parking.entry import ParkedKey
@@ -39,7 +39,8 @@ async def test_replay_and_discard_through_the_pooler_leave_no_lock_behind(
     events = make_events(keys=3, per_key=4)
     await publish(kafka_bootstrap, topic, events)
     consumer = build("pooled-park", pg_schema, topic, bouncer.dsn, kafka_bootstrap,
-                     fail=broken, retry=PARK, postgres_pooler="transaction")
+                     fail=broken, retry=PARK,
+                     postgres=Postgres(pooler="transaction"))
 
     async def settled() -> bool:
         stats = consumer.stats

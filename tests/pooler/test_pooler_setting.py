@@ -9,8 +9,9 @@ from collections.abc import Sequence
 
 import asyncpg
 import pytest
+from pydantic import ValidationError
 
-from consumerkit import Consumer
+from consumerkit import Consumer, Postgres
 from consumerkit.cli.errors import database_error
 from consumerkit.errors import ConfigurationError
 from consumerkit.outbox import Relay
@@ -75,15 +76,11 @@ def test_the_consumer_takes_the_setting_and_refuses_an_unknown_mode(
 ) -> None:
     monkeypatch.setenv("CONSUMERKIT_POSTGRES_POOLER", "transaction")
     settings = ConsumerSettings()
-    consumer = Consumer(name="c", handlers=[charge], topics=["t"],
-                        **{k: v for k, v in settings.consumer_kwargs().items()
-                           if k == "postgres_pooler"})
+    consumer = Consumer(name="c", handlers=[charge], topics=["t"], postgres=settings.postgres)
     assert consumer.postgres_pooler == "transaction"
-    with pytest.raises(ConfigurationError, match="postgres_pooler must be one of none, "
-                       "session, transaction, not 'statement'"):
-        Consumer(name="c", handlers=[charge], topics=["t"],
-                 postgres_pooler="statement")  # type: ignore[arg-type]
-    assert RelaySettings().postgres_pooler == "transaction"
+    with pytest.raises(ValidationError, match="'none', 'session' or 'transaction'"):
+        Postgres(pooler="statement")
+    assert RelaySettings().postgres.pooler == "transaction"
 
 
 class _NoSink:
@@ -96,12 +93,12 @@ class _NoSink:
 
 
 def test_the_relay_behind_a_transaction_pooler_leases_its_slots_and_polls() -> None:
-    relay = Relay("postgresql://db/x", _NoSink(), postgres_pooler="transaction")
+    relay = Relay(Postgres(dsn="postgresql://db/x", pooler="transaction"), _NoSink())
     assert relay.notify is False
     assert relay._leases is not None
-    assert Relay("postgresql://db/x", _NoSink(), postgres_pooler="session")._leases is None
-    with pytest.raises(ConfigurationError, match="postgres_pooler must be one of"):
-        Relay("postgresql://db/x", _NoSink(), postgres_pooler="statement")  # type: ignore[arg-type]
+    assert Relay(Postgres(dsn="postgresql://db/x", pooler="session"), _NoSink())._leases is None
+    with pytest.raises(ConfigurationError, match="a relay needs a DSN"):
+        Relay(Postgres(pooler="transaction"), _NoSink())
 
 
 def test_an_error_after_connecting_is_not_called_a_refusal() -> None:

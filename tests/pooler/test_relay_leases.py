@@ -14,6 +14,7 @@ import asyncpg
 import orjson
 import pytest
 
+from consumerkit import Postgres
 from consumerkit.errors import ConfigurationError
 from consumerkit.outbox import KafkaSink, NewEvent, Outbox, OutboxEvent, OutboxTable, Relay
 from consumerkit.outbox.admin import cleanup
@@ -30,8 +31,9 @@ AGGREGATES = 12
 
 def _relay(dsn: str, bootstrap: str, topic: str, table: OutboxTable, name: str) -> Relay:
     sink = KafkaSink(bootstrap, route=topic, kafka_options=dict(PRODUCER_OPTIONS))
-    return Relay(dsn, sink, schema=table.schema, table=table.table, handle_signals=False,
-                 postgres_pooler="transaction", poll_interval=0.1, batch_size=50, name=name)
+    return Relay(Postgres(dsn=dsn, schema=table.schema, pooler="transaction"), sink,
+                 table=table.table, handle_signals=False,
+                 poll_interval=0.1, batch_size=50, name=name)
 
 
 async def _write(pool: asyncpg.Pool[asyncpg.Record], outbox: Outbox, first: int,

@@ -9,6 +9,7 @@ from collections.abc import Callable
 import asyncpg
 import pytest
 
+from consumerkit import Postgres
 from consumerkit.errors import ConfigurationError
 from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay
 from consumerkit.testing.services import MakeTopic
@@ -26,10 +27,10 @@ async def test_a_relay_behind_the_pooler_listens_on_its_direct_dsn(
     bouncer = pgbouncer(pool_size=2)
     topic = await make_topic(partitions=1)
     sink = KafkaSink(kafka_bootstrap, route=topic, kafka_options=dict(PRODUCER_OPTIONS))
-    relay = Relay(bouncer.dsn, sink, schema=outbox_table.schema, table=outbox_table.table,
-                  handle_signals=False, postgres_pooler="transaction", poll_interval=600,
-                  rebalance_interval=600, postgres_listen_dsn=direct_postgres_dsn,
-                  name="listening")
+    relay = Relay(Postgres(dsn=bouncer.dsn, schema=outbox_table.schema, pooler="transaction",
+                           listen_dsn=direct_postgres_dsn), sink, table=outbox_table.table,
+                  handle_signals=False, poll_interval=600,
+                  rebalance_interval=600, name="listening")
     assert relay.notify
     async with RelayRunning(relay):
 
@@ -55,8 +56,8 @@ async def test_a_listen_dsn_without_a_transaction_pooler_is_refused(
 ) -> None:
     sink = KafkaSink("127.0.0.1:1", route="t")
     try:
-        with pytest.raises(ConfigurationError, match="postgres_listen_dsn is for "
-                           "postgres_pooler"):
-            Relay(direct_postgres_dsn, sink, postgres_listen_dsn=direct_postgres_dsn)
+        with pytest.raises(ConfigurationError, match=r"Postgres\(listen_dsn=...\) is for "
+                           "pooler='transaction'"):
+            Relay(Postgres(dsn=direct_postgres_dsn, listen_dsn=direct_postgres_dsn), sink)
     finally:
         await sink.close()

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
-from consumerkit import RetryPolicy
+from consumerkit import Postgres, RetryPolicy
 from consumerkit.errors import ConfigurationError
 from consumerkit.outbox import Outbox, OutboxEvent, OutboxTable, Relay
 from consumerkit.outbox.admin import cleanup, live_relays, slot_owners
@@ -50,8 +50,9 @@ async def test_a_relay_paused_after_a_failed_batch_is_seen_for_longer_than_its_l
                          occurred_at=datetime.now(UTC) - timedelta(days=30))
     sink = _BrokerDown()
     # the first pause lasts 60 s (stop() ends it): far longer than the leases
-    relay = Relay(bouncer.dsn, sink, schema=outbox_table.schema, table=outbox_table.table,
-                  handle_signals=False, postgres_pooler="transaction", poll_interval=0.1,
+    relay = Relay(Postgres(dsn=bouncer.dsn, schema=outbox_table.schema, pooler="transaction"),
+                  sink, table=outbox_table.table,
+                  handle_signals=False, poll_interval=0.1,
                   name="paused", retry=RetryPolicy(initial_delay=60.0, max_delay=60.0))
     assert relay._leases is not None
     relay._leases.ttl = TTL

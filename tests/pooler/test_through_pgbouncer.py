@@ -10,6 +10,7 @@ import asyncpg
 import orjson
 import pytest
 
+from consumerkit import Limits, Postgres
 from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay
 from consumerkit.testing.services import MakeTopic
 
@@ -43,7 +44,8 @@ async def test_a_consumer_applies_every_event_once_in_key_order(
     await publish(kafka_bootstrap, topic, events)
     await publish(kafka_bootstrap, topic, events[::10])  # 40 duplicates
     consumer = build("pooled", pg_schema, topic, bouncer.dsn, kafka_bootstrap,
-                     max_batch=max_batch, postgres_pooler="transaction")
+                     postgres=Postgres(pooler="transaction"),
+                     limits=Limits(max_batch=max_batch))
     async with Running(consumer):
         await wait_for(lambda: settled(consumer, 440), 120, "440 deliveries settled")
     async with pg_pool.acquire() as conn:
@@ -64,8 +66,9 @@ async def test_the_relay_publishes_through_a_session_pooler(
             await outbox.add(conn, event_type="order.placed", aggregate_type="order",
                              aggregate_id=f"o-{i % 3}", payload={"n": i})
     sink = KafkaSink(kafka_bootstrap, route=topic, kafka_options=dict(PRODUCER_OPTIONS))
-    relay = Relay(bouncer.dsn, sink, schema=outbox_table.schema, table=outbox_table.table,
-                  handle_signals=False, postgres_pooler="session", notify=False,
+    relay = Relay(Postgres(dsn=bouncer.dsn, schema=outbox_table.schema, pooler="session"), sink,
+                  table=outbox_table.table,
+                  handle_signals=False, notify=False,
                   poll_interval=0.2)
 
     async def drained() -> bool:

@@ -14,7 +14,15 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 import examples.batch_handlers as example
-from consumerkit import BatchContext, HandlerContext, HandlerRegistry, Outbox, RetryPolicy
+from consumerkit import (
+    BatchContext,
+    HandlerContext,
+    HandlerRegistry,
+    Limits,
+    Outbox,
+    Postgres,
+    RetryPolicy,
+)
 from consumerkit.testing import TestConsumer
 
 TABLE = ("CREATE TABLE effects (id bigserial PRIMARY KEY, key text NOT NULL, "
@@ -77,8 +85,9 @@ async def test_the_kit_runs_batch_handlers_and_reports_each_event(
 ) -> None:
     await fresh_table(consumerkit_dsn)
     CALLS.clear()
-    async with TestConsumer([registry], postgres_dsn=consumerkit_dsn, schema=consumerkit_schema,
-                            max_batch=50) as kit:
+    async with TestConsumer([registry],
+                            postgres=Postgres(dsn=consumerkit_dsn, schema=consumerkit_schema),
+                            limits=Limits(max_batch=50)) as kit:
         for seq in range(6):
             kit.publish(Step(key=f"k{seq % 2}", seq=seq), key=f"k{seq % 2}",
                         event_type="step.batched")
@@ -110,8 +119,10 @@ async def test_each_effect_once_in_key_order_with_mixed_handlers_and_latencies(
 ) -> None:
     await fresh_table(consumerkit_dsn)
     # event ids are new in every example: the dedup rows of earlier ones change nothing
-    async with TestConsumer([registry], postgres_dsn=consumerkit_dsn, schema=consumerkit_schema,
-                            max_batch=max_batch, concurrency=3, partitions=2,
+    async with TestConsumer([registry],
+                            postgres=Postgres(dsn=consumerkit_dsn, schema=consumerkit_schema),
+                            limits=Limits(max_batch=max_batch, concurrency=3),
+                            partitions=2,
                             retry=RetryPolicy(max_attempts=1)) as kit:
         seqs = dict.fromkeys("abcd", 0)
         published = []
@@ -142,8 +153,9 @@ async def test_the_batch_handlers_example_runs_as_the_docs_say(
         await conn.execute("CREATE TABLE orders (order_id text PRIMARY KEY, lines int NOT NULL)")
         await conn.execute("CREATE TABLE order_lines (order_id text, sku text, quantity int)")
         await conn.execute("INSERT INTO orders VALUES ('o-1', 0)")
-        async with TestConsumer([example.handlers], postgres_dsn=consumerkit_dsn,
-                                schema=consumerkit_schema, max_batch=100,
+        async with TestConsumer([example.handlers],
+                                postgres=Postgres(dsn=consumerkit_dsn, schema=consumerkit_schema),
+                                limits=Limits(max_batch=100),
                                 outbox=Outbox(consumerkit_schema)) as kit:
             for sku, quantity in (("s-1", 5), ("s-2", 7), ("s-1", 3)):
                 kit.publish(example.StockCounted(sku=sku, quantity=quantity), key=sku,

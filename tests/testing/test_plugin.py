@@ -10,7 +10,7 @@ TEAM_TESTS = '''
 import asyncpg
 from pydantic import BaseModel
 
-from consumerkit import HandlerContext, handler
+from consumerkit import HandlerContext, Postgres, handler
 from consumerkit.testing import TestConsumer
 
 
@@ -29,8 +29,8 @@ async def test_a_payment_is_recorded_once(consumerkit_dsn, consumerkit_schema):
     conn = await asyncpg.connect(consumerkit_dsn)
     try:
         await conn.execute("CREATE TABLE paid (order_id text NOT NULL)")
-        async with TestConsumer([record_payment], postgres_dsn=consumerkit_dsn,
-                                schema=consumerkit_schema) as kit:
+        async with TestConsumer([record_payment], postgres=Postgres(
+                dsn=consumerkit_dsn, schema=consumerkit_schema)) as kit:
             first = kit.publish(Paid(order_id="o-1"), key="o-1")
             kit.redeliver(first)
             await kit.drain()

@@ -8,6 +8,7 @@ import asyncpg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from consumerkit import Limits, Postgres
 from consumerkit.testing import TestConsumer
 
 from .handlers import TABLE_SQL, Step, registry
@@ -33,8 +34,9 @@ async def test_each_effect_once_in_key_order(
         await conn.execute("DROP TABLE IF EXISTS effects")
         await conn.execute(TABLE_SQL)
         # event ids are new in every example: the dedup rows of earlier ones change nothing
-        async with TestConsumer([registry], postgres_dsn=consumerkit_dsn,
-                                schema=consumerkit_schema, max_batch=max_batch) as kit:
+        async with TestConsumer([registry],
+                                postgres=Postgres(dsn=consumerkit_dsn, schema=consumerkit_schema),
+                                limits=Limits(max_batch=max_batch)) as kit:
             published, seqs = [], dict.fromkeys("abcde", 0)
             for action, arg in actions:
                 if action == "publish":

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
-from consumerkit import Consumer, HandlerContext, Outbox, Publishes, handler
+from consumerkit import Consumer, HandlerContext, Outbox, Postgres, Publishes, handler
 from consumerkit.errors import HandlerDefinitionError, UndeclaredEventError
 from consumerkit.testing import TestConsumer
 
@@ -37,7 +37,8 @@ async def charge(event: OrderCreated, ctx: HandlerContext) -> None:
 async def test_the_kit_fails_a_test_whose_handler_publishes_an_undeclared_type(
     consumerkit_dsn: str, consumerkit_schema: str,
 ) -> None:
-    async with TestConsumer([charge], postgres_dsn=consumerkit_dsn, schema=consumerkit_schema,
+    async with TestConsumer([charge],
+                            postgres=Postgres(dsn=consumerkit_dsn, schema=consumerkit_schema),
                             outbox=Outbox(consumerkit_schema)) as kit:
         kit.publish(OrderCreated(order_id="o-1", amount=5), key="o-1", event_type="order.created")
         await kit.drain()  # declared: published

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import asyncpg
 import pytest
 
+from consumerkit import Postgres
 from consumerkit.envelope import Envelope, RecordLike
 from consumerkit.observability import BaseObserver
 from consumerkit.testing import TestConsumer
@@ -53,7 +54,8 @@ async def test_a_raising_observer_changes_no_outcome_and_stops_nothing(
     finally:
         await conn.close()
     observer = Raises(method)
-    kit = TestConsumer([registry], postgres_dsn=consumerkit_dsn, schema=consumerkit_schema,
+    kit = TestConsumer([registry],
+                       postgres=Postgres(dsn=consumerkit_dsn, schema=consumerkit_schema),
                        observers=[observer])
     with caplog.at_level(logging.ERROR, logger="consumerkit.observer"):
         async with kit:

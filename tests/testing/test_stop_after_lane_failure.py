@@ -12,7 +12,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from pydantic import BaseModel
 
-from consumerkit import HandlerContext, handler
+from consumerkit import HandlerContext, Limits, Postgres, handler
 from consumerkit.observability.tracing import Tracing
 from consumerkit.testing import TestConsumer
 
@@ -53,8 +53,10 @@ async def test_the_first_signal_after_a_lane_failure_drains_in_flight_work(
             running.set()
             await release.wait()
 
-    kit = TestConsumer([work], postgres_dsn=consumerkit_dsn, schema=consumerkit_schema,
-                       observers=[Tracing(tracer_provider=BrokenProvider())], max_batch=1)
+    kit = TestConsumer([work],
+                       postgres=Postgres(dsn=consumerkit_dsn, schema=consumerkit_schema),
+                       limits=Limits(max_batch=1),
+                       observers=[Tracing(tracer_provider=BrokenProvider())])
     kit.consumer.handle_signals = True  # read when run() starts
     await kit.start()
     task = kit._task

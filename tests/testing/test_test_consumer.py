@@ -9,7 +9,16 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from consumerkit import ConfigurationError, Consumer, HandlerContext, RetryPolicy, handler
+from consumerkit import (
+    ConfigurationError,
+    Consumer,
+    HandlerContext,
+    Limits,
+    Postgres,
+    RetryPolicy,
+    Stall,
+    handler,
+)
 from consumerkit.testing import Outcome, TestConsumer
 
 from .handlers import TABLE_SQL, Step, Unhandled, effects, registry
@@ -26,8 +35,8 @@ async def create_table(dsn: str) -> None:
 @pytest.fixture
 async def kit(consumerkit_dsn: str, consumerkit_schema: str) -> AsyncIterator[TestConsumer]:
     await create_table(consumerkit_dsn)
-    async with TestConsumer([registry], postgres_dsn=consumerkit_dsn,
-                            schema=consumerkit_schema) as kit:
+    async with TestConsumer(
+            [registry], postgres=Postgres(dsn=consumerkit_dsn, schema=consumerkit_schema)) as kit:
         yield kit
 
 
@@ -83,10 +92,11 @@ async def test_with_offsets_in_postgres_replay_says_why_it_cannot_rewind(
     it stores them beside the effects as production does, and replay() (a rewind of the
     broker's offsets, which the stored rows would override) refuses in one line."""
     await create_table(consumerkit_dsn)
-    async with TestConsumer([registry], postgres_dsn=consumerkit_dsn,
-                            schema=consumerkit_schema) as plain:
+    async with TestConsumer(
+            [registry], postgres=Postgres(dsn=consumerkit_dsn, schema=consumerkit_schema)) as plain:
         assert plain.consumer.offset_store == "kafka"
-    async with TestConsumer([registry], postgres_dsn=consumerkit_dsn, schema=consumerkit_schema,
+    async with TestConsumer([registry],
+                            postgres=Postgres(dsn=consumerkit_dsn, schema=consumerkit_schema),
                             name="stored", offset_store="postgres") as kit:
         for n in range(3):
             kit.publish(Step(key="k", seq=n), key="k")
@@ -156,8 +166,10 @@ async def test_settings_reach_the_consumer(consumerkit_dsn: str, consumerkit_sch
     finally:
         await conn.close()
     retry = RetryPolicy(max_attempts=1)
-    async with TestConsumer([registry], postgres_dsn=consumerkit_dsn, schema=consumerkit_schema,
-                            retry=retry, max_batch=1, topics=["steps"], partitions=2) as kit:
+    async with TestConsumer([registry],
+                            postgres=Postgres(dsn=consumerkit_dsn, schema=consumerkit_schema),
+                            limits=Limits(max_batch=1),
+                            retry=retry, topics=["steps"], partitions=2) as kit:
         kit.publish(Step(key="k", seq=1, fail="error"), key="k")
         await kit.drain(fail_fast=False)
         assert kit.consumer.retry is retry
@@ -180,8 +192,9 @@ async def test_a_drain_that_times_out_on_a_stall_says_why(
     consumerkit_dsn: str, consumerkit_schema: str,
 ) -> None:
     # no effects table: a failure every record would hit, which stalls; nothing dead-letters
-    async with TestConsumer([registry], postgres_dsn=consumerkit_dsn, schema=consumerkit_schema,
-                            stall_max_delay=0.2) as kit:
+    async with TestConsumer([registry],
+                            postgres=Postgres(dsn=consumerkit_dsn, schema=consumerkit_schema),
+                            stall=Stall(max_delay=0.2)) as kit:
         kit.publish(Step(key="k", seq=1), key="k")
         with pytest.raises(TimeoutError, match=r"the consumer is stalled: handler \S+apply_step "
                            r"cannot run: undefined_table: UndefinedTableError"):
@@ -200,8 +213,8 @@ async def test_a_drain_that_times_out_on_a_stall_says_why(
 
 def test_like_keeps_the_stall_settings() -> None:
     consumer = Consumer(name="billing", handlers=[registry], topics=["events"],
-                        postgres_dsn="postgresql://u@h/d", stall_after_keys=2,
-                        stall_max_delay=3.0)
+                        postgres=Postgres(dsn="postgresql://u@h/d"),
+                        stall=Stall(after_keys=2, max_delay=3.0))
     kit = TestConsumer.like(consumer)
     assert (kit.consumer.stall_after_keys, kit.consumer.stall_max_delay) == (2, 3.0)
 
@@ -232,9 +245,10 @@ async def test_a_poison_record_probing_a_stall_does_not_hold_it(
         await conn.close()
     Downstream.up = False
     retry = RetryPolicy(max_attempts=8, initial_delay=0.05, max_delay=0.1)
-    async with TestConsumer([send_step], postgres_dsn=consumerkit_dsn,
-                            schema=consumerkit_schema, retry=retry, stall_after_keys=2,
-                            stall_max_delay=0.2) as kit:
+    async with TestConsumer([send_step],
+                            postgres=Postgres(dsn=consumerkit_dsn, schema=consumerkit_schema),
+                            stall=Stall(after_keys=2, max_delay=0.2),
+                            retry=retry) as kit:
         kit.publish(Step(key="k", seq=1), key="k", event_type="step.sent")
         async with asyncio.timeout(10):  # k has failed: one key of the streak
             while not kit.errors:
@@ -264,9 +278,10 @@ async def test_a_poison_record_tried_during_a_stall_does_not_end_it(
     fails for its own reason on each of its turns: it dead-letters alone, and the stall goes
     on (one stall, not one per turn) until the table comes."""
     retry = RetryPolicy(max_attempts=3, initial_delay=0.05, max_delay=0.1)
-    async with TestConsumer([keep_step], postgres_dsn=consumerkit_dsn,
-                            schema=consumerkit_schema, retry=retry,
-                            stall_max_delay=0.1) as kit:
+    async with TestConsumer([keep_step],
+                            postgres=Postgres(dsn=consumerkit_dsn, schema=consumerkit_schema),
+                            stall=Stall(max_delay=0.1),
+                            retry=retry) as kit:
         for key in ("k1", "poison", "k2"):
             kit.publish(Step(key=key, seq=1), key=key, event_type="step.kept")
         async with asyncio.timeout(20):

@@ -9,7 +9,7 @@ import asyncio
 import logging
 import os
 
-from consumerkit import Consumer, RetryPolicy
+from consumerkit import Consumer, Kafka, Limits, Postgres, RetryPolicy, Timeouts
 from consumerkit.dedup.redis import RedisDedupCache
 from consumerkit.shared.pooler import POOLERS, check_pooler
 from consumerkit.transport import kafka as kafka_transport
@@ -33,13 +33,13 @@ def build(args: argparse.Namespace) -> Consumer:
     return Consumer(
         name=args.name, topics=[args.topic],
         handlers=[(make_batch_handler if args.batch else make_handler)(args.schema)],
-        kafka_bootstrap=args.bootstrap, postgres_dsn=args.dsn, schema=args.schema,
-        dedup_cache=cache, migrate=False, concurrency=4, max_in_flight=args.max_in_flight,
-        max_batch=args.max_batch, offset_store=args.offset_store,
-        postgres_pooler=check_pooler(args.pooler),
+        postgres=Postgres(dsn=args.dsn, schema=args.schema, pooler=check_pooler(args.pooler)),
+        kafka=Kafka(bootstrap=args.bootstrap, consumer_options=GROUP_OPTIONS),
+        limits=Limits(concurrency=4, max_in_flight=args.max_in_flight, max_batch=args.max_batch),
+        timeouts=Timeouts(handler=10.0, shutdown=5.0),
+        dedup_cache=cache, migrate=False, offset_store=args.offset_store,
         # faults must not exhaust the attempts of a sound event; outages spend none
         retry=RetryPolicy(max_attempts=6, initial_delay=0.02, max_delay=0.2),
-        handler_timeout=10.0, shutdown_timeout=5.0, kafka_consumer_options=GROUP_OPTIONS,
     )
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import asyncpg
 import pytest
 
+from consumerkit import Postgres
 from consumerkit.registry import HandlerSource
 from consumerkit.schema import migrate
 from consumerkit.testing import TestConsumer
@@ -38,8 +39,9 @@ async def test_the_ledger_records_what_a_checker_needs(
             [*((i, "agg-0", s, False) for s, i in ids.items()), (poison, "poison-x", 0, True)])
         assert (await ledger.progress(conn, pg_schema))[:2] == (4, 0)
 
-    async with TestConsumer([make(pg_schema)], postgres_dsn=postgres_dsn,
-                            schema=pg_schema, partitions=1) as consumer:
+    async with TestConsumer([make(pg_schema)],
+                            postgres=Postgres(dsn=postgres_dsn, schema=pg_schema),
+                            partitions=1) as consumer:
         for seq in (1, 3, 2):  # out of order on purpose: counted, never raised
             consumer.publish(ledger.Step(aggregate="agg-0", seq=seq), key="agg-0",
                              event_id=ids[seq])

@@ -4,7 +4,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from consumerkit import (
     ConfigurationError,
@@ -12,6 +12,10 @@ from consumerkit import (
     HandlerContext,
     HandlerDefinitionError,
     HandlerRegistry,
+    Kafka,
+    Limits,
+    Postgres,
+    Timeouts,
     handler,
 )
 
@@ -30,7 +34,8 @@ async def on_paid(event: Paid, ctx: HandlerContext) -> None:
 def build(**overrides: Any) -> Consumer:
     options: dict[str, Any] = {
         "name": "billing", "handlers": [on_paid], "topics": ["orders"],
-        "kafka_bootstrap": "127.0.0.1:9092", "postgres_dsn": "postgresql://u:secret@db/app",
+        "kafka": Kafka(bootstrap="127.0.0.1:9092"),
+        "postgres": Postgres(dsn="postgresql://u:secret@db/app"),
     }
     return Consumer(**{**options, **overrides})
 
@@ -49,20 +54,33 @@ def test_a_valid_consumer_freezes_its_registry_and_hides_the_password() -> None:
     ({"topics": []}, "at least one topic"),
     ({"topics": ["bad topic"]}, "invalid topic"),
     ({"name": "billing;drop"}, "invalid consumer name"),
-    ({"schema": "Bad-Schema"}, "invalid schema name"),
-    ({"concurrency": 0}, "at least 1"),
     ({"dead_letter": []}, "dead-letter destination"),
-    ({"kafka_consumer_options": {"enable_auto_commit": True}}, "enable_auto_commit"),
-    ({"kafka_options": {"isolation_level": "read_uncommitted"}}, "isolation_level"),
-    ({"kafka_consumer_options": {"sesion_timeout_ms": 1}}, "unknown Kafka consumer options"),
-    ({"kafka_options": {"session_timeout_ms": 1}}, "belong in kafka_consumer_options"),
-    ({"kafka_options": {"acks": 1}}, "unknown Kafka consumer options: acks"),
-    ({"kafka_consumer_options": {"max_poll_records": "many"}}, "positive integer"),
-    ({"shutdown_timeout": 0}, "shutdown_timeout"),
+    ({"kafka": Kafka(consumer_options={"enable_auto_commit": True})}, "enable_auto_commit"),
+    ({"kafka": Kafka(options={"isolation_level": "read_uncommitted"})}, "isolation_level"),
+    ({"kafka": Kafka(consumer_options={"sesion_timeout_ms": 1})},
+     "unknown Kafka consumer options"),
+    ({"kafka": Kafka(options={"session_timeout_ms": 1})},
+     r"belong in Kafka\(consumer_options=...\)"),
+    ({"kafka": Kafka(options={"acks": 1})}, "unknown Kafka consumer options: acks"),
+    ({"kafka": Kafka(consumer_options={"max_poll_records": "many"})}, "positive integer"),
+    ({"limits": {"max_batch": 5}}, r"limits= takes a Limits\(...\), not dict"),
 ])
 def test_bad_configuration_is_refused(overrides: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         build(**overrides)
+
+
+@pytest.mark.parametrize(("group", "message"), [
+    (lambda: Postgres(schema="Bad-Schema"), "invalid schema name"),
+    (lambda: Limits(concurrency=0), "greater than or equal to 1"),
+    (lambda: Timeouts(shutdown=0), "greater than 0"),
+    (lambda: Timeouts(handler=float("nan")), "finite number"),
+    (lambda: Postgres(pooler="pgpool"), "'none', 'session' or 'transaction'"),
+])
+def test_a_bad_option_is_refused_by_its_group(group: Callable[[], object],
+                                              message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        group()
 
 
 def test_unsafe_kafka_options_are_refused() -> None:

@@ -144,9 +144,9 @@ def test_an_ownership_that_starts_at_its_stored_offset_is_not_outside() -> None:
 
 
 def test_the_offset_store_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert ConsumerSettings().consumer_kwargs()["offset_store"] == "postgres"
+    assert ConsumerSettings().options()["offset_store"] == "postgres"
     monkeypatch.setenv("CONSUMERKIT_OFFSET_STORE", "kafka")
-    assert ConsumerSettings().consumer_kwargs()["offset_store"] == "kafka"
+    assert ConsumerSettings().options()["offset_store"] == "kafka"
     monkeypatch.setenv("CONSUMERKIT_OFFSET_STORE", "redis")
     with pytest.raises(ValueError, match="offset_store"):
         ConsumerSettings()

@@ -18,7 +18,7 @@ import asyncpg
 import httpx
 import orjson
 
-from consumerkit import RetryPolicy, WebhookSink
+from consumerkit import Postgres, RetryPolicy, WebhookSink
 from consumerkit.outbox import Outbox, OutboxTable, Relay, migrate_outbox
 from consumerkit.webhook import generate_secret
 
@@ -90,7 +90,7 @@ async def test_posts_waiting_on_an_open_transaction_see_its_commit_as_a_duplicat
 
 @contextlib.asynccontextmanager
 async def relaying(dsn: str, table: OutboxTable, sink: WebhookSink) -> AsyncIterator[Relay]:
-    relay = Relay(dsn, sink, schema=table.schema, table=table.table, retry=FAST_RETRY,
+    relay = Relay(Postgres(dsn=dsn, schema=table.schema), sink, table=table.table, retry=FAST_RETRY,
                   poll_interval=0.05, handle_signals=False)
     task = asyncio.create_task(relay.run())
     try:

@@ -13,7 +13,7 @@ import httpx
 import orjson
 from pydantic import BaseModel
 
-from consumerkit import BatchContext, HandlerContext, WebhookReceiver, handler
+from consumerkit import BatchContext, HandlerContext, Limits, Postgres, WebhookReceiver, handler
 from consumerkit.testing import TestConsumer
 
 from .conftest import serve
@@ -85,8 +85,10 @@ async def test_webhooks_and_records_share_the_transaction_path_and_the_dedup(
 
     # a Kafka record of the same event in the same namespace is the same event: a duplicate;
     # the voided one was never applied, so its record applies now (with a valid amount)
-    async with TestConsumer([record_invoices, void_invoice], postgres_dsn=dsn,
-                            schema=pg_schema, name=NAMESPACE, max_batch=10) as kit:
+    async with TestConsumer([record_invoices, void_invoice],
+                            postgres=Postgres(dsn=dsn, schema=pg_schema),
+                            limits=Limits(max_batch=10),
+                            name=NAMESPACE) as kit:
         kit.publish(Invoice(invoice_id=invoice, amount=5), key=invoice,
                     event_type="invoice.paid", event_id=paid)
         kit.publish(Invoice(invoice_id=invoice, amount=7), key=invoice,

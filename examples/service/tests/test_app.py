@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncpg
 from billing.app import SCHEMA_SQL, OrderCreated, charge
 
+from consumerkit import Postgres
 from consumerkit.testing import TestConsumer
 
 
@@ -15,8 +16,8 @@ async def test_an_order_is_charged_once_however_often_it_arrives(
     conn = await asyncpg.connect(consumerkit_dsn)
     try:
         await conn.execute(SCHEMA_SQL)
-        async with TestConsumer([charge], postgres_dsn=consumerkit_dsn,
-                                schema=consumerkit_schema) as kit:
+        async with TestConsumer(
+                [charge], postgres=Postgres(dsn=consumerkit_dsn, schema=consumerkit_schema)) as kit:
             order = OrderCreated(order_id="o-1", amount=5)
             kit.publish(order, key="o-1", event_id="order-1")
             kit.publish(order, key="o-1", event_id="order-1")  # the broker's redelivery
