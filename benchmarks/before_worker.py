@@ -30,8 +30,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from consumerkit import Kafka, Postgres
-
 DSN_VARIABLE = "CK_BEFORE_DSN"
 """Where the worker reads the database's DSN (an argument would show its password to ``ps``)."""
 REPORT_EVERY = 0.005
@@ -64,7 +62,10 @@ def counts(consumer: Any) -> tuple[int, int]:
 async def consume(args: argparse.Namespace) -> None:
     from pydantic import BaseModel
 
-    from consumerkit import Consumer, HandlerContext, handler
+    from consumerkit import HandlerContext, handler
+
+    # the earlier revision's constructor, whose keyword arguments this tree no longer has
+    Consumer: Any = importlib.import_module("consumerkit").Consumer
 
     class Amount(BaseModel):
         """The payload every peer decodes (``benchmarks.workload.Amount``)."""
@@ -80,9 +81,9 @@ async def consume(args: argparse.Namespace) -> None:
 
     consumer = Consumer(
         name=args.group, handlers=[apply_amount], topics=[args.topic],
-        postgres=Postgres(dsn=os.environ[DSN_VARIABLE], schema=args.schema),
-        kafka=Kafka(bootstrap=args.bootstrap, consumer_options=json.loads(args.kafka_options)),
-        handle_signals=False)
+        kafka_bootstrap=args.bootstrap, postgres_dsn=os.environ[DSN_VARIABLE],
+        schema=args.schema, handle_signals=False,
+        kafka_consumer_options=json.loads(args.kafka_options))
     stopping = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
     if _stop_early:

@@ -53,7 +53,7 @@ def build_relay(role: str, run: str, kafka: str, dsn: str, idempotence: bool = F
     table, topic = RELAYS[role]
     sink = KafkaSink(kafka, route=topic(run),
                      kafka_options={"enable_idempotence": idempotence})
-    return Relay(Postgres(dsn=Postgres(dsn=dsn, schema=shop.schema_name(run))), sink, table=table,
+    return Relay(Postgres(dsn=dsn, schema=shop.schema_name(run)), sink, table=table,
                  name=f"{role}-{os.getpid()}", poll_interval=0.5)
 
 

@@ -27,6 +27,7 @@ from .ledger import (
     Step,
     build,
     group,
+    ledger_handler,
     ledger_rows,
     make_events,
     publish,
@@ -316,7 +317,8 @@ def test_an_unknown_offset_store_is_refused() -> None:
     from consumerkit.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="offset_store must be one of kafka, postgres"):
-        Consumer(name="x", topics=["t"], handlers=[], offset_store="redis")  # type: ignore[arg-type]
+        Consumer(name="x", topics=["t"], handlers=[ledger_handler("s")],
+                 offset_store="redis")  # type: ignore[arg-type]
 
 
 def _true(event: asyncio.Event) -> Callable[[], Awaitable[bool]]:
