@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -30,6 +28,8 @@ from typing import TYPE_CHECKING
 
 from consumerkit.testing._common import free_port
 
+from ..harness.pgbouncer import _accepts, _version
+from ..harness.pgbouncer import _binary as find_binary
 from .cluster import Database, OwnPostgres, ReplicatedCluster, pause_process
 
 if TYPE_CHECKING:
@@ -41,25 +41,10 @@ PAUSE = 4.0  # seconds the pause fault freezes PgBouncer
 
 
 def _binary() -> str:
-    found = shutil.which("pgbouncer") or next(
-        (p for p in ("/usr/sbin/pgbouncer", "/usr/local/sbin/pgbouncer")
-         if os.access(p, os.X_OK)), None)
+    found = find_binary()
     if found is None:
         raise RuntimeError("--pooler needs pgbouncer (apt-get install pgbouncer)")
     return found
-
-
-def _version(binary: str) -> tuple[int, int]:
-    out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10,
-                         check=False).stdout
-    found = re.search(r"PgBouncer (\d+)\.(\d+)", out)
-    return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
-
-
-def _accepts(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 def _target(postgres: Database) -> tuple[str, int]:
