@@ -18,13 +18,11 @@ import signal
 import socket
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
 
 import asyncpg
 from prometheus_client import CollectorRegistry
 
-from ..dedup.layout import existing_layout
-from ..errors import ConfigurationError, StartupError
+from ..errors import ConfigurationError
 from ..observability.logging import LogObserver
 from ..observability.metrics import RelayMetrics
 from ..observability.observer import Observer, fanout
@@ -38,6 +36,7 @@ from ..shared.pooler import connect
 from .event import OutboxEvent
 from .leases import LeaseOwner
 from .listener import Listener
+from .report import report
 from .settle import settle
 from .sink import OutboxSink
 from .slots import SlotOwner
@@ -231,8 +230,7 @@ class Relay:
             async with self._owner.kept():
                 await self._pause(f"sink failed the whole batch: {exc!r}")
             return False
-        if faults.ON:
-            faults.point("relay_after_publish")
+        faults.inject("relay_after_publish")
         await self._settle(conn, events, results)
         return True
 
@@ -245,27 +243,7 @@ class Relay:
         await self._store.delete(conn, outcome.delete)
         await self._store.record_failures(conn, outcome.failures)
         self.published += len(outcome.delete)
-        if outcome.delete:
-            now = datetime.now(UTC)
-            acked = set(outcome.delete)
-            self._observer.relay_published(self._outbox, [
-                max(0.0, (now - e.occurred_at).total_seconds()) for e in events
-                if e.seq in acked])
-        if outcome.failures:
-            given_up = sum(f.failed for f in outcome.failures)
-            self._observer.relay_failed(self._outbox, len(outcome.failures) - given_up,
-                                        given_up)
-        for f in outcome.failures:
-            level = logging.ERROR if f.failed else logging.WARNING
-            log.log(level, "outbox event %s %s failed (attempt %d): %s%s", f.event.event_id,
-                    f.event.event_type, f.event.attempts + 1, f.error,
-                    "; FAILED, its aggregate waits for retry or skip" if f.failed else
-                    f"; next attempt in {f.delay:.1f}s",
-                    extra={"event_id": str(f.event.event_id), "event_type": f.event.event_type,
-                           "key": f.event.aggregate_id, "attempt": f.event.attempts + 1,
-                           "attempts": f.event.attempts + 1})
-        log.debug("outbox relay %s: %d published, %d failed, %d held back", self.name,
-                  len(outcome.delete), len(outcome.failures), len(outcome.held))
+        report(outcome, events, self._observer, self.name, self._outbox)
 
     async def _report_backlog(self, conn: asyncpg.Connection[asyncpg.Record]) -> None:
         pending, oldest, failed = await self._store.backlog(conn)
@@ -298,19 +276,7 @@ class Relay:
         if self._conn is None or self._conn.is_closed():
             self._conn = await connect(self._dsn, pooler=self.pooler,
                                        application_name=f"consumerkit-relay {self.name}")
-            if await existing_layout(self._conn, self.table.schema,
-                                     self.table.table) == "partitioned":
-                # slots and deletes by key need the plain layout; the retained one is CDC's
-                raise StartupError(
-                    f"outbox {self._outbox} keeps its events in time partitions for change "
-                    "data capture (OutboxRetention): the relay cannot publish it; read it "
-                    "with Debezium, or relay another outbox table")
-            if self._leases is not None and await self._conn.fetchval(
-                    "SELECT to_regclass($1)", self.table.leases) is None:
-                raise StartupError(
-                    f"outbox {self._outbox} has no slot lease table, which a relay behind a "
-                    "transaction pooler needs: run `consumerkit migrate` (with the same "
-                    "--schema and --outbox-table) to upgrade it")
+            await self._store.check(self._conn)
         return self._conn
 
     async def _drop_connections(self) -> None:

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import orjson
 
+from ..dedup.layout import existing_layout
+from ..errors import StartupError
 from ..shared import faults
 from ..types import DbConnection
 from .event import OutboxEvent
@@ -77,6 +79,23 @@ class RelayStore:
             SELECT extract(epoch FROM min(next_attempt_at) - now())::float8
             FROM {t.failures} WHERE NOT failed"""
 
+    async def check(self, conn: DbConnection) -> None:
+        """Raise :class:`StartupError` unless a relay can publish this outbox: it must keep
+        the plain layout (slots and deletes by key), and have its lease table when leases
+        are used."""
+        t = self.table
+        if await existing_layout(conn, t.schema, t.table) == "partitioned":
+            raise StartupError(
+                f"outbox {t.schema}.{t.table} keeps its events in time partitions for change "
+                "data capture (OutboxRetention): the relay cannot publish it; read it "
+                "with Debezium, or relay another outbox table")
+        if self._leases is not None and await conn.fetchval(
+                "SELECT to_regclass($1)", t.leases) is None:
+            raise StartupError(
+                f"outbox {t.schema}.{t.table} has no slot lease table, which a relay behind a "
+                "transaction pooler needs: run `consumerkit migrate` (with the same "
+                "--schema and --outbox-table) to upgrade it")
+
     async def backlog(self, conn: DbConnection) -> tuple[int, float, int]:
         """Rows waiting, the age in seconds of the oldest (by its write time), and rows
         given up on (FAILED)."""
@@ -91,7 +110,7 @@ class RelayStore:
         leases = self._leases
         lease = () if leases is None else (leases.holder, leases.ttl / 2)
         rows = await conn.fetch(self._claim, sorted(slots), limit, *lease)
-        if faults.ON and faults.mutant("relay_cursor"):  # broken on purpose: see faults
+        if faults.inject("relay_cursor"):  # broken on purpose: see faults
             rows = [r for r in rows if r[0] > self._cursor]
             self._cursor = max([self._cursor, *(r[0] for r in rows)])
         # by position, in the SELECT's column order: the relay's hottest Python loop

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-__all__ = ["MUTANTS", "ON", "POINTS", "inject", "mutant", "point"]
+__all__ = ["MUTANTS", "ON", "POINTS", "inject"]
 
 MUTANTS = (
     "offset_before_commit", "claim_skipped", "claim_outside_tx", "claim_no_wait",
@@ -89,9 +89,6 @@ _torture = Torture(json.loads(_raw)) if ON else None
 
 inject: Callable[[str], bool] = _torture if _torture is not None else _inert
 """The hook: a no-op returning False unless the torture switched it on (see above)."""
-
-# the outbox's call sites, as they were before the hook: the same hook under the old names
-mutant = point = inject
 
 if _torture is not None and "arm_file" in _torture.config:
     signal.signal(signal.SIGUSR1, _torture.arm)
