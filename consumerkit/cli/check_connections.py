@@ -70,6 +70,7 @@ async def check_connections(dsn: str | None, args: argparse.Namespace, concurren
     elif want > room:
         report.problem(f"connections needed: {formula}, more than PostgreSQL has room for "
                        f"({where}): raise max_connections, lower concurrency, or put a pooler "
-                       "in transaction mode in front (postgres_pooler=transaction)")
+                       "in transaction mode in front (CONSUMERKIT_POSTGRES_POOLER=transaction, "
+                       '--postgres-pooler transaction, Postgres(pooler="transaction"))')
     else:
         report.ok(f"connections needed: {formula}, within {where}")

@@ -80,7 +80,7 @@ async def test_check_finds_an_undeclared_transaction_pooler(
     code, out = await _check("--postgres", transaction.dsn, "--schema", pg_schema)
     assert code == 1, out
     assert "PROBLEM  PostgreSQL is reached through a pooler in transaction mode (" in out
-    assert "but postgres_pooler is none: set CONSUMERKIT_POSTGRES_POOLER=transaction" in out
+    assert "but postgres.pooler is none: set CONSUMERKIT_POSTGRES_POOLER=transaction" in out
     # one backend: the second client is lent the one the first gave back, and the proof
     # names it once (not as two backends with the same pid)
     code, out = await _check("--postgres", pgbouncer(pool_size=1).dsn, "--schema", pg_schema)
@@ -95,7 +95,7 @@ async def test_check_finds_an_undeclared_transaction_pooler(
         code, out = await _check("--postgres", dsn, "--schema", pg_schema,
                                  "--postgres-pooler", declared)
         assert "ok       each client keeps its PostgreSQL backend " \
-            f"(postgres_pooler={declared})" in out, out
+            f"(postgres.pooler={declared})" in out, out
         assert "pooler in transaction mode" not in out
 
 
