@@ -105,11 +105,11 @@ async def test_check_counts_the_connections_a_deployment_needs(
     most = int(await pg_pool.fetchval("SHOW max_connections"))
     db = ["--postgres", direct_postgres_dsn, "--schema", pg_schema]
     code, out = await _check(*db, "--processes", "2", "--relays", "1")
-    assert "ok       connections needed: 2 consumer process(es) x (concurrency 4 + 3) + " \
+    assert "ok       connections needed: 2 consumer process(es) x (limits.concurrency 4 + 3) + " \
         "1 relay(s) x 3 + 1 command = 18, within max_connections " in out, out
     too_many = str(most // 7 + 1)
     code, out = await _check(*db, "--processes", too_many)
     assert code == 1
-    assert f"PROBLEM  connections needed: {too_many} consumer process(es) x (concurrency 4 " \
-        "+ 3) + 0 relay(s) x 3 + 1 command" in out, out
+    assert f"PROBLEM  connections needed: {too_many} consumer process(es) x " \
+        "(limits.concurrency 4 + 3) + 0 relay(s) x 3 + 1 command" in out, out
     assert "more than PostgreSQL has room for (max_connections " in out
