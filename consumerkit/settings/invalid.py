@@ -60,10 +60,14 @@ def _one_line(text: str) -> str:
 
 
 def _secret(group: type[Any], field: str) -> bool:
-    """Whether ``field`` of ``group`` may hold a secret (a :class:`SecretStr` anywhere in
-    its type): its value is never shown, even refused."""
+    """Whether ``field`` of ``group`` may hold a secret: its value is never shown, even
+    refused. A :class:`SecretStr` anywhere in its type does, and so may a mapping of client
+    options passed on as they are (``Kafka(options={"sasl_plain_password": ...})``)."""
     info = group.model_fields.get(field)
-    return info is None or info.annotation is SecretStr or "SecretStr" in repr(info.annotation)
+    if info is None:  # the group as a whole, or no field of it
+        return True
+    kind = repr(info.annotation)
+    return info.annotation is SecretStr or "SecretStr" in kind or kind.startswith("dict[")
 
 
 def _shown(value: object) -> str:

@@ -1,11 +1,12 @@
 """One delivery (a ``POST``), from the request to the answer, top to bottom.
 
 The method; the body, refused with 413 when larger than ``max_body_bytes``; the signature
-before anything reads the body (401); the Standard Webhooks version (400); the decoding into an event (404 no
-handler, 413 too large, 400 otherwise; a signed request refused for good spends its id:
-:mod:`._refusals`); then the claim and the handler in one transaction (:mod:`._apply`) and
-the answer (:mod:`._answers`). :class:`~consumerkit.webhook.WebhookReceiver` builds one
-:class:`Deliveries` and hands it each request with its pool.
+before anything reads the body (401); the Standard Webhooks version (400); the decoding into
+an event (404 no handler, 413 too large, 400 otherwise; a signed request refused for good
+spends its id: :mod:`._refusals`); then the claim and the handler in one transaction
+(:mod:`._apply`) and the answer (:mod:`._answers`).
+:class:`~consumerkit.webhook.WebhookReceiver` builds one :class:`Deliveries` and hands it
+each request with its pool.
 """
 
 from __future__ import annotations
