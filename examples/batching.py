@@ -1,6 +1,6 @@
 """Sizing batch transactions: a consumer whose handlers only write through ``ctx.tx`` applies
 many records per transaction; a consumer whose handlers await a slow call to another service
-gets one transaction per record (``max_batch=1``), so a slow call holds up only its own
+gets one transaction per record (``Limits(max_batch=1)``), so a slow call holds up only its own
 record."""
 
 from __future__ import annotations

@@ -20,7 +20,14 @@ from typing import TypeAlias
 
 from pydantic import BaseModel
 
-from consumerkit import HandlerContext, Postgres, WebhookReceiver, WebhookSink, handler
+from consumerkit import (
+    HandlerContext,
+    Postgres,
+    Timeouts,
+    WebhookReceiver,
+    WebhookSink,
+    handler,
+)
 from consumerkit.outbox import OutboxEvent, Relay
 
 Lifespan: TypeAlias = Callable[[object], contextlib.AbstractAsyncContextManager[None]]
@@ -44,8 +51,9 @@ async def record_payment(event: PaymentCaptured, ctx: HandlerContext) -> None:
 def build_receiver(postgres_dsn: str, secrets: Sequence[str],
                    schema: str = "consumerkit") -> WebhookReceiver:
     return WebhookReceiver(
-        [record_payment], namespace="payments-webhook", postgres_dsn=postgres_dsn,
-        secrets=secrets, schema=schema, max_body_bytes=64 * 1024, handler_timeout=10.0)
+        [record_payment], namespace="payments-webhook", secrets=secrets,
+        postgres=Postgres(dsn=postgres_dsn, schema=schema), timeouts=Timeouts(handler=10.0),
+        max_body_bytes=64 * 1024)
 
 
 def create_app() -> WebhookReceiver:

@@ -50,8 +50,8 @@ async def check_connections(dsn: str | None, args: argparse.Namespace, concurren
     if args.processes is None:
         return
     want = needed(args.processes, concurrency, args.relays)
-    formula = (f"{args.processes} consumer process(es) x (concurrency {concurrency} + 3) + "
-               f"{args.relays} relay(s) x {PER_RELAY} + {COMMAND} command = {want}")
+    formula = (f"{args.processes} consumer process(es) x (limits.concurrency {concurrency} + 3) "
+               f"+ {args.relays} relay(s) x {PER_RELAY} + {COMMAND} command = {want}")
     try:
         async with database(dsn) as conn:
             limits: Any = await conn.fetchrow(
@@ -69,7 +69,9 @@ async def check_connections(dsn: str | None, args: argparse.Namespace, concurren
                     f"has room for {room} ({where}): the pooler's pool must fit in it")
     elif want > room:
         report.problem(f"connections needed: {formula}, more than PostgreSQL has room for "
-                       f"({where}): raise max_connections, lower concurrency, or put a pooler "
-                       "in transaction mode in front (postgres_pooler=transaction)")
+                       f"({where}): raise max_connections, lower limits.concurrency, or put "
+                       "a pooler in transaction mode in front "
+                       "(CONSUMERKIT_POSTGRES_POOLER=transaction, --postgres-pooler "
+                       'transaction, Postgres(pooler="transaction"))')
     else:
         report.ok(f"connections needed: {formula}, within {where}")

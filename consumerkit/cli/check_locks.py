@@ -105,14 +105,14 @@ async def check_locks(dsn: str | None, args: argparse.Namespace, schema: str,
     want = args.processes * concurrency * entries
     room = size["per_tx"] * (size["connections"] + size["prepared"])
     formula = (f"{args.processes} consumer process(es) x {concurrency} transaction(s) in "
-               f"flight (concurrency) x {how} = {want}")
+               f"flight (limits.concurrency) x {how} = {want}")
     server = (f"{room} (max_locks_per_transaction {size['per_tx']} x (max_connections "
               f"{size['connections']} + max_prepared_transactions {size['prepared']}))")
     if want > room:
         report.problem(f"lock-table entries the claims hold: {formula}, more than the server's "
                        f"lock table has room for: {server}; when it is full every client of "
                        "the database fails with 'out of shared memory': raise "
-                       "max_locks_per_transaction, lower concurrency, or keep fewer dedup "
+                       "max_locks_per_transaction, lower limits.concurrency, or keep fewer dedup "
                        "partitions (a longer partition_interval)")
     else:
         report.ok(f"lock-table entries the claims hold: {formula}, within {server}")

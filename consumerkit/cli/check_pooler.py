@@ -1,5 +1,5 @@
 """``consumerkit check``: is PostgreSQL reached through a pooler in transaction mode, and did
-the deployment say so (``postgres_pooler``)?
+the deployment say so (``Postgres(pooler=...)``, ``--postgres-pooler``)?
 
 Two client connections, A and B. A asks for its backend's pid outside a transaction; then B
 opens a transaction and asks for its own. Directly or through a session pooler each client
@@ -51,16 +51,16 @@ async def check_pooler(dsn: str, declared: Pooler, report: Findings) -> None:
     except (OSError, TimeoutError, ValueError, asyncpg.PostgresError, asyncpg.InterfaceError):
         return  # unreachable or malformed (a ValueError quoting it): the PostgreSQL check said
     if found is None:
-        report.ok(f"each client keeps its PostgreSQL backend (postgres_pooler={declared})")
+        report.ok(f"each client keeps its PostgreSQL backend (postgres.pooler={declared})")
     elif declared == "transaction":
         report.ok("PostgreSQL is reached through a pooler in transaction mode, as declared "
-                  "(postgres_pooler=transaction)")
+                  "(postgres.pooler=transaction)")
     else:
         proof = (f"backend {found[0]} answered two clients' transactions in turn"
                  if found[0] == found[1] else
                  f"backends {found[0]} and {found[1]} answered one client's transactions")
         report.problem(
             f"PostgreSQL is reached through a pooler in transaction mode ({proof}), but "
-            f"postgres_pooler is {declared}: set CONSUMERKIT_POSTGRES_POOLER=transaction "
-            "(--postgres-pooler transaction, Postgres(pooler=...)) for the "
+            f"postgres.pooler is {declared}: set CONSUMERKIT_POSTGRES_POOLER=transaction "
+            '(--postgres-pooler transaction, Postgres(pooler="transaction") in code) for the '
             "consumers, relays and this check")

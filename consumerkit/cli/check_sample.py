@@ -6,7 +6,7 @@ that joins no group and commits nothing (a bounded read: from ``end - N`` to the
 ``--sample-timeout`` seconds). Then, one line each:
 
 - event types no handler takes: a ``PROBLEM`` when they would be dead-lettered
-  (``unhandled="dead_letter"``), a note when they would be skipped;
+  (``Unhandled(policy="dead_letter")``), a note when they would be skipped;
 - a handler whose event type never appears in the sample: a ``PROBLEM`` when the sample holds
   an unhandled type it is close to (``order.craeted`` beside ``order.created``: a misspelt
   handler, every one of whose events is dead-lettered or skipped), else a ``WARNING`` (a rare

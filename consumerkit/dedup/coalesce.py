@@ -1,9 +1,9 @@
 """Concurrent requests merged into few round trips, one round trip out at a time.
 
 A consumer with many lanes asks its dedup cache about single records from many tasks at once
-(one per record with ``max_batch=1``, one per batch otherwise, one per poll). Sent one by one,
-those calls would need as many connections as there are tasks, and a client whose pool has a
-limit fails them. A :class:`Coalescer` instead sends every request that arrived while the
+(one per record with ``Limits(max_batch=1)``, one per batch otherwise, one per poll). Sent
+one by one, those calls would need as many connections as there are tasks, and a client whose
+pool has a limit fails them. A :class:`Coalescer` instead sends every request that arrived while the
 previous round trip was out together, in one round trip of about ``max_items`` items at most:
 under load, fewer and larger calls; when idle, a lone request goes at once, alone.
 

@@ -245,7 +245,7 @@ class Batcher:
         if limit == self.limit:
             return
         if limit < self.limit:
-            log.warning("a batch of %d records overran handler_timeout: batches now hold at "
+            log.warning("a batch of %d records overran timeouts.handler: batches now hold at "
                         "most %d", self.limit, limit)
         self.limit = limit
         if self.on_limit is not None:

@@ -20,8 +20,8 @@ NEAR = 0.8  # difflib's ratio from which two event types look like one misspelt
 
 class Skipped(DecodeError):
     """A record this consumer does not take: no handler for its event type, and the consumer
-    skips such types (``unhandled="skip"``) or ignores this one (``ignore=``). Nothing is
-    written for it; its offset moves on."""
+    skips such types (``Unhandled(policy="skip")``) or ignores this one
+    (``Unhandled(ignore=...)``). Nothing is written for it; its offset moves on."""
 
     def __init__(self, event_type: str, near: str | None = None) -> None:
         super().__init__("unhandled_skipped", f"no handler for event type {event_type!r}")

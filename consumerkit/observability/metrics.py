@@ -95,7 +95,7 @@ class ConsumerMetrics(BaseObserver):
                                   "lost commits, a restore)", ("consumer", "topic"))
         self._skipped = family(registry, Counter, "consumerkit_unhandled_skipped",
                                "Records skipped because no handler takes their event type "
-                               "(unhandled='skip' or an ignore pattern), by event type",
+                               "(Unhandled(policy='skip') or an ignore pattern), by event type",
                                ("consumer", "topic", "event_type"))
         self._skipped_by: dict[tuple[str, str], Any] = {}  # label children, looked up once
         self._dead_letters = family(registry, Counter, "consumerkit_dead_letters_resolved",

@@ -50,8 +50,9 @@ class Observer(Protocol):
 
     def unhandled_skipped(self, record: RecordLike, event_type: str, near: str | None) -> None:
         """No handler takes ``record``'s ``event_type`` and the consumer skips such types
-        (``unhandled="skip"``, or an ``ignore`` pattern): nothing written, the offset moves
-        on. ``near``: a handled event type close to it (a misspelt handler?), else ``None``."""
+        (``Unhandled(policy="skip")``, or an ``Unhandled.ignore`` pattern): nothing written,
+        the offset moves on. ``near``: a handled event type close to it (a misspelt
+        handler?), else ``None``."""
 
     def parked(self, record: RecordLike, envelope: Envelope | None, handler: str,
                reason: str, detail: str, attempts: int) -> None:

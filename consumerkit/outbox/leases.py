@@ -42,8 +42,8 @@ def mixed(table: OutboxTable) -> ConfigurationError:
     """Relays holding slots by session locks and by leases would not see each other's."""
     return ConfigurationError(
         f"relays of outbox {table.schema}.{table.table} hold slots both by session locks and "
-        "by leases: run every relay of one outbox with the same postgres_pooler (transaction, "
-        "or none / session)")
+        "by leases: run every relay of one outbox with the same Postgres(pooler=...) "
+        "(CONSUMERKIT_POSTGRES_POOLER, --postgres-pooler): transaction, or none / session")
 
 
 class LeaseOwner:

@@ -14,14 +14,16 @@ from __future__ import annotations
 import json
 import ssl
 import warnings
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import NoDecode
 
 from ..errors import ConfigurationError
 from ..shared.identifiers import identifier
 from ..shared.pooler import Pooler
+from .invalid import invalid
 
 COUNT_MAX = 1_000_000
 """The most records or rows a count setting (batch, concurrency, stall) may name."""
@@ -35,9 +37,44 @@ Seconds = Annotated[float, Field(gt=0, le=SECONDS_MAX, allow_inf_nan=False)]
 
 
 class Group(BaseModel):
-    """An immutable group of related options; unknown names are refused."""
+    """An immutable group of related options; unknown names are refused. A bad value is a
+    one-line :class:`~consumerkit.errors.ConfigurationError` (:mod:`.invalid`), however the
+    group is built: called, :meth:`model_validate`, or :meth:`model_copy` with ``update``."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+    def __init__(self, /, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise invalid(type(self), exc) from None
+
+    # pydantic calls a model's own __init__ when it validates it as a field of another; this
+    # mark keeps its ValidationError there, which the settings (whose field is a group) turn
+    # into a message naming the flag and the variable (cli/options.py), as BaseSettings does
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    @classmethod
+    def model_validate(cls, obj: Any, *, strict: bool | None = None,
+                       from_attributes: bool | None = None, context: Any | None = None,
+                       **options: Any) -> Self:
+        try:
+            return super().model_validate(obj, strict=strict, from_attributes=from_attributes,
+                                          context=context, **options)
+        except ValidationError as exc:
+            raise invalid(cls, exc) from None
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None,
+                   deep: bool = False) -> Self:
+        """A copy, with ``update``'s fields validated as the constructor does them (pydantic
+        copies them unchecked); the fields set are this group's and ``update``'s."""
+        if not update:
+            return super().model_copy(deep=deep)
+        values = {name: getattr(self, name) for name in type(self).model_fields}
+        copy = type(self)(**{**values, **update})
+        object.__setattr__(copy, "__pydantic_fields_set__",
+                           self.model_fields_set | set(update))
+        return copy
 
     def merged(self, given: Self) -> Self:
         """This group with the fields ``given`` was given in place of its own (a default

@@ -30,7 +30,7 @@ POOLERS: tuple[str, ...] = get_args(Pooler)
 def check_pooler(value: str) -> Pooler:
     """``value`` when it names a pooler mode; else :class:`ValueError` naming the modes."""
     if value not in POOLERS:
-        raise ValueError(f"postgres_pooler must be one of {', '.join(POOLERS)}, not {value!r}")
+        raise ValueError(f"Postgres.pooler must be one of {', '.join(POOLERS)}, not {value!r}")
     return value  # type: ignore[return-value]  # checked just above
 
 

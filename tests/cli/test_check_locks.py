@@ -43,7 +43,8 @@ async def test_a_deployment_on_default_settings_fits_the_lock_table(
     line = next(x for x in out.splitlines() if "lock-table entries" in x)
     print(line)
     assert line.startswith("ok       lock-table entries the claims hold: 12 consumer "
-                           "process(es) x 4 transaction(s) in flight (concurrency) x "), out
+                           "process(es) x 4 transaction(s) in flight (limits.concurrency) "
+                           "x "), out
     assert (f"max_locks_per_transaction {per_tx} x (max_connections {connections} + "
             f"max_prepared_transactions {prepared})") in line
     # the claim's own rows roll back: nothing measured stays behind
@@ -73,7 +74,7 @@ async def test_an_hourly_window_too_big_for_the_lock_table_is_a_problem(
     print(line)
     assert code == 1
     assert line.startswith(f"PROBLEM  lock-table entries the claims hold: {processes} "
-                           "consumer process(es) x 4 transaction(s) in flight (concurrency) "
+                           "consumer process(es) x 4 transaction(s) in flight (limits.concurrency) "
                            "x "), out
     assert "more than the server's lock table has room for" in line
     assert "+ 3 for each of the" in line

@@ -17,7 +17,7 @@ import pytest_asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from consumerkit import WebhookReceiver
+from consumerkit import Postgres, WebhookReceiver
 
 from ..webhooks.handlers import with_search_path
 from .handlers import EVENT_TYPES, create_items, items_by_event, registry
@@ -45,8 +45,9 @@ async def client(postgres_dsn: str, pg_schema: str, pg_pool: Pool,
     every request reaches the decoder) over the hostile handlers, shared by all examples."""
     await create_items(pg_pool, pg_schema)
     receiver = WebhookReceiver(
-        [registry], namespace="hostile", schema=pg_schema, allow_unsigned=True,
-        postgres_dsn=with_search_path(postgres_dsn, pg_schema), max_body_bytes=64_000,
+        [registry], namespace="hostile", allow_unsigned=True,
+        postgres=Postgres(dsn=with_search_path(postgres_dsn, pg_schema), schema=pg_schema),
+        max_body_bytes=64_000,
         pool_size=3)
     async with receiver, httpx.AsyncClient(transport=httpx.ASGITransport(app=receiver),
                                            base_url="http://hostile", timeout=30) as http:

@@ -233,7 +233,7 @@ async def test_a_role_without_ddl_rights_runs_consumer_relay_and_receiver(
     # the webhook receiver, signed, opened without migrating
     secret = generate_secret()
     receiver = WebhookReceiver([ledger_handler(pg_schema)], namespace="least-privilege-hook",
-                               postgres_dsn=dsn, schema=pg_schema, migrate=False,
+                               postgres=Postgres(dsn=dsn, schema=pg_schema), migrate=False,
                                dedup=RUNTIME_POLICY, secrets=secret)
     body = b'{"key": "hook", "seq": 1}'
     headers = sign_headers([WebhookSecret(secret)], "hook-1", body) | {

@@ -80,7 +80,7 @@ async def test_check_finds_an_undeclared_transaction_pooler(
     code, out = await _check("--postgres", transaction.dsn, "--schema", pg_schema)
     assert code == 1, out
     assert "PROBLEM  PostgreSQL is reached through a pooler in transaction mode (" in out
-    assert "but postgres_pooler is none: set CONSUMERKIT_POSTGRES_POOLER=transaction" in out
+    assert "but postgres.pooler is none: set CONSUMERKIT_POSTGRES_POOLER=transaction" in out
     # one backend: the second client is lent the one the first gave back, and the proof
     # names it once (not as two backends with the same pid)
     code, out = await _check("--postgres", pgbouncer(pool_size=1).dsn, "--schema", pg_schema)
@@ -95,7 +95,7 @@ async def test_check_finds_an_undeclared_transaction_pooler(
         code, out = await _check("--postgres", dsn, "--schema", pg_schema,
                                  "--postgres-pooler", declared)
         assert "ok       each client keeps its PostgreSQL backend " \
-            f"(postgres_pooler={declared})" in out, out
+            f"(postgres.pooler={declared})" in out, out
         assert "pooler in transaction mode" not in out
 
 
@@ -105,11 +105,11 @@ async def test_check_counts_the_connections_a_deployment_needs(
     most = int(await pg_pool.fetchval("SHOW max_connections"))
     db = ["--postgres", direct_postgres_dsn, "--schema", pg_schema]
     code, out = await _check(*db, "--processes", "2", "--relays", "1")
-    assert "ok       connections needed: 2 consumer process(es) x (concurrency 4 + 3) + " \
+    assert "ok       connections needed: 2 consumer process(es) x (limits.concurrency 4 + 3) + " \
         "1 relay(s) x 3 + 1 command = 18, within max_connections " in out, out
     too_many = str(most // 7 + 1)
     code, out = await _check(*db, "--processes", too_many)
     assert code == 1
-    assert f"PROBLEM  connections needed: {too_many} consumer process(es) x (concurrency 4 " \
-        "+ 3) + 0 relay(s) x 3 + 1 command" in out, out
+    assert f"PROBLEM  connections needed: {too_many} consumer process(es) x " \
+        "(limits.concurrency 4 + 3) + 0 relay(s) x 3 + 1 command" in out, out
     assert "more than PostgreSQL has room for (max_connections " in out

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 
 import asyncpg
 import pytest
-from pydantic import ValidationError
 
 from consumerkit import Consumer, Postgres
 from consumerkit.cli.errors import database_error
@@ -78,7 +77,7 @@ def test_the_consumer_takes_the_setting_and_refuses_an_unknown_mode(
     settings = ConsumerSettings()
     consumer = Consumer(name="c", handlers=[charge], topics=["t"], postgres=settings.postgres)
     assert consumer.postgres_pooler == "transaction"
-    with pytest.raises(ValidationError, match="'none', 'session' or 'transaction'"):
+    with pytest.raises(ConfigurationError, match=r"Postgres\.pooler must be 'none', 'session'"):
         Postgres(pooler="statement")
     assert RelaySettings().postgres.pooler == "transaction"
 

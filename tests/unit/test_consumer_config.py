@@ -4,7 +4,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from consumerkit import (
     ConfigurationError,
@@ -71,15 +71,16 @@ def test_bad_configuration_is_refused(overrides: dict[str, Any], message: str) -
 
 
 @pytest.mark.parametrize(("group", "message"), [
-    (lambda: Postgres(schema="Bad-Schema"), "invalid schema name"),
-    (lambda: Limits(concurrency=0), "greater than or equal to 1"),
-    (lambda: Timeouts(shutdown=0), "greater than 0"),
-    (lambda: Timeouts(handler=float("nan")), "finite number"),
-    (lambda: Postgres(pooler="pgpool"), "'none', 'session' or 'transaction'"),
+    (lambda: Postgres(schema="Bad-Schema"), r"Postgres\.schema: invalid schema name"),
+    (lambda: Limits(concurrency=0), r"Limits\.concurrency must be at least 1, not 0"),
+    (lambda: Timeouts(shutdown=0), r"Timeouts\.shutdown must be greater than 0"),
+    (lambda: Timeouts(handler=float("nan")), r"Timeouts\.handler must be a finite number"),
+    (lambda: Postgres(pooler="pgpool"),
+     r"Postgres\.pooler must be 'none', 'session' or 'transaction', not 'pgpool'"),
 ])
 def test_a_bad_option_is_refused_by_its_group(group: Callable[[], object],
                                               message: str) -> None:
-    with pytest.raises(ValidationError, match=message):
+    with pytest.raises(ConfigurationError, match=message):
         group()
 
 

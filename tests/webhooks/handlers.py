@@ -13,7 +13,15 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg
 from pydantic import BaseModel
 
-from consumerkit import DeadLetter, Envelope, HandlerContext, Retry, WebhookReceiver, handler
+from consumerkit import (
+    DeadLetter,
+    Envelope,
+    HandlerContext,
+    Postgres,
+    Retry,
+    WebhookReceiver,
+    handler,
+)
 
 from .conftest import Lifespan, serve
 
@@ -109,8 +117,9 @@ async def receiving(dsn: str, schema: str, namespace: str = "partner", *, lifesp
     the HTTP contract behind it; tests/webhooks/test_signatures.py checks the signatures."""
     if "secrets" not in options:
         options["allow_unsigned"] = True
-    receiver = WebhookReceiver(HANDLERS, namespace=namespace, schema=schema,
-                               postgres_dsn=with_search_path(dsn, schema),
-                               **options)  # type: ignore[arg-type]
+    receiver = WebhookReceiver(
+        HANDLERS, namespace=namespace,
+        postgres=Postgres(dsn=with_search_path(dsn, schema), schema=schema),
+        **options)  # type: ignore[arg-type]
     async with serve(receiver, lifespan=lifespan) as url:
         yield url

@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from consumerkit import WebhookReceiver, WebhookSink
+from consumerkit import Postgres, Timeouts, WebhookReceiver, WebhookSink
 from consumerkit.shared.webhook import headers as wh
 from consumerkit.shared.webhook import signature
 
@@ -49,7 +49,16 @@ def check_arguments(documented: dict[str, str], func: Callable[..., object]) -> 
         if cell == "required":
             assert expected is inspect.Parameter.empty, name
         else:
-            assert ast.literal_eval(cell.strip("`")) == expected, name
+            assert default(cell.strip("`")) == expected, name
+
+
+def default(text: str) -> object:
+    """A default cell's value: a literal, or an option group (``Timeouts(handler=30.0)``)."""
+    call = ast.parse(text, mode="eval").body
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Name):
+        group = {"Postgres": Postgres, "Timeouts": Timeouts}[call.func.id]
+        return group(**{k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg})
+    return ast.literal_eval(text)
 
 
 def test_the_argument_tables_match_the_signatures() -> None:
@@ -74,7 +83,7 @@ def _text(node: ast.expr) -> str | None:
 def _receiver_codes() -> set[str]:
     """``status`` values and ``error`` codes the receiver module answers with."""
     codes: set[str] = set()
-    modules = ("receiver.py", "_answers.py")
+    modules = ("receiver.py", "_deliveries.py", "_answers.py")
     trees = [ast.parse((CODE / "webhook" / name).read_text()) for name in modules]
     for node in (node for tree in trees for node in ast.walk(tree)):
         if isinstance(node, ast.Dict):

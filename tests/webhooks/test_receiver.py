@@ -7,7 +7,7 @@ import asyncio
 import logging
 import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from typing import TypeAlias
 
@@ -16,7 +16,14 @@ import httpx
 import orjson
 import pytest
 
-from consumerkit import ConfigurationError, DedupPolicy, PostgresDedupStore, WebhookReceiver
+from consumerkit import (
+    ConfigurationError,
+    DedupPolicy,
+    Postgres,
+    PostgresDedupStore,
+    Timeouts,
+    WebhookReceiver,
+)
 from consumerkit.dedup.policy import ExpiredPolicy
 from consumerkit.errors import StartupError
 
@@ -274,7 +281,7 @@ async def test_a_handler_past_its_timeout_is_500_and_rolled_back(
     await create_effects(pg_pool, pg_schema)
     order, key = order_id(), str(uuid.uuid4())
     _started, release = CONTROL.hold(order)
-    async with receiving(postgres_dsn, pg_schema, handler_timeout=0.2) as url, \
+    async with receiving(postgres_dsn, pg_schema, timeouts=Timeouts(handler=0.2)) as url, \
             httpx.AsyncClient(base_url=url, timeout=20) as client:
         reply = await client.post("/orders", content=body(order), headers=headers(key))
     release.set()
@@ -300,8 +307,8 @@ async def test_a_given_pool_is_used_and_left_open(
     pool: Pool = await asyncpg.create_pool(postgres_dsn, min_size=1, max_size=3,
                                            server_settings={"search_path": pg_schema})
     try:
-        receiver = WebhookReceiver(HANDLERS, namespace="partner", pool=pool, schema=pg_schema,
-                                   allow_unsigned=True)
+        receiver = WebhookReceiver(HANDLERS, namespace="partner", pool=pool,
+                                   postgres=Postgres(schema=pg_schema), allow_unsigned=True)
         key = str(uuid.uuid4())
         async with serve(receiver) as url, httpx.AsyncClient(base_url=url) as client:
             reply = await client.post("/orders", content=body(order_id()), headers=headers(key))
@@ -316,7 +323,7 @@ async def test_an_unreachable_database_fails_open_without_showing_the_password()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))  # bound, never listening
         dsn = f"postgresql://app:pw-do-not-show@127.0.0.1:{sock.getsockname()[1]}/app"
-        receiver = WebhookReceiver(HANDLERS, namespace="partner", postgres_dsn=dsn,
+        receiver = WebhookReceiver(HANDLERS, namespace="partner", postgres=Postgres(dsn=dsn),
                                    allow_unsigned=True)
         with pytest.raises(StartupError) as info:
             await receiver.open()
@@ -324,18 +331,43 @@ async def test_an_unreachable_database_fails_open_without_showing_the_password()
     assert "pw-do-not-show" not in repr(receiver)
 
 
-@pytest.mark.parametrize("kwargs", [
-    {}, {"postgres_dsn": "postgresql://x/y", "pool": object()},
-    {"postgres_dsn": "postgresql://x/y", "namespace": "bad name"},
-    {"postgres_dsn": "postgresql://x/y", "max_body_bytes": 0},
-    {"postgres_dsn": "postgresql://x/y", "handler_timeout": 0},
-    {"postgres_dsn": "postgresql://x/y", "schema": "Bad-Schema"},
-    {"postgres_dsn": "postgresql://x/y", "tolerance": 0},
+ONE_OF = r"give exactly one of postgres=Postgres\(dsn=\.\.\.\) and pool="
+DSN = "postgresql://x/y"
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    (dict, ONE_OF),
+    (lambda: {"postgres": Postgres(schema="ours")}, ONE_OF),
+    (lambda: {"postgres": Postgres(dsn=DSN), "pool": object()}, ONE_OF),
+    (lambda: {"postgres": Postgres(dsn=DSN), "namespace": "bad name"}, "invalid namespace"),
+    (lambda: {"postgres": Postgres(dsn=DSN), "max_body_bytes": 0}, "max_body_bytes"),
+    (lambda: {"postgres": Postgres(dsn=DSN), "timeouts": Timeouts(handler=0)},
+     r"Timeouts\.handler must be greater than 0"),
+    (lambda: {"postgres": Postgres(dsn=DSN, schema="Bad-Schema")},
+     r"Postgres\.schema: invalid schema name"),
+    (lambda: {"postgres": Postgres(dsn=DSN, pooler="statement")},
+     r"Postgres\.pooler must be 'none', 'session' or 'transaction'"),
+    (lambda: {"postgres": Postgres(dsn=DSN), "tolerance": 0}, "tolerance must be positive"),
+    (lambda: {"postgres": {"dsn": DSN}}, r"postgres= takes a Postgres\(\.\.\.\), not dict"),
+    (lambda: {"postgres": Postgres(dsn=DSN), "timeouts": 5.0},
+     r"timeouts= takes a Timeouts\(\.\.\.\), not float"),
 ])
-def test_bad_settings_are_refused(kwargs: dict[str, object]) -> None:
-    options: dict[str, object] = {"namespace": "partner", "allow_unsigned": True, **kwargs}
-    with pytest.raises(ConfigurationError):
-        WebhookReceiver(HANDLERS, **options)  # type: ignore[arg-type]
+def test_bad_settings_are_refused(options: Callable[[], dict[str, object]],
+                                  message: str) -> None:
+    def build() -> WebhookReceiver:  # the groups themselves may refuse a value: inside raises
+        given = {"namespace": "partner", "allow_unsigned": True, **options()}
+        return WebhookReceiver(HANDLERS, **given)  # type: ignore[arg-type]
+
+    with pytest.raises(ConfigurationError, match=message) as refused:
+        build()
+    assert "\n" not in str(refused.value)
+
+
+def test_the_groups_give_the_database_and_the_handler_timeout() -> None:
+    receiver = WebhookReceiver(HANDLERS, namespace="partner", allow_unsigned=True,
+                               postgres=Postgres(dsn=DSN, schema="ours", pooler="transaction"))
+    assert (receiver.schema, receiver.pooler, receiver.timeouts.handler) == (
+        "ours", "transaction", 30.0)  # a sender waits for the answer: half a consumer's
 
 
 

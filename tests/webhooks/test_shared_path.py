@@ -59,7 +59,8 @@ async def test_webhooks_and_records_share_the_transaction_path_and_the_dedup(
                           "amount int NOT NULL CHECK (amount > 0))")
     dsn = with_search_path(postgres_dsn, pg_schema)
     receiver = WebhookReceiver([record_invoices, void_invoice], namespace=NAMESPACE,
-                               schema=pg_schema, postgres_dsn=dsn, allow_unsigned=True)
+                               postgres=Postgres(dsn=dsn, schema=pg_schema),
+                               allow_unsigned=True)
     paid, voided = str(uuid.uuid4()), str(uuid.uuid4())
     invoice = f"inv-{uuid.uuid4().hex[:8]}"
 

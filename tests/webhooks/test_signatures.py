@@ -18,7 +18,7 @@ import orjson
 import pytest
 from standardwebhooks.webhooks import Webhook
 
-from consumerkit import ConfigurationError, WebhookReceiver, WebhookSink
+from consumerkit import ConfigurationError, Postgres, WebhookReceiver, WebhookSink
 from consumerkit.outbox.event import OutboxEvent
 from consumerkit.shared.webhook.signature import (
     WebhookSecret,
@@ -97,11 +97,11 @@ async def test_a_receiver_without_secrets_refuses_to_start_unless_told_so(
     postgres_dsn: str, pg_schema: str, caplog: pytest.LogCaptureFixture,
 ) -> None:
     with pytest.raises(ConfigurationError) as info:
-        WebhookReceiver(HANDLERS, namespace="partner", postgres_dsn=postgres_dsn)
+        WebhookReceiver(HANDLERS, namespace="partner", postgres=Postgres(dsn=postgres_dsn))
     assert "allow_unsigned=True" in str(info.value)
     assert "\n" not in str(info.value)
-    unsigned = WebhookReceiver(HANDLERS, namespace="partner", postgres_dsn=postgres_dsn,
-                               schema=pg_schema, allow_unsigned=True)
+    unsigned = WebhookReceiver(HANDLERS, namespace="partner", allow_unsigned=True,
+                               postgres=Postgres(dsn=postgres_dsn, schema=pg_schema))
     with caplog.at_level(logging.WARNING, "consumerkit.webhook"):
         async with unsigned:  # the unsafe choice is visible in the log
             pass
@@ -314,8 +314,8 @@ async def test_no_secret_in_any_log_line_repr_or_error(
     secrets = [SECRET, OLD_SECRET]
     shown: list[str] = []
     with caplog.at_level(logging.DEBUG):
-        receiver = WebhookReceiver(HANDLERS, namespace="partner", postgres_dsn=postgres_dsn,
-                                   secrets=secrets)
+        receiver = WebhookReceiver(HANDLERS, namespace="partner",
+                                   postgres=Postgres(dsn=postgres_dsn), secrets=secrets)
         sink = WebhookSink("http://127.0.0.1:9/x", secrets=secrets, timeout=2)
         shown += [repr(receiver), str(receiver), repr(sink), str(sink),
                   repr(WebhookSecret(SECRET)), str(WebhookSecret(SECRET))]

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from consumerkit import (
     HandlerContext,
     HandlerRegistry,
+    Postgres,
     PostgresDedupStore,
     WebhookError,
     WebhookReceiver,
@@ -63,8 +64,8 @@ async def receiver_url(postgres_dsn: str, pg_schema: str, pg_pool: Pool) -> Asyn
     await pg_pool.execute(f'CREATE SCHEMA IF NOT EXISTS "{pg_schema}"')
     await pg_pool.execute(f'CREATE TABLE "{pg_schema}".items (event_id text PRIMARY KEY, '
                           "item text NOT NULL, quantity int NOT NULL CHECK (quantity >= 0))")
-    receiver = WebhookReceiver(registry(), namespace="items", schema=pg_schema, secrets=SECRET,
-                               postgres_dsn=with_search_path(postgres_dsn, pg_schema))
+    receiver = WebhookReceiver(registry(), namespace="items", secrets=SECRET, postgres=Postgres(
+        dsn=with_search_path(postgres_dsn, pg_schema), schema=pg_schema))
     async with serve(receiver) as url:
         yield url
 
