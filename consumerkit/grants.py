@@ -1,6 +1,6 @@
 """The GRANTs a runtime role needs, read from what ``migrate`` created in a schema.
 
-The owner role runs ``consumerkit migrate`` (and ``consumerkit outbox migrate``): it creates the
+The owner role runs ``consumerkit migrate`` (with ``--outbox-table``): it creates the
 schema, the tables and the partition maintenance functions. Consumers, relays and webhook
 receivers then run under a role that owns nothing and may create nothing in the schema
 (``migrate=False``); :func:`runtime_grants` lists what that role needs, table by table:

@@ -35,11 +35,12 @@ from ..engine.apply import Applier
 from ..engine.decode import Decoded, Decoder
 from ..envelope import Record
 from ..errors import ConfigurationError, DecodeError, StartupError
+from ..migration import migrate
 from ..observability.logging import LogObserver, message_fields
 from ..observability.observer import Observer, fanout
 from ..registry import HandlerRegistry, HandlerSource
 from ..route_table import RouteTable
-from ..schema import check_synchronous_commit, migrate
+from ..schema import check_synchronous_commit
 from ..shared.failures import describe
 from ..shared.identifiers import check_name, identifier, redact_dsn
 from ..shared.pooler import Pooler, check_pooler, create_pool
