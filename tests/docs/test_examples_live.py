@@ -33,6 +33,7 @@ from consumerkit import (
     RetryPolicy,
     WireFormat,
     handler,
+    migrate,
 )
 from consumerkit.cli import main as cli_main
 from consumerkit.deadletter.writer import DeadLetterWriter
@@ -40,7 +41,6 @@ from consumerkit.dedup.postgres import PostgresDedupStore
 from consumerkit.engine.decode import Decoder
 from consumerkit.engine.pipeline import Outcome, Pipeline
 from consumerkit.route_table import RouteTable
-from consumerkit.schema import migrate
 from consumerkit.stats import ConsumerStats
 from consumerkit.testing.services import MakeTopic
 from consumerkit.types import SinkResources

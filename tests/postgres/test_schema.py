@@ -7,9 +7,10 @@ from datetime import UTC
 
 import pytest
 
+from consumerkit import migrate
 from consumerkit.dedup import DedupPolicy, list_partitions
 from consumerkit.errors import ConfigurationError
-from consumerkit.schema import applied_versions, check_synchronous_commit, migrate
+from consumerkit.schema import applied_versions, check_synchronous_commit
 
 from .conftest import Conn, Connect
 
