@@ -89,6 +89,11 @@ async def test_migrate_outbox_only_creates_the_outboxes_and_no_dedup_table(
     assert tables == {"consumerkit_schema_version"} | {
         f"{t}{side}" for t in ("outbox", "orders_outbox")
         for side in ("", "_failures", "_keys", "_leases", "_relays")}
+    # the runtime role's grants name the tables there are, none of the consumers' own
+    code, out = await run(capsys, "migrate", *db, "--print-grants", "app_role")
+    assert code == 0, out
+    assert f'ON TABLE "{pg_schema}"."orders_outbox_failures" TO "app_role";' in out
+    assert "dead_letters" not in out
 
     # an outbox kept for a retention brings the partition functions (component core) along
     kept = OutboxTable(pg_schema, "kept_outbox", OutboxRetention(timedelta(days=2)))
