@@ -40,14 +40,13 @@ from typing import Any
 import asyncpg
 from aiokafka import AIOKafkaConsumer
 
-from consumerkit import Postgres
+from consumerkit import Postgres, migrate
 from consumerkit.outbox import (
     KafkaSink,
     NewEvent,
     Outbox,
     OutboxTable,
     Relay,
-    migrate_outbox,
     prepare_cdc,
 )
 from consumerkit.transport.kafka_admin import create_topic
@@ -172,7 +171,7 @@ async def run(args: argparse.Namespace) -> list[Phase]:
         table = OutboxTable(f"bench_{uuid.uuid4().hex[:8]}", "outbox")
         conn = await asyncpg.connect(postgres.dsn)
         try:
-            await migrate_outbox(conn, table)
+            await migrate(conn, dedup=None, outboxes=[table])
         finally:
             await conn.close()
         aggregate = f"bench.{table.schema}"

@@ -28,11 +28,11 @@ from datetime import datetime
 
 import asyncpg
 
+from consumerkit import migrate
 from consumerkit.dedup import PostgresDedupStore
 from consumerkit.dedup.policy import DedupPolicy
 from consumerkit.dedup.rows import claim_many_ddl
 from consumerkit.envelope import Envelope
-from consumerkit.schema import migrate
 from consumerkit.types import ClaimRequest
 
 SCHEMA = "bench_claim_wait"

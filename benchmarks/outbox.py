@@ -33,7 +33,7 @@ from pathlib import Path
 
 import asyncpg
 
-from consumerkit import Postgres
+from consumerkit import Postgres, migrate
 from consumerkit.outbox import (
     KafkaSink,
     NewEvent,
@@ -43,7 +43,6 @@ from consumerkit.outbox import (
     Relay,
     cleanup,
     live_relays,
-    migrate_outbox,
 )
 from consumerkit.outbox.admin import slot_owners
 from consumerkit.outbox.table import SLOTS
@@ -75,7 +74,7 @@ class TimedSink(KafkaSink):
 async def _fresh(conn: asyncpg.Connection[asyncpg.Record], bootstrap: str) -> tuple[
         OutboxTable, str]:
     table = OutboxTable(f"ck_bench_{uuid.uuid4().hex[:8]}", "outbox")
-    await migrate_outbox(conn, table)
+    await migrate(conn, dedup=None, outboxes=[table])
     topic = f"ck-bench-outbox-{uuid.uuid4().hex[:8]}"
     await create_topic(bootstrap, topic, 8,
                        replication_factor=traits(bootstrap).replication_factor)

@@ -35,6 +35,7 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
+from consumerkit import migrate
 from consumerkit.dedup.partitions import maintain, partition_floor
 from consumerkit.outbox import (
     Outbox,
@@ -42,7 +43,6 @@ from consumerkit.outbox import (
     OutboxTable,
     cleanup,
     maintain_outbox,
-    migrate_outbox,
 )
 from consumerkit.outbox.retention import plan
 from consumerkit.testing.services import start_postgres
@@ -168,7 +168,7 @@ async def one_pass(dsn: str, rows: int, mode: str) -> list[Result]:
     conn = await asyncpg.connect(dsn)
     try:
         for table in tables.values():
-            await migrate_outbox(conn, table)
+            await migrate(conn, dedup=None, outboxes=[table])
             await fill(conn, table, rows)
         for method, table in tables.items():
             outbox = Outbox(schema, table.table, notify=False, retention=table.retention)

@@ -17,10 +17,9 @@ from typing import Any, ClassVar
 
 import asyncpg
 
-from consumerkit import BatchContext, Consumer, HandlerContext, Kafka, Postgres, handler
+from consumerkit import BatchContext, Consumer, HandlerContext, Kafka, Postgres, handler, migrate
 from consumerkit.dedup import DedupPolicy, maintain
 from consumerkit.dedup.rows import claim_function, lock_timeout_setting
-from consumerkit.schema import migrate
 
 from .effects import DbEffect, Effect, q
 from .peers import FAST_GROUP, Peer, PeerEnv, SetBasedPeer

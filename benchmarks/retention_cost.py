@@ -18,12 +18,12 @@ from datetime import datetime, timedelta
 
 import asyncpg
 
+from consumerkit import migrate
 from consumerkit.dedup.guard import guard_name
 from consumerkit.dedup.names import FUNCTION as NAME_KEY
 from consumerkit.dedup.partitions import maintain, partition_floor, partition_name
 from consumerkit.dedup.policy import DedupPolicy
 from consumerkit.dedup.rows import claim_function
-from consumerkit.schema import migrate
 from consumerkit.shared.identifiers import qualified
 from consumerkit.types import DbConnection
 

@@ -36,11 +36,11 @@ from .errors import (
     UndeclaredEventError,
     UpcasterChainError,
 )
-from .outbox import KafkaSink, Outbox, OutboxSink, Relay, migrate_outbox
+from .migration import migrate
+from .outbox import KafkaSink, Outbox, OutboxSink, Relay
 from .publishes import Publishes
 from .registry import HandlerRegistry, handler
 from .retry import RetryPolicy
-from .schema import migrate
 from .settings.groups import Kafka, Limits, Metrics, Postgres, Stall, Timeouts, Unhandled
 from .shared.heap import tune_gc
 from .stats import ConsumerStats
@@ -87,7 +87,6 @@ __all__ = [
     "Outbox",
     "OutboxSink",
     "Relay",
-    "migrate_outbox",
     # storage
     "DeadLetterEntry",
     "DeadLetterTable",

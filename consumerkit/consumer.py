@@ -14,7 +14,6 @@ from prometheus_client import CollectorRegistry
 from .deadletter.table import DeadLetterTable
 from .dedup.policy import DedupPolicy
 from .engine.decode import Decoder
-from .engine.lifecycle import connect
 from .engine.options import DEFAULTS, derive
 from .engine.run import Run
 from .engine.unhandled import TypePolicy
@@ -27,7 +26,6 @@ from .outbox.writer import Outbox
 from .registry import HandlerSource
 from .retry import RetryPolicy
 from .route_table import RouteTable
-from .schema import migrate
 from .settings.groups import Kafka, Limits, Metrics, Postgres, Stall, Timeouts, Unhandled
 from .shared.identifiers import check_name, redact_dsn
 from .shared.pooler import Pooler
@@ -210,11 +208,6 @@ class Consumer:
     def assignment(self) -> list[Partition]:
         engine = self._run.engine if self._run is not None else None
         return sorted(engine.states) if engine is not None else []
-
-    async def migrate(self) -> None:
-        """Create or upgrade consumerkit's tables (idempotent; safe concurrently)."""
-        async with connect(self._require_dsn(), self.postgres_pooler) as conn:
-            await migrate(conn, self.schema, self.dedup, namespace=self.name)
 
     async def run(self) -> None:
         """Consume until :meth:`stop`, cancellation, or SIGTERM/SIGINT; then shut down

@@ -159,7 +159,7 @@ class NotInTransactionError(ConsumerKitError):
 class NoReplicationSlotError(ConsumerKitError):
     """An event was added to an outbox that deletes each row as it inserts it
     (``delete_after_insert``) while no logical replication slot reads that outbox: nothing
-    would ever see the event. Create the slot (``consumerkit outbox migrate --cdc``) before
+    would ever see the event. Create the slot (``consumerkit migrate --outbox-cdc``) before
     the first event. Every record would hit it: it stalls a consumer rather than
     dead-lettering its records."""
 

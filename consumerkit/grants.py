@@ -1,6 +1,6 @@
 """The GRANTs a runtime role needs, read from what ``migrate`` created in a schema.
 
-The owner role runs ``consumerkit migrate`` (and ``consumerkit outbox migrate``): it creates the
+The owner role runs ``consumerkit migrate`` (with ``--outbox-table``): it creates the
 schema, the tables and the partition maintenance functions. Consumers, relays and webhook
 receivers then run under a role that owns nothing and may create nothing in the schema
 (``migrate=False``); :func:`runtime_grants` lists what that role needs, table by table:
@@ -89,10 +89,10 @@ async def runtime_grants(conn: DbConnection, schema: str, role: str) -> list[str
     components = await applied_versions(conn, schema)
     if not components:
         raise ConfigurationError(f"schema {schema} is not migrated: run consumerkit migrate")
-    tables: dict[str, str] = {
-        VERSION_TABLE: "SELECT", RETENTION: "SELECT, INSERT, UPDATE",
-        DEAD_LETTERS: "SELECT, INSERT, UPDATE", NAMES: "SELECT, INSERT",
-        OFFSETS: "SELECT, INSERT, UPDATE"}
+    tables: dict[str, str] = {VERSION_TABLE: "SELECT"}
+    if "core" in components:  # absent when only outboxes were migrated (--outbox-only)
+        tables |= {RETENTION: "SELECT, INSERT, UPDATE", DEAD_LETTERS: "SELECT, INSERT, UPDATE",
+                   NAMES: "SELECT, INSERT", OFFSETS: "SELECT, INSERT, UPDATE"}
     functions = [*FUNCTIONS, NAME_KEY]
     for component in components:
         kind, _, name = component.partition(":")

@@ -1,8 +1,9 @@
 """Creating and upgrading consumerkit's tables: idempotent, and safe when processes race.
 
-Every consumer process may call :func:`migrate` at start-up. One transaction holds an advisory
-lock derived from the schema name, so concurrent migrations of one schema run one after the
-other and each later one finds the work done. DDL in PostgreSQL is transactional: a failed
+Every consumer process may migrate at start-up (:func:`consumerkit.migrate`, which calls
+:func:`migrate_schema`). One transaction holds an advisory lock derived from the schema name,
+so concurrent migrations of one schema run one after the other and each later one finds the
+work done. DDL in PostgreSQL is transactional: a failed
 migration leaves nothing half-built.
 
 A step that replaces the claim function while transactions may hold the old one's locks runs
@@ -122,8 +123,8 @@ TABLE_DEDUP_STEPS = (
 )
 
 
-async def migrate(
-    conn: DbConnection, schema: str = "consumerkit", policy: DedupPolicy = DEFAULT_POLICY,
+async def migrate_schema(
+    conn: DbConnection, schema: str, policy: DedupPolicy,
     *, namespace: str | None = None, older_transactions_timeout: float = 300.0,
 ) -> None:
     """Create or upgrade ``schema``: the dead-letter table and the dedup table of ``policy``

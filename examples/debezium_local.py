@@ -10,7 +10,7 @@ from tests.harness import KafkaCluster, LogicalPostgres, start_debezium
 def with_a_connector(kafka: KafkaCluster, postgres: LogicalPostgres, table: OutboxTable) -> None:
     """``postgres`` from ``start_logical_postgres()`` (``wal_level=logical`` on a TCP port),
     ``kafka`` from ``start_kafka(brokers=1, version=DEBEZIUM_KAFKA_VERSION)``, and ``table``
-    migrated there with its publication and slot (``consumerkit outbox migrate --cdc``)."""
+    migrated there with its publication and slot (``consumerkit migrate --outbox-cdc``)."""
     worker = start_debezium(kafka.bootstrap, postgres, table=table,
                             slot=table.replication_slot)
     worker.kill()  # SIGKILL: Debezium re-sends from its last flushed position on start()

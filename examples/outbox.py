@@ -10,7 +10,7 @@ from uuid import UUID
 import asyncpg
 from pydantic import BaseModel
 
-from consumerkit import Postgres
+from consumerkit import Postgres, migrate
 from consumerkit.outbox import (
     KafkaSink,
     NewEvent,
@@ -22,7 +22,6 @@ from consumerkit.outbox import (
     count_failed,
     failed_events,
     maintain_outbox,
-    migrate_outbox,
     retry_failed,
     skip_failed,
 )
@@ -56,7 +55,7 @@ async def ship_lines(conn: asyncpg.Connection, order_id: str, lines: list[str]) 
 
 
 async def create_tables(conn: asyncpg.Connection) -> None:
-    await migrate_outbox(conn, OutboxTable("consumerkit", "outbox"))
+    await migrate(conn, dedup=None, outboxes=[OutboxTable("consumerkit", "outbox")])
 
 
 def build_relay(bootstrap: str, dsn: str) -> Relay:
@@ -101,7 +100,7 @@ kept_outbox = Outbox(schema="public", table="outbox", notify=False,
 
 async def create_the_kept_outbox(conn: asyncpg.Connection) -> None:
     # as the owner: the partitioned table, its partitions ahead and the publication
-    await migrate_outbox(conn, kept_outbox.table)
+    await migrate(conn, dedup=None, outboxes=[kept_outbox.table])
 
 
 async def every_six_hours(conn: asyncpg.Connection) -> None:

@@ -8,7 +8,9 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-from consumerkit import Consumer
+import asyncpg
+
+from consumerkit import Consumer, migrate
 
 
 async def serve(consumer: Consumer) -> None:
@@ -41,10 +43,16 @@ async def serve_all(consumers: list[Consumer]) -> None:
             group.create_task(consumer.run())
 
 
-async def migrate_only(consumer: Consumer) -> None:
-    # a deploy step: create or upgrade the tables with the consumer's own schema and dedup
-    # policy; the consumers then run with migrate=False
-    await consumer.migrate()
+async def migrate_only(consumer: Consumer, owner_dsn: str) -> None:
+    # a deploy step, as the role owning the schema: create or upgrade the tables with the
+    # consumer's own schema, dedup policy and outbox; the consumers then run with migrate=False
+    conn = await asyncpg.connect(owner_dsn)
+    try:
+        outboxes = [] if consumer.outbox is None else [consumer.outbox.table]
+        await migrate(conn, consumer.schema, consumer.dedup, namespace=consumer.name,
+                      outboxes=outboxes)
+    finally:
+        await conn.close()
 
 
 EVENT_FORMAT = (

@@ -24,7 +24,7 @@ def add_parsers(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     dedup_cli.add_arguments(dedup, policy_args)
     dedup.set_defaults(handler=dedup_command)
     outbox = database_args(sub(commands, "outbox",
-                               "failed outbox rows, retry, skip, cleanup, maintain, migrate"))
+                               "failed outbox rows, retry, skip, cleanup, maintain"))
     outbox_cli.add_arguments(outbox, duration)
     outbox.set_defaults(handler=outbox_command)
     for action in outbox._actions:  # row counts: a negative one is a usage error

@@ -78,5 +78,6 @@ async def check_cdc_outboxes(dsn: str | None, tables: list[OutboxTable],
             continue
         report.problem(f"no replication slot reads outbox {name} (change data capture): "
                        "events written before its connector first starts are lost; run "
-                       f"`consumerkit outbox migrate --cdc --schema {t.schema} --table "
-                       f"{t.table}` and give the connector slot.name={t.replication_slot}")
+                       "`consumerkit migrate --outbox-only --outbox-cdc --schema "
+                       f"{t.schema} --outbox-table {t.table}` and give the connector "
+                       f"slot.name={t.replication_slot}")

@@ -2,10 +2,11 @@
 
 The dead-letter table and the retention registry (component ``core``), the dedup table and its
 claim functions (``dedup:<table>``, then its partitions ahead), the parked keys' tables
-(``parking``), and each outbox with its
-failure and idempotency-key side tables (``outbox:<table>``); with ``--outbox-cdc``, each
-outbox's publication and replication slot for a connector, made before any event. Idempotent:
-a second run finds everything already present.
+(``parking``), and each outbox with its failure and idempotency-key side tables
+(``outbox:<table>``); with ``--outbox-only``, the outboxes alone (a service that writes an
+outbox and consumes nothing); with ``--outbox-cdc``, each outbox's publication and replication
+slot for a connector, made before any event. All through :func:`consumerkit.migrate`.
+Idempotent: a second run finds everything already present.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import sys
 
 from ..dedup.policy import DedupPolicy
 from ..grants import runtime_grants
+from ..migration import migrate
 from ..outbox.cdc import prepare_cdc
 from ..outbox.cli import cdc_line
 from ..outbox.retention import OutboxRetention
-from ..outbox.table import OutboxTable, migrate_outbox
-from ..schema import applied_versions, migrate
+from ..outbox.table import OutboxTable
+from ..schema import applied_versions
 from .admin import dsn
 from .common import database_args, duration, policy_args, sub
 from .errors import database
@@ -48,6 +50,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--outbox-retention", type=duration, metavar="DURATION",
                         help="create the outbox tables kept this long in time partitions, "
                         "for change data capture (OutboxRetention; partitions one day wide)")
+    parser.add_argument("--outbox-only", action="store_true",
+                        help="create or upgrade the outboxes alone, no dedup or dead-letter "
+                        "table (a service that writes an outbox and consumes nothing)")
     parser.add_argument("--outbox-cdc", action="store_true",
                         help="the outbox is read by a connector (Debezium): also create its "
                         "publication and replication slot, before any event")
@@ -75,23 +80,25 @@ async def migrate_command(args: argparse.Namespace) -> int:
                 for t in args.outbox_tables or ["outbox"]]
     async with database(dsn(args)) as conn:
         before = await applied_versions(conn, args.schema)
-        await migrate(conn, args.schema, policy)
-        cdc = []
-        for table in outboxes:
-            await migrate_outbox(conn, table)
-            if args.outbox_cdc:
-                cdc.append(cdc_line(await prepare_cdc(conn, table)))
+        await migrate(conn, args.schema, None if args.outbox_only else policy,
+                      outboxes=outboxes)
+        cdc = [cdc_line(await prepare_cdc(conn, table))
+               for table in outboxes if args.outbox_cdc]
         after = await applied_versions(conn, args.schema)
         grants = (await runtime_grants(conn, args.schema, args.print_grants)
                   if args.print_grants else [])
     # with --print-grants the statements alone go to stdout, so they can be piped to psql
     report = sys.stderr if args.print_grants else sys.stdout
-    wanted = ["core", f"dedup:{policy.table}", "parking", *(f"outbox:{t.table}" for t in outboxes)]
+    schema_wide = [] if args.outbox_only else ["core", f"dedup:{policy.table}", "parking"]
+    wanted = [*schema_wide, *(f"outbox:{t.table}" for t in outboxes)]
+    # an outbox kept for a retention brings the core steps (partition functions) along
+    wanted += sorted(c for c in after if c not in wanted and after[c] != before.get(c))
     for component in wanted:
         print(describe(component, before.get(component), after.get(component)), file=report)
     for line in cdc:
         print(line, file=report)
-    print(f"schema {args.schema} is up to date", file=report)
+    print(f"outboxes of schema {args.schema} are up to date" if args.outbox_only
+          else f"schema {args.schema} is up to date", file=report)
     if grants:
         print("\n".join(grants))
     return 0

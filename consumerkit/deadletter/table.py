@@ -40,7 +40,7 @@ _COLUMNS = (
 
 
 def dead_letter_ddl(schema: str) -> list[str]:
-    """Statements creating the dead-letter table (run by :func:`consumerkit.schema.migrate`)."""
+    """Statements creating the dead-letter table (run by :func:`consumerkit.migrate`)."""
     return [
         f"""CREATE TABLE IF NOT EXISTS {qualified(schema, TABLE)} (
             id bigserial PRIMARY KEY,

@@ -50,7 +50,7 @@ class PostgresDedupStore:
     layout: both layouts answer the same ``{table}_claim_many`` call over the same rows (see
     :mod:`consumerkit.dedup.rows`).
 
-    Create the table with :func:`consumerkit.schema.migrate` and keep it with
+    Create the table with :func:`consumerkit.migrate` and keep it with
     :func:`consumerkit.dedup.partitions.maintain`. A claim is one round trip: asyncpg keeps the
     claim statement prepared per connection after its first use.
     """

@@ -32,8 +32,7 @@ from pathlib import Path
 import asyncpg
 
 from ..errors import ConsumerKitError, MissingExtraError, StartupError
-from ..outbox import migrate_outbox
-from ..schema import migrate
+from ..migration import migrate
 from ..shared import aio
 from ..shared.identifiers import redact_dsn
 from ..testing.services import ServiceStartError
@@ -96,9 +95,7 @@ async def prepare(kafka: str, dsn: str, run: str, replication_factor: int = 1) -
         for statement in shop.ddl(schema)[:-1]:
             await conn.execute(statement)
         await conn.execute(shop.ddl(schema)[-1], shop.stock_items())
-        await migrate(conn, schema)
-        for table in shop.outbox_tables(schema):
-            await migrate_outbox(conn, table)
+        await migrate(conn, schema, outboxes=shop.outbox_tables(schema))
     finally:
         await conn.close()
 

@@ -16,13 +16,14 @@ import asyncpg
 from ..dedup.horizon import redelivery_horizon_check
 from ..dedup.partitions import maintain
 from ..dedup.policy import DedupPolicy
+from ..migration import migrate
 from ..observability.observer import Observer
 from ..outbox.admin import maintain_outbox
 from ..outbox.replication import replication_slots
-from ..outbox.table import OutboxTable, migrate_outbox
+from ..outbox.table import OutboxTable
 from ..outbox.writer import Outbox
 from ..retry import RetryPolicy
-from ..schema import check_synchronous_commit, migrate
+from ..schema import check_synchronous_commit
 from ..types import DbConnection
 from .observing import partitions_ahead
 
@@ -53,9 +54,8 @@ class DedupUpkeep:
                     "PostgreSQL runs with synchronous_commit=off: a committed effect can vanish "
                     "after a crash while its offset is already committed (lost effect)")
             if auto_migrate:
-                await migrate(conn, self.schema, self.dedup, namespace=self.namespace)
-                if outbox is not None:
-                    await migrate_outbox(conn, outbox.table)
+                await migrate(conn, self.schema, self.dedup, namespace=self.namespace,
+                              outboxes=[] if outbox is None else [outbox.table])
             else:
                 await maintain(conn, self.schema, self.dedup, namespace=self.namespace)
             await self._report(conn)

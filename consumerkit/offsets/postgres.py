@@ -28,7 +28,7 @@ TABLE = "consumer_offsets"
 
 
 def offsets_ddl(schema: str) -> list[str]:
-    """Statements creating the offsets table (run by :func:`consumerkit.schema.migrate`)."""
+    """Statements creating the offsets table (run by :func:`consumerkit.migrate`)."""
     return [
         f"""CREATE TABLE IF NOT EXISTS {qualified(schema, TABLE)} (
             consumer_group text NOT NULL,

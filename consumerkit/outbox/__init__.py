@@ -1,7 +1,8 @@
 """The transactional outbox: write events in your transaction, publish them with a relay.
 
 Writer: :class:`Outbox` (``add``, ``add_many``). Relay: :class:`Relay` with a sink,
-:class:`KafkaSink` or your own :class:`OutboxSink`. Tables: :func:`migrate_outbox`.
+:class:`KafkaSink` or your own :class:`OutboxSink`. Tables: :class:`OutboxTable`, created by
+:func:`consumerkit.migrate` (``outboxes=``) or ``consumerkit migrate``.
 Operations: :func:`failed_events`, :func:`count_failed`, :func:`retry_failed`,
 :func:`skip_failed`, :func:`cleanup`, :func:`live_relays`. For change data capture, an outbox
 kept for a retention in time partitions: :class:`OutboxRetention`, :func:`maintain_outbox`;
@@ -26,7 +27,7 @@ from .relay import DEFAULT_RETRY, Relay
 from .retention import OutboxRetention
 from .routing import TopicRoute
 from .sink import OutboxSink
-from .table import SLOTS, OutboxTable, migrate_outbox
+from .table import SLOTS, OutboxTable
 from .writer import NewEvent, Outbox
 
 __all__ = [
@@ -51,7 +52,6 @@ __all__ = [
     "failed_events",
     "live_relays",
     "maintain_outbox",
-    "migrate_outbox",
     "prepare_cdc",
     "retry_failed",
     "skip_failed",

@@ -180,7 +180,7 @@ async def maintain_outbox(conn: DbConnection, table: OutboxTable) -> Maintenance
     wanted = plan(table)
     if await existing_layout(conn, table.schema, table.table) != "partitioned":
         raise StartupError(f"outbox {table.schema}.{table.table} is not partitioned: run "
-                           "migrate_outbox with its OutboxRetention first")
+                           "consumerkit migrate --outbox-retention first")
     report = await maintain(conn, table.schema, wanted)
     await delete_older(conn, table.keys, "created_at", "dedup_key", wanted.retention, 5000)
     return report

@@ -55,8 +55,8 @@ async def slot_reading(conn: DbConnection, table: OutboxTable) -> str | None:
 def no_slot_message(table: OutboxTable) -> str:
     return (f"no replication slot reads outbox {table.schema}.{table.table}, which deletes "
             "each event as it inserts it: the event would be lost; create the slot before "
-            f"the first event: consumerkit outbox migrate --cdc --schema {table.schema} "
-            f"--table {table.table}")
+            "the first event: consumerkit migrate --outbox-only --outbox-cdc --schema "
+            f"{table.schema} --outbox-table {table.table}")
 
 
 class SlotGuard:
@@ -93,7 +93,7 @@ class CdcSetup:
 
 async def prepare_cdc(conn: DbConnection, table: OutboxTable) -> CdcSetup:
     """Create ``table``'s publication (the outbox table alone) and its ``pgoutput`` slot,
-    unless present: the owner's step after :func:`~consumerkit.outbox.migrate_outbox`. Each
+    unless present: the owner's step after :func:`consumerkit.migrate` (``outboxes=``). Each
     statement commits on its own (a slot cannot be created in a transaction that wrote).
     Needs ``wal_level=logical`` and a role with ``REPLICATION`` (or superuser); creating the
     slot waits for the transactions running at that moment to end."""

@@ -1,14 +1,14 @@
-"""``consumerkit outbox ...``: failed rows, retry, skip, cleanup, maintenance and migration.
+"""``consumerkit outbox ...``: failed rows, retry, skip, cleanup and maintenance.
 
-    consumerkit outbox failed|retry|skip|cleanup|maintain|migrate [--postgres DSN]
+    consumerkit outbox failed|retry|skip|cleanup|maintain [--postgres DSN]
         [--schema S] [--table T] [--id UUID ...] [--all] [--older-than 7d] [--batch N]
-        [--limit N] [--retention 7d] [--interval 1d] [--premake N] [--cdc]
+        [--limit N] [--retention 7d] [--interval 1d] [--premake N]
 
 ``--retention`` names an outbox kept in time partitions for change data capture
-(:mod:`~consumerkit.outbox.retention`): ``migrate`` creates it so, ``maintain`` (which needs
-it) makes its partitions ahead and drops those past it. ``migrate --cdc`` also creates what a
-change data capture connector reads, before the first event (:mod:`~consumerkit.outbox.cdc`):
-a publication holding the outbox table alone and a ``pgoutput`` replication slot.
+(:mod:`~consumerkit.outbox.retention`): ``maintain`` (which needs it) makes its partitions
+ahead and drops those past it. The outbox tables are created by ``consumerkit migrate
+--outbox-table T`` (``--outbox-only`` without the dedup tables, ``--outbox-retention`` and
+``--outbox-cdc`` for change data capture, :mod:`~consumerkit.outbox.cdc`).
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from .admin import (
     retry_failed,
     skip_failed,
 )
-from .cdc import CdcSetup, prepare_cdc
+from .cdc import CdcSetup
 from .retention import OutboxRetention
-from .table import OutboxTable, migrate_outbox
+from .table import OutboxTable
 
-ACTIONS = ("failed", "retry", "skip", "cleanup", "maintain", "migrate")
+ACTIONS = ("failed", "retry", "skip", "cleanup", "maintain")
 
 
 def add_arguments(parser: argparse.ArgumentParser,
@@ -48,27 +48,18 @@ def add_arguments(parser: argparse.ArgumentParser,
     parser.add_argument("--batch", type=int, default=5000, help="cleanup: rows per transaction")
     parser.add_argument("--limit", type=int, default=100, help="failed: rows listed")
     parser.add_argument("--retention", type=duration,
-                        help="migrate, maintain: keep the events this long in time partitions")
+                        help="maintain: the events are kept this long in time partitions")
     parser.add_argument("--interval", type=duration, default=timedelta(days=1),
                         help="with --retention: the partitions' width")
     parser.add_argument("--premake", type=int, default=3,
                         help="with --retention: partitions made ahead")
-    parser.add_argument("--cdc", action="store_true",
-                        help="migrate: the outbox is read by a connector (Debezium): also "
-                        "create its publication and replication slot, before any event")
 
 
 async def run(args: argparse.Namespace, conn: asyncpg.Connection[Any]) -> None:
     retention = None if args.retention is None else OutboxRetention(
         args.retention, args.interval, args.premake)
     table = OutboxTable(args.schema, args.table, retention)
-    if args.action == "migrate":
-        await migrate_outbox(conn, table)
-        print(f"outbox {table.schema}.{table.table} is up to date"
-              + ("" if retention is None else f"; publication {table.publication}"))
-        if args.cdc:
-            print(cdc_line(await prepare_cdc(conn, table)))
-    elif args.action == "maintain":
+    if args.action == "maintain":
         if retention is None:
             raise ConsumerKitError("outbox maintain: pass --retention, e.g. 7d (rows older "
                                    "are dropped with their partition)")

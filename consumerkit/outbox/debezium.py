@@ -4,7 +4,7 @@
 ``examples/debezium_outbox.json`` and the docs are checked against it, and
 ``consumerkit.testing.start_debezium`` runs it. Only the connection settings
 (:data:`CONNECTION_KEYS`) differ between deployments: the slot and the publication are the
-ones ``consumerkit outbox migrate --cdc`` made (:func:`~consumerkit.outbox.prepare_cdc`).
+ones ``consumerkit migrate --outbox-cdc`` made (:func:`~consumerkit.outbox.prepare_cdc`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def event_router_config(table: OutboxTable = EXAMPLE_TABLE) -> dict[str, str]:
     ``aggregate_type``, ``occurred_at`` and ``headers`` (the writer's), topic = aggregate type.
 
     The slot and the publication are the ones :func:`~consumerkit.outbox.prepare_cdc`
-    creates before the first event (``consumerkit outbox migrate --cdc``), which the
+    creates before the first event (``consumerkit migrate --outbox-cdc``), which the
     connector must not create itself: a slot it creates at its first start keeps no event
     committed before, and a publication it creates would hold every table
     (``autocreate.mode=all_tables``), so that it decodes every dedup insert, or, for an outbox

@@ -14,7 +14,7 @@ a partitioned table must hold the partition key); the primary key is ``(seq, cre
 The relay refuses it (it claims rows by slot and deletes what it published). Debezium reads a
 partitioned table only through a publication with ``publish_via_partition_root = true``, so
 that every change carries the root table's name the connector's ``table.include.list`` and
-the EventRouter expect: :func:`~consumerkit.outbox.migrate_outbox` creates that publication,
+the EventRouter expect: :func:`consumerkit.migrate` (``outboxes=``) creates that publication,
 ``{schema}_{table}_cdc``, and :func:`~consumerkit.outbox.debezium.event_router_config` names
 it with ``publication.autocreate.mode=disabled``.
 """

@@ -96,7 +96,7 @@ class OutboxTable:
 
     @property
     def replication_slot(self) -> str:
-        """The logical replication slot ``consumerkit outbox migrate --cdc`` creates for change
+        """The logical replication slot ``consumerkit migrate --outbox-cdc`` creates for change
         data capture, named as the publication (slots and publications have separate
         namespaces)."""
         return self.publication
@@ -220,14 +220,13 @@ PARTITIONED_OUTBOX_STEPS = (
     (2, "slot leases and relay membership without a session", leases_ddl))
 
 
-async def migrate_outbox(conn: DbConnection, table: OutboxTable | None = None) -> None:
-    """Create or upgrade one outbox: its steps are component ``outbox:<table>`` of the
-    schema's version table, applied under the same advisory lock as
-    :func:`consumerkit.migrate`, so processes may race to run it. With a retention, also the
-    schema's core steps (the partition functions), the publication change data capture reads
-    and the partitions ahead. Raises :class:`StartupError` when the database refuses a step or
-    the table exists with the other layout."""
-    t = table or OutboxTable()
+async def migrate_outbox(conn: DbConnection, t: OutboxTable) -> None:
+    """Create or upgrade one outbox, for :func:`consumerkit.migrate`: its steps are component
+    ``outbox:<table>`` of the schema's version table, applied under the same advisory lock as
+    the schema's, so processes may race to run it. With a retention, also the schema's core
+    steps (the partition functions), the publication change data capture reads and the
+    partitions ahead. Raises :class:`StartupError` when the database refuses a step or the
+    table exists with the other layout."""
     versions = qualified(t.schema, VERSION_TABLE)
     component = f"outbox:{t.table}"
     try:

@@ -58,7 +58,7 @@ class Outbox:
     reads it, since nothing would ever see the event (checked on the caller's connection,
     then trusted for :data:`~consumerkit.outbox.cdc.SLOT_CHECK_TTL` seconds, not per event;
     ``require_slot=False`` turns the check off); ``retention`` keeps the rows for
-    Debezium that long instead, in time partitions dropped whole (``migrate_outbox`` and
+    Debezium that long instead, in time partitions dropped whole (``consumerkit.migrate`` and
     ``maintain_outbox`` with ``outbox.table``; a consumer publishing through it maintains
     them). An event's schema version (the
     ``version`` given, else its payload model's ``__event_version__``) is written as the

@@ -16,7 +16,7 @@ KEYS = "parked_keys"
 RECORDS = "parked_records"
 AUDIT = "parked_audit"
 COMPONENT = "parking"
-VERSION_TABLE = "consumerkit_schema_version"  # created by consumerkit.schema.migrate
+VERSION_TABLE = "consumerkit_schema_version"  # created by consumerkit.migrate
 
 
 def parking_ddl(schema: str) -> list[str]:
@@ -72,8 +72,9 @@ STEPS = ((1, "parked keys, their records and the audit of replays and discards",
 
 
 async def migrate_parking(conn: DbConnection, schema: str) -> None:
-    """Create or upgrade the parking tables; called by :func:`consumerkit.schema.migrate`
-    inside its transaction (after the schema and the version table exist)."""
+    """Create or upgrade the parking tables; called by
+    :func:`consumerkit.schema.migrate_schema` inside its transaction (after the schema and the
+    version table exist)."""
     versions = qualified(schema, VERSION_TABLE)
     applied = {row["version"] for row in await conn.fetch(
         f"SELECT version FROM {versions} WHERE component = $1", COMPONENT)}

@@ -37,7 +37,7 @@ from ..observability.logging import LogObserver
 from ..observability.observer import Observer, fanout
 from ..registry import HandlerRegistry, HandlerSource
 from ..route_table import RouteTable
-from ..schema import check_synchronous_commit, migrate
+from ..schema import check_synchronous_commit, migrate_schema
 from ..settings.groups import Postgres, Timeouts
 from ..shared.identifiers import check_name, redact_dsn
 from ..shared.pooler import Pooler, create_pool
@@ -161,8 +161,9 @@ class WebhookReceiver:
                 if await check_synchronous_commit(conn) == "off":
                     log.warning("PostgreSQL runs with synchronous_commit=off: an effect "
                                 "acknowledged to a sender can vanish in a crash")
-                if self.auto_migrate:
-                    await migrate(conn, self.schema, self.dedup, namespace=self.namespace)
+                if self.auto_migrate:  # what consumerkit.migrate does for a schema, no outbox
+                    await migrate_schema(conn, self.schema, self.dedup,
+                                         namespace=self.namespace)
                 else:
                     await maintain(conn, self.schema, self.dedup, namespace=self.namespace)
         except BaseException:

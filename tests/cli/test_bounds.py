@@ -21,7 +21,7 @@ UNREACHABLE = ["--postgres", "postgresql://app@127.0.0.1:1/x"]
      "argument --limit: not a whole number: '1e20'"),
     (["outbox", "failed", "--limit", "2147483648", *UNREACHABLE],
      "argument --limit: must be from 0 to 2147483647"),
-    (["outbox", "migrate", "--retention", "7d", "--premake", "99999", *UNREACHABLE],
+    (["outbox", "maintain", "--retention", "7d", "--premake", "99999", *UNREACHABLE],
      "argument --premake: must be from 1 to 1000, got 99999"),
     (["topics", "create", "zz", "--partitions", "99999999999", "--kafka", "127.0.0.1:1"],
      "argument --partitions: must be from 1 to 10000, got 99999999999"),

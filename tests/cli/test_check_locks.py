@@ -10,9 +10,9 @@ from datetime import timedelta
 import asyncpg
 import pytest
 
+from consumerkit import migrate
 from consumerkit.dedup.partitions import maintain
 from consumerkit.dedup.policy import DedupPolicy
-from consumerkit.schema import migrate
 
 from .test_migrate_check import run
 

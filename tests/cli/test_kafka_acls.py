@@ -15,7 +15,8 @@ import pytest
 import pytest_asyncio
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from consumerkit.outbox import Outbox, OutboxTable, migrate_outbox
+from consumerkit import migrate
+from consumerkit.outbox import Outbox, OutboxTable
 from tests.harness.kafka import KafkaCluster, start_kafka
 from tests.harness.kafka_jars import MissingToolError
 from tests.harness.kafka_security import ADMIN, Acl, KafkaSecurity
@@ -94,7 +95,7 @@ def one_line(done: Done) -> str:
 async def schema(pg_pool: asyncpg.Pool[asyncpg.Record], pg_schema: str) -> str:
     """A schema with the outbox and the test consumer's ``charges`` table."""
     async with pg_pool.acquire() as conn:
-        await migrate_outbox(conn, OutboxTable(pg_schema, "outbox"))
+        await migrate(conn, dedup=None, outboxes=[OutboxTable(pg_schema, "outbox")])
         await conn.execute(f'CREATE TABLE "{pg_schema}".charges (order_id text NOT NULL, '
                            "amount int NOT NULL)")
     return pg_schema

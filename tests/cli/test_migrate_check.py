@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import asyncpg
@@ -15,6 +16,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from consumerkit.cli import main
 from consumerkit.dedup.partitions import list_partitions
+from consumerkit.outbox import OutboxRetention, OutboxTable
 from consumerkit.schema import CORE_STEPS
 from consumerkit.testing.services import MakeTopic
 
@@ -68,6 +70,54 @@ async def test_migrate_creates_every_table_once_and_says_so(
     after = {r["tablename"] for r in await pg_pool.fetch(
         "SELECT tablename FROM pg_tables WHERE schemaname = $1", pg_schema)}
     assert after == tables
+
+
+async def test_migrate_outbox_only_creates_the_outboxes_and_no_dedup_table(
+    postgres_dsn: str, pg_schema: str, pg_pool: asyncpg.Pool,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    db = ["--postgres", postgres_dsn, "--schema", pg_schema, "--outbox-only"]
+    code, out = await run(capsys, "migrate", *db, "--outbox-table", "outbox",
+                          "--outbox-table", "orders_outbox")
+    assert code == 0, out
+    assert reported(out) == [
+        "created outbox and its side tables outbox (version 2)",
+        "created outbox and its side tables orders_outbox (version 2)",
+        f"outboxes of schema {pg_schema} are up to date"]
+    tables = {r["tablename"] for r in await pg_pool.fetch(
+        "SELECT tablename FROM pg_tables WHERE schemaname = $1", pg_schema)}
+    assert tables == {"consumerkit_schema_version"} | {
+        f"{t}{side}" for t in ("outbox", "orders_outbox")
+        for side in ("", "_failures", "_keys", "_leases", "_relays")}
+    # the runtime role's grants name the tables there are, none of the consumers' own
+    code, out = await run(capsys, "migrate", *db, "--print-grants", "app_role")
+    assert code == 0, out
+    assert f'ON TABLE "{pg_schema}"."orders_outbox_failures" TO "app_role";' in out
+    assert "dead_letters" not in out
+
+    # an outbox kept for a retention brings the partition functions (component core) along
+    kept = OutboxTable(pg_schema, "kept_outbox", OutboxRetention(timedelta(days=2)))
+    try:
+        code, out = await run(capsys, "migrate", *db, "--outbox-table", kept.table,
+                              "--outbox-retention", "2d")
+        assert code == 0, out
+        assert reported(out) == [
+            "created outbox and its side tables kept_outbox (version 2)",
+            "created dead-letter table, retention registry and consumer offsets (version 9)",
+            f"outboxes of schema {pg_schema} are up to date"]
+        assert "processed_events" not in {r["tablename"] for r in await pg_pool.fetch(
+            "SELECT tablename FROM pg_tables WHERE schemaname = $1", pg_schema)}
+    finally:
+        await pg_pool.execute(f'DROP PUBLICATION IF EXISTS "{kept.publication}"')
+
+
+def test_the_outbox_command_no_longer_migrates(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["outbox", "migrate", "--postgres", "postgresql://x@127.0.0.1:1/x"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument action: invalid choice: 'migrate'" in err
+    assert "Traceback" not in err
 
 
 @pytest.fixture

@@ -46,7 +46,7 @@ def every_command(dsn: str, schema: str) -> list[list[str]]:
         ["dead-letters", *db], ["dedup", "partitions", *db], ["dedup", "maintain", *db],
         ["outbox", "failed", *db], ["outbox", "retry", "--all", *db],
         ["outbox", "skip", "--all", *db], ["outbox", "cleanup", "--older-than", "7d", *db],
-        ["outbox", "migrate", *db], ["check", *db], ["config", "relay", *db],
+        ["migrate", "--outbox-only", *db], ["check", *db], ["config", "relay", *db],
         ["config", "run", *db, "--kafka-sasl-plain-password", PASSWORD],
         ["relay", *db, "--kafka", "127.0.0.1:1", "--log-level", "debug"],
         ["demo", "--postgres", UNREACHABLE, "--kafka", "127.0.0.1:1"],

@@ -20,12 +20,12 @@ import asyncpg
 import pytest
 import redis.asyncio
 
+from consumerkit import migrate
 from consumerkit.dedup import DedupPolicy, InMemoryDedupStore, maintain, store_for
 from consumerkit.dedup.memory_cache import MemoryDedupCache
 from consumerkit.dedup.postgres import PostgresDedupStore
 from consumerkit.dedup.redis import RedisDedupCache
 from consumerkit.envelope import Envelope
-from consumerkit.schema import migrate
 from consumerkit.types import Claim, ClaimRequest, ClaimStatus, DedupStore
 
 Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record]"

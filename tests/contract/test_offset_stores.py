@@ -14,8 +14,8 @@ from typing import Protocol
 import asyncpg
 import pytest
 
+from consumerkit import migrate
 from consumerkit.offsets import KafkaOffsets, OffsetStore, PostgresOffsets
-from consumerkit.schema import migrate
 from consumerkit.testing.services import MakeTopic
 from consumerkit.transport.kafka import KafkaSource
 from consumerkit.transport.source import Partition

@@ -11,8 +11,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from consumerkit import migrate
 from consumerkit.deadletter.table import TABLE, encode_headers
-from consumerkit.schema import migrate
 from consumerkit.shared.identifiers import qualified
 
 from ..integration.ledger import Event, Step, create_ledger

@@ -26,12 +26,13 @@ from consumerkit import (
     RetryPolicy,
     discard_dead_letters,
     handler,
+    migrate,
     replay_dead_letters,
     upcaster,
 )
 from consumerkit.deadletter.table import TABLE
-from consumerkit.outbox import OutboxTable, migrate_outbox
-from consumerkit.schema import CORE_STEPS, migrate
+from consumerkit.outbox import OutboxTable
+from consumerkit.schema import CORE_STEPS
 from consumerkit.shared.identifiers import qualified
 from consumerkit.types import SinkResources
 
@@ -170,7 +171,7 @@ async def test_a_replay_goes_through_the_upcasters_and_the_outbox_once(
 ) -> None:
     await bury(pg_pool, pg_schema, [])
     async with pg_pool.acquire() as conn:
-        await migrate_outbox(conn, OutboxTable(pg_schema, "outbox"))
+        await migrate(conn, dedup=None, outboxes=[OutboxTable(pg_schema, "outbox")])
     sink = DeadLetterTable()
     await sink.open(SinkResources(pg_pool, pg_schema, "", {}))
     await sink.send(DeadLetterEntry(  # a version 1 document, from before the rename

@@ -14,7 +14,8 @@ import pytest
 import pytest_asyncio
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from consumerkit.outbox import Outbox, OutboxRetention, OutboxTable, migrate_outbox
+from consumerkit import migrate
+from consumerkit.outbox import Outbox, OutboxRetention, OutboxTable
 from consumerkit.outbox.retention import ensure_publication
 from tests.harness import (
     DebeziumWorker,
@@ -107,7 +108,7 @@ async def new_cdc(postgres: LogicalPostgres, kafka: KafkaCluster, partitions: in
     table = OutboxTable(f"cdc_{suffix}", "outbox", retention)
     conn = await asyncpg.connect(postgres.dsn)
     try:
-        await migrate_outbox(conn, table)
+        await migrate(conn, dedup=None, outboxes=[table])
         await ensure_publication(conn, table)  # the slot is the connector's, made at its start
     finally:
         await conn.close()

@@ -132,11 +132,11 @@ async def test_events_written_before_the_connectors_first_start_all_arrive(
 ) -> None:
     """A delete-at-insert outbox keeps its events only in the WAL: a slot the connector made
     at its first start lost the events written before it (824 of 5,792 in a run of the
-    issue); the slot ``consumerkit outbox migrate --cdc`` made keeps them all."""
+    issue); the slot ``consumerkit migrate --outbox-cdc`` made keeps them all."""
     cdc = await make_cdc(4)
     dsn, table = cdc.postgres.dsn, cdc.table
-    code, out = await run(capsys, "outbox", "migrate", "--cdc", "--postgres", dsn,
-                          "--schema", table.schema)
+    code, out = await run(capsys, "migrate", "--outbox-only", "--outbox-cdc", "--postgres",
+                          dsn, "--schema", table.schema)
     assert code == 0, out
     writer = Outbox(table.schema, table.table, notify=False, delete_after_insert=True)
     keys = [f"k{i}" for i in range(40)]

@@ -1,5 +1,5 @@
 """An outbox kept for a retention in time partitions, through Debezium: the connector reads the
-partitions through the publication ``migrate_outbox`` made with ``publish_via_partition_root``,
+partitions through the publication ``consumerkit.migrate`` made with ``publish_via_partition_root``,
 so every insert carries the root table's name its ``table.include.list`` and the EventRouter
 expect; a partition dropped by maintenance while it streams disturbs nothing; consumerkit
 applies each event once, in order, and the rows stay for the retention."""

@@ -424,7 +424,7 @@ def test_the_debezium_example_is_the_config_start_debezium_runs() -> None:
 
 def test_the_retained_outbox_example_reads_through_the_migrated_publication() -> None:
     """The connector of an outbox kept in time partitions: the plain example's settings, the
-    slot and the publication ``consumerkit outbox migrate --cdc`` creates, which the
+    slot and the publication ``consumerkit migrate --outbox-cdc`` creates, which the
     connector must not create itself; shown on the outbox page."""
     text = (EXAMPLES / "debezium_outbox_retention.json").read_text()
     config = json.loads(text)["config"]

@@ -33,6 +33,7 @@ from consumerkit import (
     RetryPolicy,
     WireFormat,
     handler,
+    migrate,
 )
 from consumerkit.cli import main as cli_main
 from consumerkit.deadletter.writer import DeadLetterWriter
@@ -40,7 +41,7 @@ from consumerkit.dedup.postgres import PostgresDedupStore
 from consumerkit.engine.decode import Decoder
 from consumerkit.engine.pipeline import Outcome, Pipeline
 from consumerkit.route_table import RouteTable
-from consumerkit.schema import migrate
+from consumerkit.schema import applied_versions
 from consumerkit.stats import ConsumerStats
 from consumerkit.testing.services import MakeTopic
 from consumerkit.types import SinkResources
@@ -184,6 +185,20 @@ async def test_one_signal_stops_every_consumer_of_the_process(
     await asyncio.wait_for(serving, 60)
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # the default is back
 
+
+
+async def test_the_deploy_step_migrates_the_consumers_tables_and_its_outbox(
+    postgres_dsn: str, pg_schema: str,
+) -> None:
+    saga, running = example("saga"), example("running")
+    consumer = saga.build("127.0.0.1:1", postgres_dsn, schema=pg_schema)  # never connected
+    await running.migrate_only(consumer, postgres_dsn)
+    conn: Conn = await asyncpg.connect(postgres_dsn)
+    try:
+        components = set(await applied_versions(conn, pg_schema))
+    finally:
+        await conn.close()
+    assert components == {"core", "dedup:processed_events", "parking", "outbox:outbox"}
 
 
 async def test_saga_example_emits_one_payment_event_per_order(

@@ -19,8 +19,8 @@ import asyncpg
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from consumerkit import migrate
 from consumerkit.dedup.redis import RedisDedupCache
-from consumerkit.schema import migrate
 from consumerkit.testing.services import MakeTopic
 from tests.harness import ReplicatedPostgres
 from tests.integration.ledger import (

@@ -9,10 +9,9 @@ import asyncio
 import asyncpg
 import pytest
 
-from consumerkit import Postgres
-from consumerkit.outbox import NewEvent, Outbox, OutboxTable, Relay, migrate_outbox
+from consumerkit import Postgres, migrate
+from consumerkit.outbox import NewEvent, Outbox, OutboxTable, Relay
 from consumerkit.outbox.kafka import KafkaSink
-from consumerkit.schema import migrate
 from consumerkit.testing.services import MakeTopic
 from tests.harness import ReplicatedPostgres
 from tests.integration.ledger import (
@@ -37,7 +36,7 @@ async def _prepared(dsn: str) -> Outbox:
     try:
         await migrate(conn, SCHEMA)
         await create_ledger(conn, SCHEMA)
-        await migrate_outbox(conn, OutboxTable(SCHEMA))
+        await migrate(conn, dedup=None, outboxes=[OutboxTable(SCHEMA)])
     finally:
         await conn.close()
     return Outbox(SCHEMA)

@@ -204,7 +204,8 @@ def connector_properties(name: str, postgres: LogicalPostgres, table: OutboxTabl
                          slot: str) -> dict[str, str]:
     """The deployed connector settings for ``table`` plus this PostgreSQL's connection, with
     the replication slot ``slot``; the publication is the table's, which must exist
-    (``migrate_outbox`` with a retention, else ``prepare_cdc`` or ``ensure_publication``)."""
+    (``consumerkit.migrate`` of an outbox with a retention, else ``prepare_cdc`` or
+    ``ensure_publication``)."""
     return {
         "name": name,
         **event_router_config(table),

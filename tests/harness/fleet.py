@@ -24,7 +24,7 @@ from pathlib import Path
 import asyncpg
 from aiokafka import AIOKafkaProducer
 
-from consumerkit.schema import migrate
+from consumerkit import migrate
 from tests.brokers import IDEMPOTENCE
 from tests.torture import ledger
 from tests.torture.procs import Proc, Procs

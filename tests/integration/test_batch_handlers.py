@@ -16,7 +16,7 @@ import asyncpg
 import pytest
 from pydantic import BaseModel
 
-from consumerkit import BatchContext, HandlerContext, RetryPolicy, handler
+from consumerkit import BatchContext, HandlerContext, RetryPolicy, handler, migrate
 from consumerkit.deadletter.entry import DeadLetterEntry
 from consumerkit.deadletter.writer import DeadLetterWriter
 from consumerkit.dedup import PostgresDedupStore
@@ -25,7 +25,6 @@ from consumerkit.engine.decode import Decoder
 from consumerkit.engine.pipeline import Outcome, Pipeline
 from consumerkit.envelope import Record, RecordLike, WireFormat
 from consumerkit.route_table import RouteTable
-from consumerkit.schema import migrate
 from consumerkit.shared.identifiers import identifier
 from consumerkit.stats import ConsumerStats
 

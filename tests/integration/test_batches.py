@@ -18,7 +18,7 @@ import asyncpg
 import pytest
 from pydantic import BaseModel
 
-from consumerkit import HandlerContext, Limits, RetryPolicy, handler
+from consumerkit import HandlerContext, Limits, RetryPolicy, handler, migrate
 from consumerkit.deadletter.entry import DeadLetterEntry
 from consumerkit.deadletter.writer import DeadLetterWriter
 from consumerkit.dedup import PostgresDedupStore
@@ -30,7 +30,6 @@ from consumerkit.engine.runner import Engine
 from consumerkit.envelope import Record, RecordLike, WireFormat
 from consumerkit.offsets.state import PartitionState
 from consumerkit.route_table import RouteTable
-from consumerkit.schema import migrate
 from consumerkit.shared.identifiers import identifier
 from consumerkit.stats import ConsumerStats
 from consumerkit.transport.kafka import Partition

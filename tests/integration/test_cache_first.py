@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import asyncpg
 
-from consumerkit import HandlerContext, RetryPolicy, handler
+from consumerkit import HandlerContext, RetryPolicy, handler, migrate
 from consumerkit.deadletter.writer import DeadLetterWriter
 from consumerkit.dedup import PostgresDedupStore
 from consumerkit.dedup.redis import RedisDedupCache
@@ -18,7 +18,6 @@ from consumerkit.engine.decode import Decoder
 from consumerkit.engine.pipeline import Outcome, Pipeline
 from consumerkit.envelope import WireFormat
 from consumerkit.route_table import RouteTable
-from consumerkit.schema import migrate
 from consumerkit.stats import ConsumerStats
 from consumerkit.types import ClaimStatus
 

@@ -15,7 +15,7 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from consumerkit import BatchContext, Envelope, HandlerContext, RetryPolicy, handler
+from consumerkit import BatchContext, Envelope, HandlerContext, RetryPolicy, handler, migrate
 from consumerkit.deadletter.writer import DeadLetterWriter
 from consumerkit.dedup import PostgresDedupStore
 from consumerkit.engine.batch import Batcher
@@ -25,7 +25,6 @@ from consumerkit.envelope import RecordLike, WireFormat
 from consumerkit.errors import ConsumerKitError, DeadLetter
 from consumerkit.observability.tracing import Tracing
 from consumerkit.route_table import RouteTable
-from consumerkit.schema import migrate
 from consumerkit.shared.identifiers import identifier
 from consumerkit.stats import ConsumerStats
 

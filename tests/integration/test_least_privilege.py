@@ -31,12 +31,12 @@ from consumerkit import (
     WebhookReceiver,
     WebhookSink,
     discard_dead_letters,
+    migrate,
     replay_dead_letters,
 )
 from consumerkit.dedup.partitions import list_partitions, maintain, partition_floor
 from consumerkit.errors import StartupError
 from consumerkit.outbox import KafkaSink, Outbox, Relay
-from consumerkit.schema import migrate
 from consumerkit.shared.webhook.signature import WebhookSecret, generate_secret, sign_headers
 from consumerkit.testing.services import MakeTopic
 from tests.webhooks.conftest import serve
@@ -93,7 +93,6 @@ async def test_a_role_without_ddl_rights_runs_consumer_relay_and_receiver(
     s = f'"{pg_schema}"'
     base = ["--postgres", postgres_dsn, "--schema", pg_schema]
     await cli("migrate", *base, "--interval", "1h", "--retention", "1h")
-    await cli("outbox", "migrate", *base)
     async with pg_pool.acquire() as conn:  # partitions of two days ago: expired at start-up
         await maintain(conn, pg_schema, OWNER_POLICY,
                        now=await conn.fetchval("SELECT now() - interval '2 days'"))

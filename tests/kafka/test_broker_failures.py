@@ -23,8 +23,8 @@ import asyncpg
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from consumerkit import Limits, Postgres
-from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay, migrate_outbox
+from consumerkit import Limits, Postgres, migrate
+from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay
 from consumerkit.retry import RetryPolicy
 from consumerkit.transport.kafka import _CONSUMER_FIXED
 from tests.harness import KafkaCluster
@@ -129,7 +129,7 @@ async def test_the_relay_publishes_through_a_broker_restart_in_order(
     topic = await new_topic(kafka_cluster, partitions=2)
     table = OutboxTable(pg_schema, "outbox")
     async with pg_pool.acquire() as conn:
-        await migrate_outbox(conn, table)
+        await migrate(conn, dedup=None, outboxes=[table])
     outbox = Outbox(pg_schema)
     written: list[tuple[str, uuid.UUID]] = []
 

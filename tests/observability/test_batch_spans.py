@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from consumerkit import BatchContext, RetryPolicy, handler
+from consumerkit import BatchContext, RetryPolicy, handler, migrate
 from consumerkit.deadletter.writer import DeadLetterWriter
 from consumerkit.dedup import PostgresDedupStore
 from consumerkit.engine.batch import Batcher
@@ -23,9 +23,8 @@ from consumerkit.engine.pipeline import Outcome, Pipeline
 from consumerkit.envelope import RecordLike, WireFormat
 from consumerkit.observability.observer import Fanout
 from consumerkit.observability.tracing import Tracing
-from consumerkit.outbox import Outbox, OutboxTable, migrate_outbox
+from consumerkit.outbox import Outbox, OutboxTable
 from consumerkit.route_table import RouteTable
-from consumerkit.schema import migrate
 from consumerkit.stats import ConsumerStats, StatsObserver
 
 from ..integration.test_batch_handlers import Line, ListSink, rec
@@ -40,7 +39,7 @@ async def test_a_batch_handler_call_is_one_span_linked_to_its_messages(
     table = OutboxTable(pg_schema, "outbox")
     async with pg_pool.acquire() as conn:
         await migrate(conn, pg_schema)
-        await migrate_outbox(conn, table)
+        await migrate(conn, dedup=None, outboxes=[table])
 
     @handler("line.added", batch=True)
     async def lines(events: list[Line], ctx: BatchContext) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncpg
 
-from consumerkit import Metrics, Postgres
-from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay, migrate_outbox
+from consumerkit import Metrics, Postgres, migrate
+from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay
 from consumerkit.testing.services import MakeTopic, free_port
 
 from ..brokers import PRODUCER_OPTIONS
@@ -22,7 +22,7 @@ async def test_pending_then_published_on_the_metrics_port(
     table = OutboxTable(pg_schema, "outbox")
     outbox = Outbox(pg_schema, "outbox")
     async with pg_pool.acquire() as conn:
-        await migrate_outbox(conn, table)
+        await migrate(conn, dedup=None, outboxes=[table])
         async with conn.transaction():
             for i in range(5):
                 await outbox.add(conn, event_type="order.placed", aggregate_type=topic,

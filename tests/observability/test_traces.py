@@ -11,9 +11,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, format_trace_id
 from pydantic import BaseModel
 
-from consumerkit import Consumer, HandlerContext, Kafka, Postgres, handler
+from consumerkit import Consumer, HandlerContext, Kafka, Postgres, handler, migrate
 from consumerkit.observability.tracing import Tracing
-from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay, migrate_outbox
+from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay
 from consumerkit.testing.services import MakeTopic
 
 from ..brokers import PRODUCER_OPTIONS
@@ -38,7 +38,7 @@ async def test_one_trace_from_the_order_through_the_relay_to_billing_and_on(
     table = OutboxTable(pg_schema, "outbox")
     outbox = Outbox(pg_schema, "outbox")
     async with pg_pool.acquire() as conn:
-        await migrate_outbox(conn, table)
+        await migrate(conn, dedup=None, outboxes=[table])
 
     # the order service writes the order and its event in one transaction, inside a span
     with provider.get_tracer("orders").start_as_current_span("place order") as placing:

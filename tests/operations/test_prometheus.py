@@ -15,8 +15,8 @@ from pathlib import Path
 
 import asyncpg
 
-from consumerkit import Metrics, Postgres
-from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay, migrate_outbox
+from consumerkit import Metrics, Postgres, migrate
+from consumerkit.outbox import KafkaSink, Outbox, OutboxTable, Relay
 from consumerkit.testing.services import free_port
 
 from ..brokers import PRODUCER_OPTIONS
@@ -69,7 +69,7 @@ async def test_a_row_given_up_on_fires_the_outbox_alert(
 ) -> None:
     binary = prometheus()
     async with pg_pool.acquire() as conn:
-        await migrate_outbox(conn, OutboxTable(pg_schema, "outbox"))
+        await migrate(conn, dedup=None, outboxes=[OutboxTable(pg_schema, "outbox")])
     port = free_port()
     sink = KafkaSink(kafka_bootstrap, route="{aggregate_type}",
                      kafka_options=dict(PRODUCER_OPTIONS))

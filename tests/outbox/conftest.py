@@ -13,14 +13,15 @@ import asyncpg
 import pytest_asyncio
 from aiokafka import AIOKafkaConsumer
 
-from consumerkit.outbox import Outbox, OutboxTable, Relay, migrate_outbox
+from consumerkit import migrate
+from consumerkit.outbox import Outbox, OutboxTable, Relay
 
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def outbox_table(pg_pool: asyncpg.Pool[asyncpg.Record], pg_schema: str) -> OutboxTable:
     table = OutboxTable(pg_schema, "outbox")
     async with pg_pool.acquire() as conn:
-        await migrate_outbox(conn, table)
+        await migrate(conn, dedup=None, outboxes=[table])
     return table
 
 

@@ -1,5 +1,5 @@
 """An outbox that deletes each row as it inserts it is only seen through a logical replication
-slot's WAL: ``consumerkit outbox migrate --cdc`` makes the slot and the publication before
+slot's WAL: ``consumerkit migrate --outbox-cdc`` makes the slot and the publication before
 the first event, the writer refuses an event while no slot reads the outbox (through
 PgBouncer in transaction mode too), and ``consumerkit check`` reports such an outbox. On a
 real PostgreSQL with ``wal_level=logical``."""
@@ -13,7 +13,8 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from consumerkit.outbox import NoReplicationSlotError, Outbox, OutboxTable, migrate_outbox
+from consumerkit import migrate
+from consumerkit.outbox import NoReplicationSlotError, Outbox, OutboxTable
 from consumerkit.outbox.cdc import SlotGuard
 from consumerkit.shared.pooler import connect
 from tests.harness import LogicalPostgres, start_logical_postgres
@@ -41,7 +42,7 @@ async def cdc_table(logical_postgres: LogicalPostgres) -> AsyncIterator[OutboxTa
     table = OutboxTable(f"slot_{uuid.uuid4().hex[:8]}", "outbox")
     conn = await asyncpg.connect(logical_postgres.dsn)
     try:
-        await migrate_outbox(conn, table)
+        await migrate(conn, dedup=None, outboxes=[table])
         yield table
         await conn.execute("SELECT pg_drop_replication_slot(slot_name) FROM "
                            "pg_replication_slots WHERE slot_name = $1", table.replication_slot)
@@ -68,15 +69,16 @@ async def test_the_writer_refuses_until_the_command_made_the_slot(
         message = str(refused.value)
         assert "\n" not in message
         assert f"no replication slot reads outbox {cdc_table.schema}.outbox" in message
-        assert f"consumerkit outbox migrate --cdc --schema {cdc_table.schema}" in message
+        assert ("consumerkit migrate --outbox-only --outbox-cdc --schema "
+                f"{cdc_table.schema} --outbox-table outbox") in message
 
         where = ["--postgres", bouncer.dsn, "--schema", cdc_table.schema]
-        code, out = await run(capsys, "outbox", "migrate", "--cdc", *where)
+        code, out = await run(capsys, "migrate", "--outbox-only", "--outbox-cdc", *where)
         assert code == 0, out
         slot = cdc_table.replication_slot
         assert (f"replication slot {slot} (pgoutput) created, publication "
                 f"{cdc_table.publication}") in out
-        code, out = await run(capsys, "outbox", "migrate", "--cdc", *where)
+        code, out = await run(capsys, "migrate", "--outbox-only", "--outbox-cdc", *where)
         assert f"replication slot {slot} (pgoutput) already present" in out
 
         for n in range(1, 4):  # the first checks the slot, the next trust it
@@ -147,10 +149,10 @@ async def test_check_reports_a_cdc_outbox_no_slot_reads(
     assert problem == (
         f"PROBLEM  no replication slot reads outbox {cdc_table.schema}.outbox (change data "
         "capture): events written before its connector first starts are lost; run "
-        f"`consumerkit outbox migrate --cdc --schema {cdc_table.schema} --table outbox` and "
-        f"give the connector slot.name={cdc_table.replication_slot}")
+        f"`consumerkit migrate --outbox-only --outbox-cdc --schema {cdc_table.schema} "
+        f"--outbox-table outbox` and give the connector slot.name={cdc_table.replication_slot}")
 
-    code, out = await run(capsys, "outbox", "migrate", "--cdc", "--postgres",
+    code, out = await run(capsys, "migrate", "--outbox-only", "--outbox-cdc", "--postgres",
                           logical_postgres.dsn, "--schema", cdc_table.schema)
     assert code == 0, out
     _, out = await run(capsys, *argv)

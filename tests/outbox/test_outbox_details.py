@@ -281,8 +281,8 @@ async def test_every_column_the_debezium_connector_names_exists_in_the_migrated_
     pg_pool: asyncpg.Pool[asyncpg.Record], outbox_table: OutboxTable,
 ) -> None:
     """The columns of the EventRouter config in the docs are all in the outbox table that
-    ``migrate_outbox`` creates, with the types the docs ask for; and the outbox page restates
-    the same settings."""
+    ``consumerkit.migrate`` creates, with the types the docs ask for; and the outbox page
+    restates the same settings."""
     config = _debezium_config()
     router = "transforms.outbox."
     named = {v for k, v in config.items()

@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 import pytest_asyncio
 
-from consumerkit import Postgres
+from consumerkit import Postgres, migrate
 from consumerkit.cli import main
 from consumerkit.dedup import DedupPolicy
 from consumerkit.dedup.partitions import list_partitions, maintain, partition_floor
@@ -28,7 +28,6 @@ from consumerkit.outbox import (
     Relay,
     cleanup,
     maintain_outbox,
-    migrate_outbox,
 )
 from consumerkit.outbox.debezium import event_router_config
 from consumerkit.outbox.retention import plan
@@ -45,7 +44,7 @@ async def kept(pg_pool: asyncpg.Pool[asyncpg.Record], pg_schema: str
     """A migrated outbox kept two days; its publication (per database) dropped afterwards."""
     table = OutboxTable(pg_schema, "outbox", KEEP)
     async with pg_pool.acquire() as conn:
-        await migrate_outbox(conn, table)
+        await migrate(conn, dedup=None, outboxes=[table])
     yield table
     await pg_pool.execute(f'DROP PUBLICATION IF EXISTS "{table.publication}"')
 
@@ -71,7 +70,7 @@ async def test_migrate_makes_partitions_ahead_and_the_publication_debezium_reads
             "FROM pg_publication p WHERE pubname = $1", kept.publication)
         again = await conn.fetchval("SELECT count(*) FROM pg_class c JOIN pg_namespace n ON "
                                     "n.oid = c.relnamespace WHERE n.nspname = $1", kept.schema)
-        await migrate_outbox(conn, kept)  # a second run finds everything there
+        await migrate(conn, dedup=None, outboxes=[kept])  # a second run finds everything there
         assert await conn.fetchval("SELECT count(*) FROM pg_class c JOIN pg_namespace n ON "
                                    "n.oid = c.relnamespace WHERE n.nspname = $1",
                                    kept.schema) == again
@@ -166,11 +165,11 @@ async def test_the_relay_and_cleanup_refuse_the_partitioned_layout_with_one_line
             await cleanup(conn, timedelta(days=1), table=kept)
         # the other layout asked of an existing table is refused either way
         with pytest.raises(StartupError, match="time partitions"):
-            await migrate_outbox(conn, OutboxTable(kept.schema, kept.table))
+            await migrate(conn, dedup=None, outboxes=[OutboxTable(kept.schema, kept.table)])
         plain = OutboxTable(kept.schema, "plain")
-        await migrate_outbox(conn, plain)
+        await migrate(conn, dedup=None, outboxes=[plain])
         with pytest.raises(StartupError, match="plain table"):
-            await migrate_outbox(conn, OutboxTable(kept.schema, "plain", KEEP))
+            await migrate(conn, dedup=None, outboxes=[OutboxTable(kept.schema, "plain", KEEP)])
         with pytest.raises(StartupError, match="not partitioned"):
             await maintain_outbox(conn, OutboxTable(kept.schema, "plain", KEEP))
     assert await pg_pool.fetchval(f"SELECT count(*) FROM {kept.events}") == 1
@@ -197,9 +196,11 @@ async def test_the_command_line_migrates_and_maintains_a_retained_outbox(
     db = ["--postgres", postgres_dsn, "--schema", pg_schema]
     table = OutboxTable(pg_schema, "outbox", KEEP)
     try:
-        code, out = await _cli(capsys, "outbox", "migrate", *db, "--retention", "2d")
-        assert code == 0
-        assert table.publication in out
+        code, out = await _cli(capsys, "migrate", *db, "--outbox-only",
+                               "--outbox-retention", "2d")
+        assert code == 0, out
+        assert await pg_pool.fetchval("SELECT count(*) FROM pg_publication WHERE pubname = $1",
+                                      table.publication) == 1
         code, out = await _cli(capsys, "outbox", "maintain", *db)
         assert code == 1
         assert "pass --retention" in out

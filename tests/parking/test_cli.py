@@ -9,8 +9,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from consumerkit import migrate
 from consumerkit.parking import ParkedRecord, store
-from consumerkit.schema import migrate
 
 from ..cli.conftest import cli
 from ..integration.ledger import Step, create_ledger

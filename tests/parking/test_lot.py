@@ -10,11 +10,11 @@ from typing import Any
 import asyncpg
 import pytest
 
+from consumerkit import migrate
 from consumerkit.envelope import Record
 from consumerkit.observability.observer import BaseObserver
 from consumerkit.parking import store
 from consumerkit.parking.lot import ParkingLot
-from consumerkit.schema import migrate
 from consumerkit.transport.source import Partition
 
 from .test_store import entry

@@ -7,10 +7,11 @@ import asyncio
 
 import asyncpg
 
+from consumerkit import migrate
 from consumerkit.engine.replay import discard_key
 from consumerkit.grants import runtime_grants
 from consumerkit.parking import ParkedRecord, store
-from consumerkit.schema import applied_versions, migrate
+from consumerkit.schema import applied_versions
 
 
 def entry(offset: int, key: bytes = b"order-1", reason: str = "key_parked") -> ParkedRecord:

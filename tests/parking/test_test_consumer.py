@@ -10,10 +10,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from consumerkit import Postgres, RetryPolicy, StartupError
+from consumerkit import Postgres, RetryPolicy, StartupError, migrate
 from consumerkit.engine.replay import replay_key
 from consumerkit.observability.tracing import Tracing
-from consumerkit.schema import migrate
 from consumerkit.testing import TestConsumer
 
 from .moves import BROKEN, Move, move, moves

@@ -13,7 +13,7 @@ from typing import TypeAlias
 import asyncpg
 import pytest
 
-from consumerkit.schema import migrate
+from consumerkit import migrate
 
 Conn: TypeAlias = "asyncpg.Connection[asyncpg.Record]"
 Connect: TypeAlias = Callable[[], Awaitable[Conn]]

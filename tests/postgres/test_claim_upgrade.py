@@ -8,11 +8,12 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from consumerkit import migrate
 from consumerkit.dedup import DedupPolicy, PostgresDedupStore
 from consumerkit.dedup.rows import claim_many_ddl
 from consumerkit.envelope import Envelope
 from consumerkit.errors import StartupError
-from consumerkit.schema import applied_versions, migrate
+from consumerkit.schema import applied_versions
 from consumerkit.types import Claim, ClaimRequest, ClaimStatus
 
 from .conftest import Conn, Connect

@@ -8,10 +8,10 @@ from datetime import datetime, timedelta
 import asyncpg
 import pytest
 
+from consumerkit import migrate
 from consumerkit.dedup import DedupPolicy, PostgresDedupStore, maintain
 from consumerkit.envelope import Envelope
 from consumerkit.errors import ConfigurationError
-from consumerkit.schema import migrate
 from consumerkit.types import Claim, ClaimRequest, ClaimStatus
 
 from .claim_waits import claim_waiting

@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
+from consumerkit import migrate
 from consumerkit.deadletter import DeadLetterEntry, DeadLetterTable, list_dead_letters
 from consumerkit.deadletter.writer import DeadLetterWriter
-from consumerkit.schema import migrate
 from consumerkit.types import SinkResources
 
 Pool = asyncpg.Pool

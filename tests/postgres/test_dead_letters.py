@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 import asyncpg
 import pytest
 
+from consumerkit import migrate
 from consumerkit.deadletter import DeadLetterEntry, DeadLetterTable, list_dead_letters
 from consumerkit.errors import ConsumerKitError
-from consumerkit.schema import migrate
 from consumerkit.types import SinkResources
 
 

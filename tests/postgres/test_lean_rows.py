@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 import asyncpg
 import pytest
 
+from consumerkit import migrate
 from consumerkit import schema as schema_module
 from consumerkit.dedup import DedupPolicy, Layout, PostgresDedupStore, list_partitions, maintain
 from consumerkit.dedup import layout as layout_module
@@ -20,7 +21,7 @@ from consumerkit.dedup.partitions import partition_floor, partition_name
 from consumerkit.dedup.upgrade import lean_rows_ddl
 from consumerkit.envelope import Envelope
 from consumerkit.errors import StartupError
-from consumerkit.schema import CORE_STEPS, DEDUP_STEPS, TABLE_DEDUP_STEPS, Step, migrate
+from consumerkit.schema import CORE_STEPS, DEDUP_STEPS, TABLE_DEDUP_STEPS, Step
 from consumerkit.types import Claim, ClaimRequest, ClaimStatus
 
 from .conftest import Conn, Connect

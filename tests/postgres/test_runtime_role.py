@@ -14,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from consumerkit import DedupPolicy
+from consumerkit import DedupPolicy, migrate
 from consumerkit.dedup.partitions import list_partitions, maintain, partition_floor
 from consumerkit.errors import ConfigurationError
 from consumerkit.grants import runtime_grants
@@ -23,10 +23,8 @@ from consumerkit.outbox import (
     OutboxRetention,
     OutboxTable,
     maintain_outbox,
-    migrate_outbox,
 )
 from consumerkit.outbox.retention import plan
-from consumerkit.schema import migrate
 
 from .conftest import Conn
 from .dedup_rows import count_ids, store_ids
@@ -231,7 +229,7 @@ async def test_a_runtime_role_writes_to_and_maintains_an_outbox_kept_in_partitio
     keep = OutboxRetention(retention=timedelta(days=2))
     table = OutboxTable(schema, "outbox", keep)
     await migrate(conn, schema, POLICY)
-    await migrate_outbox(conn, table)
+    await migrate(conn, dedup=None, outboxes=[table])
     try:
         now: datetime = await conn.fetchval("SELECT now()")
         await maintain(conn, schema, plan(table), now=now - timedelta(days=10))

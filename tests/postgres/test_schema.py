@@ -7,9 +7,11 @@ from datetime import UTC
 
 import pytest
 
+from consumerkit import migrate
 from consumerkit.dedup import DedupPolicy, list_partitions
 from consumerkit.errors import ConfigurationError
-from consumerkit.schema import applied_versions, check_synchronous_commit, migrate
+from consumerkit.outbox import OutboxTable
+from consumerkit.schema import applied_versions, check_synchronous_commit
 
 from .conftest import Conn, Connect
 
@@ -49,6 +51,21 @@ async def test_migrate_creates_partitioned_dedup_table_and_dead_letters(
     parts = await list_partitions(conn, migrated, "processed_events")
     assert [p.name for p in parts if p.lower and p.upper and p.lower <= now < p.upper] == [
         f"processed_events_p{now.astimezone(UTC):%Y%m%d}00"]
+
+
+async def test_migrate_without_a_dedup_policy_creates_the_outboxes_alone(
+    conn: Conn, schema: str,
+) -> None:
+    outboxes = [OutboxTable(schema, "outbox"), OutboxTable(schema, "orders_outbox")]
+    await migrate(conn, schema, None, outboxes=outboxes)
+    await migrate(conn, schema, None, outboxes=outboxes)  # idempotent
+    assert set(await _relkinds(conn, schema)) == {"consumerkit_schema_version"} | {
+        f"{t.table}{side}" for t in outboxes
+        for side in ("", "_failures", "_keys", "_leases", "_relays")}
+    assert await applied_versions(conn, schema) == {"outbox:outbox": 2,
+                                                    "outbox:orders_outbox": 2}
+    with pytest.raises(ConfigurationError, match="nothing to migrate"):
+        await migrate(conn, schema, None)
 
 
 async def test_migrate_is_idempotent(conn: Conn, migrated: str) -> None:

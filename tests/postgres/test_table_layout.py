@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from consumerkit import migrate
 from consumerkit.dedup import DedupPolicy, Layout, list_partitions, maintain, store_for
 from consumerkit.dedup.cleanup import delete_expired
 from consumerkit.dedup.layout import existing_layout
@@ -15,7 +16,7 @@ from consumerkit.dedup.partitions import LOCK_SEED
 from consumerkit.dedup.retention import register
 from consumerkit.envelope import Envelope
 from consumerkit.errors import StartupError
-from consumerkit.schema import TABLE_DEDUP_STEPS, applied_versions, migrate
+from consumerkit.schema import TABLE_DEDUP_STEPS, applied_versions
 from consumerkit.types import ClaimRequest, ClaimStatus
 
 from .conftest import Conn, Connect

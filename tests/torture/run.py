@@ -18,8 +18,8 @@ from typing import Any
 import asyncpg
 from aiokafka import AIOKafkaConsumer
 
-from consumerkit.outbox import OutboxTable, migrate_outbox
-from consumerkit.schema import migrate
+from consumerkit import migrate
+from consumerkit.outbox import OutboxTable
 from consumerkit.testing.services import TansuBroker
 from consumerkit.transport.kafka_admin import create_topic
 from tests.harness.kafka import KafkaCluster
@@ -63,7 +63,7 @@ async def _setup(dsn: str, bootstrap: str, profile: Profile) -> None:
     conn = await _db(dsn)
     try:
         await migrate(conn, SCHEMA)
-        await migrate_outbox(conn, OutboxTable(SCHEMA))
+        await migrate(conn, dedup=None, outboxes=[OutboxTable(SCHEMA)])
         await ledger.create(conn, SCHEMA, profile.aggregates)
     finally:
         await conn.close()

@@ -10,9 +10,8 @@ from collections.abc import Callable
 import asyncpg
 import pytest
 
-from consumerkit import Postgres
+from consumerkit import Postgres, migrate
 from consumerkit.registry import HandlerSource
-from consumerkit.schema import migrate
 from consumerkit.testing import TestConsumer
 
 from . import ledger

@@ -26,7 +26,7 @@ PUBLIC: dict[str, list[str]] = {
         "Retry", "RetryPolicy", "Sends", "Stall", "StartupError", "Timeouts", "TransportError",
         "UndeclaredEventError", "Unhandled", "UpcasterChainError",
         "WebhookError", "WebhookReceiver", "WebhookSink", "WireFormat", "__version__",
-        "discard_dead_letters", "handler", "migrate", "migrate_outbox", "preview_dead_letters",
+        "discard_dead_letters", "handler", "migrate", "preview_dead_letters",
         "replay_dead_letters", "store_for", "tune_gc", "upcaster",
     ],
     "consumerkit.deadletter": [
@@ -50,7 +50,7 @@ PUBLIC: dict[str, list[str]] = {
         "NoReplicationSlotError", "NotInTransactionError", "Outbox", "OutboxEvent",
         "OutboxRetention", "OutboxSink", "OutboxTable", "PermanentSendError", "Relay", "SLOTS",
         "TopicRoute", "cleanup", "count_failed", "failed_events", "live_relays",
-        "maintain_outbox", "migrate_outbox", "prepare_cdc", "retry_failed", "skip_failed",
+        "maintain_outbox", "prepare_cdc", "retry_failed", "skip_failed",
         "slot_reading",
     ],
     "consumerkit.parking": [

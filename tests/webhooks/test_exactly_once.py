@@ -18,8 +18,8 @@ import asyncpg
 import httpx
 import orjson
 
-from consumerkit import Postgres, RetryPolicy, WebhookSink
-from consumerkit.outbox import Outbox, OutboxTable, Relay, migrate_outbox
+from consumerkit import Postgres, RetryPolicy, WebhookSink, migrate
+from consumerkit.outbox import Outbox, OutboxTable, Relay
 from consumerkit.webhook import generate_secret
 
 from .conftest import Reply, ScriptedEndpoint, wait_until
@@ -110,7 +110,7 @@ async def _started(relay: Relay, task: asyncio.Task[None]) -> bool:
 async def outbox_in(pool: Pool, schema: str) -> tuple[Outbox, OutboxTable]:
     table = OutboxTable(schema, "outbox")
     async with pool.acquire() as conn:
-        await migrate_outbox(conn, table)
+        await migrate(conn, dedup=None, outboxes=[table])
     return Outbox(schema, "outbox"), table
 
 
