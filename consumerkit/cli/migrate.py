@@ -24,7 +24,7 @@ from ..outbox.table import OutboxTable
 from ..schema import applied_versions
 from .admin import dsn
 from .common import database_args, duration, policy_args, sub
-from .errors import database
+from .errors import CommandError, database
 
 WHAT = {"core": "dead-letter table, retention registry and consumer offsets",
         "dedup": "dedup table",
@@ -71,9 +71,21 @@ def describe(component: str, before: int | None, after: int | None) -> str:
     return f"{what}: already present (version {after})"
 
 
+# the dedup table's flags, by the DedupPolicy field each one sets
+DEDUP_FLAGS = {"table": "--table", "retention": "--retention",
+               "partition_interval": "--interval", "layout": "--layout",
+               "diagnostics": "--diagnostics"}
+
+
 async def migrate_command(args: argparse.Namespace) -> int:
     policy = DedupPolicy(retention=args.retention, partition_interval=args.interval,
                          table=args.table, layout=args.layout, diagnostics=args.diagnostics)
+    if args.outbox_only:  # a flag that would do nothing is a mistake to say, not to ignore
+        given = [flag for name, flag in DEDUP_FLAGS.items()
+                 if getattr(policy, name) != getattr(DedupPolicy(), name)]
+        if given:
+            raise CommandError(f"--outbox-only migrates no dedup table: {', '.join(given)} "
+                               "would do nothing; drop it, or migrate without --outbox-only")
     retention = None if args.outbox_retention is None else OutboxRetention(
         args.outbox_retention)
     outboxes = [OutboxTable(args.schema, t, retention)

@@ -111,6 +111,22 @@ async def test_migrate_outbox_only_creates_the_outboxes_and_no_dedup_table(
         await pg_pool.execute(f'DROP PUBLICATION IF EXISTS "{kept.publication}"')
 
 
+async def test_migrate_outbox_only_refuses_the_dedup_tables_flags(
+    postgres_dsn: str, pg_schema: str, pg_pool: asyncpg.Pool,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A dedup flag beside --outbox-only would do nothing: said in one line, before any
+    table is made."""
+    code, out = await run(capsys, "migrate", "--postgres", postgres_dsn, "--schema", pg_schema,
+                          "--outbox-only", "--layout", "table", "--retention", "30d")
+    assert code != 0
+    lines = out.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out, out
+    assert "--retention, --layout would do nothing" in lines[0]
+    assert not await pg_pool.fetchval(
+        "SELECT count(*) FROM pg_tables WHERE schemaname = $1", pg_schema)
+
+
 def test_the_outbox_command_no_longer_migrates(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main(["outbox", "migrate", "--postgres", "postgresql://x@127.0.0.1:1/x"])
