@@ -121,7 +121,8 @@ async def test_migrate_outbox_only_refuses_the_dedup_tables_flags(
                           "--outbox-only", "--layout", "table", "--retention", "30d")
     assert code != 0
     lines = out.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in out, out
+    assert len(lines) == 1, out
+    assert "Traceback" not in out
     assert "--retention, --layout would do nothing" in lines[0]
     assert not await pg_pool.fetchval(
         "SELECT count(*) FROM pg_tables WHERE schemaname = $1", pg_schema)
