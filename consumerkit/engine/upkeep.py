@@ -5,7 +5,6 @@ the partitions' lead told to the observers; and the redelivery horizon checked a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
@@ -24,6 +23,7 @@ from ..outbox.table import OutboxTable
 from ..outbox.writer import Outbox
 from ..retry import RetryPolicy
 from ..schema import check_synchronous_commit
+from ..shared.aio import wait_set
 from ..types import DbConnection
 from .observing import partitions_ahead
 
@@ -65,9 +65,7 @@ class DedupUpkeep:
         """Create partitions ahead and drop expired ones every ``interval``, or at once when
         a claim found no partition for the current time (``wanted``); until cancelled."""
         while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(interval.total_seconds()):
-                    await wanted.wait()
+            await wait_set(wanted, interval.total_seconds())
             wanted.clear()
             try:
                 async with self.pool.acquire() as conn:

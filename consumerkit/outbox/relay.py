@@ -29,6 +29,7 @@ from ..observability.observer import Observer, fanout
 from ..retry import RetryPolicy
 from ..settings.groups import Metrics, Postgres
 from ..shared import faults, signals
+from ..shared.aio import wait_set
 from ..shared.failures import BROKEN_CONNECTION
 from ..shared.identifiers import redact_dsn
 from ..shared.observing import Probe, serve_metrics
@@ -259,18 +260,14 @@ class Relay:
         await self._wait(delay)
 
     async def _wait(self, delay: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(delay):
-                await self._wake.wait()
+        await wait_set(self._wake, delay)
 
     async def _pause(self, reason: str) -> None:
         self._outages += 1
         self.pauses += 1
         delay = self.retry.delay(self._outages)
         log.warning("outbox relay %s paused for %.1fs: %s", self.name, delay, reason)
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(delay):
-                await self._stopping.wait()
+        await wait_set(self._stopping, delay)
 
     async def _connection(self) -> asyncpg.Connection[asyncpg.Record]:
         if self._conn is None or self._conn.is_closed():

@@ -9,6 +9,7 @@ setting) keeps the standard loop even when uvloop is installed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import os
 from collections.abc import Callable, Coroutine
@@ -48,6 +49,14 @@ def run(main: Coroutine[Any, Any, T], *, use_uvloop: bool = True) -> T:
     """``asyncio.run(main)`` on the loop :func:`loop_factory` chooses."""
     with asyncio.Runner(loop_factory=loop_factory(use_uvloop)) as runner:
         return runner.run(main)
+
+
+async def wait_set(event: asyncio.Event, timeout: float) -> bool:
+    """Wait until ``event`` is set or ``timeout`` seconds have passed; whether it is set."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout):
+            await event.wait()
+    return event.is_set()
 
 
 def describe(loop: asyncio.AbstractEventLoop | None = None) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from datetime import timedelta
 
@@ -11,6 +10,7 @@ import asyncpg
 
 from ..dedup.partitions import maintain
 from ..dedup.policy import DedupPolicy
+from ..shared.aio import wait_set
 from ..shared.failures import describe
 
 log = logging.getLogger("consumerkit.webhook")
@@ -21,9 +21,7 @@ async def maintain_forever(pool: asyncpg.Pool, schema: str, dedup: DedupPolicy,
     """Create dedup partitions ahead and drop expired ones every ``interval``, or at once
     when ``wanted`` is set (a claim found no partition for the current time)."""
     while True:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(interval.total_seconds()):
-                await wanted.wait()
+        await wait_set(wanted, interval.total_seconds())
         wanted.clear()
         try:
             async with pool.acquire() as conn:

@@ -34,6 +34,12 @@ async def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]
     return code, out.out + out.err
 
 
+async def tables(pool: asyncpg.Pool, schema: str) -> set[str]:
+    """The names of the tables in ``schema``."""
+    return {r["tablename"] for r in await pool.fetch(
+        "SELECT tablename FROM pg_tables WHERE schemaname = $1", schema)}
+
+
 def reported(out: str) -> list[str]:
     """The lines of ``migrate``'s report, without the warning it gives a superuser (the test
     servers' role is one)."""
@@ -55,9 +61,8 @@ async def test_migrate_creates_every_table_once_and_says_so(
         "created outbox and its side tables outbox (version 2)",
         "created outbox and its side tables orders_outbox (version 2)",
         f"schema {pg_schema} is up to date"]
-    tables = {r["tablename"] for r in await pg_pool.fetch(
-        "SELECT tablename FROM pg_tables WHERE schemaname = $1", pg_schema)}
-    assert tables >= TABLES
+    made = await tables(pg_pool, pg_schema)
+    assert made >= TABLES
     code, out = await run(capsys, "migrate", *db)
     assert code == 0, out
     assert reported(out) == [
@@ -67,9 +72,8 @@ async def test_migrate_creates_every_table_once_and_says_so(
         "outbox and its side tables outbox: already present (version 2)",
         "outbox and its side tables orders_outbox: already present (version 2)",
         f"schema {pg_schema} is up to date"]
-    after = {r["tablename"] for r in await pg_pool.fetch(
-        "SELECT tablename FROM pg_tables WHERE schemaname = $1", pg_schema)}
-    assert after == tables
+    after = await tables(pg_pool, pg_schema)
+    assert after == made
 
 
 async def test_migrate_outbox_only_creates_the_outboxes_and_no_dedup_table(
@@ -84,9 +88,8 @@ async def test_migrate_outbox_only_creates_the_outboxes_and_no_dedup_table(
         "created outbox and its side tables outbox (version 2)",
         "created outbox and its side tables orders_outbox (version 2)",
         f"outboxes of schema {pg_schema} are up to date"]
-    tables = {r["tablename"] for r in await pg_pool.fetch(
-        "SELECT tablename FROM pg_tables WHERE schemaname = $1", pg_schema)}
-    assert tables == {"consumerkit_schema_version"} | {
+    made = await tables(pg_pool, pg_schema)
+    assert made == {"consumerkit_schema_version"} | {
         f"{t}{side}" for t in ("outbox", "orders_outbox")
         for side in ("", "_failures", "_keys", "_leases", "_relays")}
     # the runtime role's grants name the tables there are, none of the consumers' own
@@ -105,8 +108,7 @@ async def test_migrate_outbox_only_creates_the_outboxes_and_no_dedup_table(
             "created outbox and its side tables kept_outbox (version 2)",
             "created dead-letter table, retention registry and consumer offsets (version 9)",
             f"outboxes of schema {pg_schema} are up to date"]
-        assert "processed_events" not in {r["tablename"] for r in await pg_pool.fetch(
-            "SELECT tablename FROM pg_tables WHERE schemaname = $1", pg_schema)}
+        assert "processed_events" not in await tables(pg_pool, pg_schema)
     finally:
         await pg_pool.execute(f'DROP PUBLICATION IF EXISTS "{kept.publication}"')
 
@@ -124,8 +126,7 @@ async def test_migrate_outbox_only_refuses_the_dedup_tables_flags(
     assert len(lines) == 1, out
     assert "Traceback" not in out
     assert "--retention, --layout would do nothing" in lines[0]
-    assert not await pg_pool.fetchval(
-        "SELECT count(*) FROM pg_tables WHERE schemaname = $1", pg_schema)
+    assert not await tables(pg_pool, pg_schema)
 
 
 def test_the_outbox_command_no_longer_migrates(capsys: pytest.CaptureFixture[str]) -> None:
