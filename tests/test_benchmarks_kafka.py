@@ -6,6 +6,7 @@ install."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -23,6 +24,7 @@ from benchmarks.outbox_peers import RelaySpec
 from benchmarks.profiles import MAIN, Cell, Profile
 from benchmarks.runner import Settings
 from benchmarks.workload import create_topic, delete_topic
+from consumerkit.transport.kafka_access import describe_topics
 from tests.harness.kafka import KafkaCluster
 
 from .test_benchmarks import NoDedupPeer
@@ -35,14 +37,20 @@ KAFKA_SMOKE = Profile("smoke", (
 ), relay=RelaySpec(rows=200, runs=1, deadline=120))
 
 
-async def _replicas(bootstrap: str, topic: str) -> set[int]:
+async def _replicas(bootstrap: str, topic: str, partitions: int = 4) -> set[int]:
+    """The replica counts of ``topic``'s partitions, once a broker lists all of them: the
+    broker asked may learn of a new topic after the one ``create_topic`` asked."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000)
     await admin.start()
     try:
-        (described,) = await admin.describe_topics([topic])
+        async with asyncio.timeout(30):
+            while True:
+                (described,) = await describe_topics(admin, [topic])
+                if described["error_code"] == 0 and len(described["partitions"]) == partitions:
+                    return {len(p["replicas"]) for p in described["partitions"]}
+                await asyncio.sleep(0.1)
     finally:
         await admin.close()
-    return {len(p["replicas"]) for p in described["partitions"]}
 
 
 @pytest.mark.slow
