@@ -51,6 +51,7 @@ from consumerkit.transport.kafka_admin import create_topic
 from .broker import producer_flags, traits
 from .context import services
 from .outbox_cpu import CpuMeter, broker_pids
+from .relay_check import PARTITIONS
 
 NO_IDEMPOTENCE = {"enable_idempotence": False}  # Tansu has no idempotent producer
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,7 +77,7 @@ async def _fresh(conn: asyncpg.Connection[asyncpg.Record], bootstrap: str) -> tu
     table = OutboxTable(f"ck_bench_{uuid.uuid4().hex[:8]}", "outbox")
     await migrate(conn, dedup=None, outboxes=[table])
     topic = f"ck-bench-outbox-{uuid.uuid4().hex[:8]}"
-    await create_topic(bootstrap, topic, 8,
+    await create_topic(bootstrap, topic, PARTITIONS,
                        replication_factor=traits(bootstrap).replication_factor)
     return table, topic
 

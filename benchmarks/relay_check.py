@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 import orjson
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 PARTITIONS = 8
 
@@ -40,11 +40,18 @@ async def read_topic(bootstrap: str, topic: str, at_least: int, timeout: float =
                      ) -> list[list[Record]]:
     """Every record of ``topic`` from the start, per partition in offset order: until at
     least ``at_least`` came and two polls more found nothing (late duplicates count too), or
-    ``timeout`` passed (the check then reports what is missing)."""
-    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None,
-                                auto_offset_reset="earliest", enable_auto_commit=False,
-                                metadata_max_age_ms=1000)
+    ``timeout`` passed (the check then reports what is missing).
+
+    It reads from offset 0 of the fresh topic, not from the beginning the broker names: after
+    concurrent first appends, Tansu 0.6 can name a later batch
+    (``python -m tests.torture.broker_earliest``)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                                enable_auto_commit=False, metadata_max_age_ms=1000)
     await consumer.start()
+    parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+    consumer.assign(parts)
+    for tp in parts:
+        consumer.seek(tp, 0)
     records: list[list[Record]] = [[] for _ in range(PARTITIONS)]
     try:
         deadline = time.monotonic() + timeout
