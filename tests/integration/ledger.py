@@ -21,6 +21,7 @@ from consumerkit.shared.identifiers import identifier
 from consumerkit.types import DbConnection
 
 from ..brokers import IDEMPOTENCE
+from ..harness.from_zero import assign_from_zero
 from ..pooling import POOLER
 
 FAST_GROUP = {  # quick joins and rebalances on the test broker (it holds a join ~session/2)
@@ -189,12 +190,13 @@ Read = tuple[bytes | None, list[tuple[str, bytes | None]]]
 
 async def read_topic(bootstrap: str, topic: str, expected: int) -> list[Read]:
     """The first ``expected`` records of ``topic`` as (value, headers), within 60 s."""
-    reader = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                              enable_auto_commit=False, group_id=None)
+    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                              group_id=None)
     await reader.start()
     found: list[Read] = []
     try:
         async with asyncio.timeout(60):
+            await assign_from_zero(reader, [topic])
             while len(found) < expected:
                 batch = await reader.getmany(timeout_ms=200)
                 for records in batch.values():

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 
 import asyncpg
 import pytest_asyncio
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 
 from consumerkit import migrate
 from consumerkit.outbox import Outbox, OutboxTable, Relay
+from tests.harness.from_zero import assign_from_zero, rewind
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -60,14 +61,11 @@ async def read_all(bootstrap: str, topics: list[str], done: Callable[[list[Publi
     """Records of ``topics`` from offset 0, in log order, until ``done(records)`` holds, then
     until a poll finds nothing more (so late duplicates are counted too).
 
-    The reader seeks to offset 0, not to the beginning the broker names: Tansu 0.6 names the
-    batch it stored first in time, and two producers' concurrent first appends to a partition
-    can store offset 6 before offset 0, which a reader from "earliest" then never reads. The
-    topics here are fresh and never truncated, so 0 is where their logs begin. A broker can
-    also show a later batch before an earlier one it has acknowledged (Tansu advances the high
-    watermark before it writes the batch), and a plain reader passes that gap for good. So
-    while what was read is incomplete, the reader goes back to 0 now and then, and keeps each
-    record once by its position."""
+    The reader starts at offset 0, not at the beginning the broker names
+    (:mod:`tests.harness.from_zero`). A broker can also show a later batch before an earlier
+    one it has acknowledged (Tansu advances the high watermark before it writes the batch),
+    and a plain reader passes that gap for good. So while what was read is incomplete, the
+    reader goes back to 0 now and then, and keeps each record once by its position."""
     reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
                               enable_auto_commit=False, metadata_max_age_ms=1000)
     await reader.start()
@@ -78,10 +76,7 @@ async def read_all(bootstrap: str, topics: list[str], done: Callable[[list[Publi
 
     try:
         async with asyncio.timeout(timeout):
-            parts = await _partitions(reader, topics)
-            reader.assign(parts)
-            for tp in parts:
-                reader.seek(tp, 0)
+            parts = await assign_from_zero(reader, topics)
             quiet, complete = 0, False
             rewound, interval = time.monotonic(), 1.0
             while quiet < 2:
@@ -97,8 +92,7 @@ async def read_all(bootstrap: str, topics: list[str], done: Callable[[list[Publi
                 elif complete:
                     quiet += 1
                 elif time.monotonic() - rewound >= interval:
-                    for tp in parts:
-                        reader.seek(tp, 0)
+                    rewind(reader, parts)
                     rewound, interval = time.monotonic(), min(interval * 2, 8.0)
     except TimeoutError:  # say what was read, so a failure tells the broker from the relay
         per_partition = Counter((p.topic, p.partition) for p in found.values())
@@ -108,16 +102,6 @@ async def read_all(bootstrap: str, topics: list[str], done: Callable[[list[Publi
     finally:
         await reader.stop()
     return in_order()
-
-
-async def _partitions(reader: AIOKafkaConsumer, topics: list[str]) -> list[TopicPartition]:
-    """Every partition of ``topics``, once the cluster's metadata lists them all."""
-    while True:
-        await reader.topics()  # refreshes the metadata
-        listed = {t: reader.partitions_for_topic(t) for t in topics}
-        if all(listed.values()):
-            return [TopicPartition(t, p) for t, ps in listed.items() for p in sorted(ps or ())]
-        await asyncio.sleep(0.1)
 
 
 class RelayRunning:

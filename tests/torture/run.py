@@ -22,6 +22,7 @@ from consumerkit import migrate
 from consumerkit.outbox import OutboxTable
 from consumerkit.testing.services import TansuBroker
 from consumerkit.transport.kafka_admin import create_topic
+from tests.harness.from_zero import assign_from_zero
 from tests.harness.kafka import KafkaCluster
 
 from . import ledger, txn_outcomes
@@ -183,10 +184,10 @@ async def _read_topic(bootstrap: str, wanted: int,
     """(partition, offset, event id) of every record on the topic: reads until it has
     ``wanted`` distinct ids and two polls find nothing more (eight if it has fewer), or 60 s
     pass. With transactional producers upstream, read_committed: what they committed."""
-    reader = AIOKafkaConsumer(TOPIC, bootstrap_servers=bootstrap, group_id=None,
-                              auto_offset_reset="earliest", enable_auto_commit=False,
-                              isolation_level=isolation)
+    reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                              enable_auto_commit=False, isolation_level=isolation)
     await reader.start()
+    await assign_from_zero(reader, [TOPIC])
     read: list[tuple[int, int, str]] = []
     ids: set[str] = set()
     try:
