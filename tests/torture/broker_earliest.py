@@ -105,20 +105,25 @@ async def one_round(bootstrap: str, producers: list[AIOKafkaProducer], tally: Ta
     tally.missed_from_zero += sent - await read(bootstrap, topic, sent, from_zero=True)
 
 
-async def run(rounds: int, producers: int) -> Tally:
+async def run_on(bootstrap: str, rounds: int, producers: int = 2) -> Tally:
+    """``rounds`` rounds against the broker at ``bootstrap``."""
     tally = Tally()
-    with start_tansu() as broker:
-        clients = [AIOKafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
-                   for _ in range(producers)]
+    clients = [AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+               for _ in range(producers)]
+    for client in clients:
+        await client.start()
+    try:
+        for _ in range(rounds):
+            await one_round(bootstrap, clients, tally)
+    finally:
         for client in clients:
-            await client.start()
-        try:
-            for _ in range(rounds):
-                await one_round(broker.bootstrap, clients, tally)
-        finally:
-            for client in clients:
-                await client.stop()
+            await client.stop()
     return tally
+
+
+async def run(rounds: int, producers: int) -> Tally:
+    with start_tansu() as broker:
+        return await run_on(broker.bootstrap, rounds, producers)
 
 
 def main(argv: list[str] | None = None) -> int:
