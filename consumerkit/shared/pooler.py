@@ -27,13 +27,6 @@ Pooler = Literal["none", "session", "transaction"]
 POOLERS: tuple[str, ...] = get_args(Pooler)
 
 
-def check_pooler(value: str) -> Pooler:
-    """``value`` when it names a pooler mode; else :class:`ValueError` naming the modes."""
-    if value not in POOLERS:
-        raise ValueError(f"Postgres.pooler must be one of {', '.join(POOLERS)}, not {value!r}")
-    return value  # type: ignore[return-value]  # checked just above
-
-
 def connect_options(pooler: Pooler) -> dict[str, Any]:
     """The keyword arguments of :func:`asyncpg.connect` that ``pooler`` needs."""
     if pooler == "transaction":

@@ -8,7 +8,8 @@ import logging
 
 from consumerkit import Postgres
 from consumerkit.outbox import KafkaSink, Relay
-from consumerkit.shared.pooler import POOLERS, check_pooler
+from consumerkit.shared.pooler import POOLERS
+from tests.pooling import check_pooler
 
 from ..brokers import PRODUCER_OPTIONS
 

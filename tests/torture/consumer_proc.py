@@ -11,8 +11,9 @@ import os
 
 from consumerkit import Consumer, Kafka, Limits, Postgres, RetryPolicy, Timeouts
 from consumerkit.dedup.redis import RedisDedupCache
-from consumerkit.shared.pooler import POOLERS, check_pooler
+from consumerkit.shared.pooler import POOLERS
 from consumerkit.transport import kafka as kafka_transport
+from tests.pooling import check_pooler
 
 from .ledger import make_batch_handler, make_handler
 

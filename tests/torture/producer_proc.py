@@ -20,7 +20,8 @@ import asyncpg
 
 from consumerkit.outbox import NewEvent, Outbox
 from consumerkit.shared.identifiers import identifier
-from consumerkit.shared.pooler import POOLERS, Pooler, check_pooler, connect
+from consumerkit.shared.pooler import POOLERS, Pooler, connect
+from tests.pooling import check_pooler
 
 from .ledger import EVENT_TYPE
 
