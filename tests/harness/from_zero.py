@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Sequence
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
 
 __all__ = ["assign_from_zero", "rewind"]
 
@@ -23,8 +24,11 @@ async def assign_from_zero(reader: AIOKafkaConsumer, topics: Sequence[str],
     ``timeout`` s without them."""
     async with asyncio.timeout(timeout):
         while True:
-            await reader.topics()  # refreshes the metadata
-            listed = {t: reader.partitions_for_topic(t) for t in topics}
+            try:  # no public call returns a fresh read of the partitions
+                cluster = await reader._client.fetch_all_metadata()
+            except KafkaError:  # no broker answered (one restarting): ask again
+                cluster = None
+            listed = {t: cluster.partitions_for_topic(t) if cluster else None for t in topics}
             if all(listed.values()):
                 break
             await asyncio.sleep(0.1)
