@@ -20,6 +20,7 @@ import asyncpg
 from consumerkit import BatchContext, Consumer, HandlerContext, Kafka, Postgres, handler, migrate
 from consumerkit.dedup import DedupPolicy, maintain
 from consumerkit.dedup.rows import claim_function, lock_timeout_setting
+from consumerkit.shared.pooler import Pooler
 
 from .effects import DbEffect, Effect, q
 from .peers import FAST_GROUP, Peer, PeerEnv, SetBasedPeer
@@ -111,7 +112,7 @@ class ConsumerkitPeer(Peer):
     # stay comparable with consumerkit-before and across runs, and consumerkit-pg-offsets
     # against consumerkit is what the default offset store costs
     base_options: ClassVar[Mapping[str, Any]] = {"offset_store": "kafka"}
-    pooler: ClassVar[str] = "none"  # Postgres(pooler=...): what stands before PostgreSQL
+    pooler: ClassVar[Pooler] = "none"  # Postgres(pooler=...): what stands before PostgreSQL
     uses_redis: ClassVar[bool] = False
     uses_metrics: ClassVar[bool] = False
     needs: ClassVar[str | None] = None  # "defer" or "batch": an engine API it depends on

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from consumerkit.shared import aio
+from consumerkit.shared.pooler import Pooler
 
 from . import pgbouncer, pooler_relay
 from .context import Services, collect, services
@@ -38,7 +39,7 @@ from .peers import Peer, PeerEnv
 from .runner import Settings, benchmark
 
 Log = Callable[[str], None]
-MODES = ("session", "transaction")
+MODES: tuple[Pooler, ...] = ("session", "transaction")
 POOL_SIZE = 20  # a session pooler pins concurrency + 2 backends per consumer
 PREPARED_STATEMENTS = 200  # PgBouncer 1.21+'s compiled default for max_prepared_statements
 PREPARED = f"max_prepared_statements={PREPARED_STATEMENTS}"
@@ -81,11 +82,11 @@ first round trip of each statement with parameters.
 @dataclasses.dataclass(frozen=True)
 class Way:
     """One way to reach PostgreSQL: a DSN (direct, or a PgBouncer's) and the
-    ``postgres_pooler`` consumerkit is told."""
+    ``Postgres.pooler`` consumerkit is told."""
 
     name: str
     dsn: str
-    pooler: str
+    pooler: Pooler
     relay: bool = True  # measured for the relay too (not where the relay cannot work)
 
 

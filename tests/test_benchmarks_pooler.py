@@ -34,8 +34,8 @@ async def test_the_pooler_cells_run_through_both_pgbouncer_modes(
             assert (rows[way]["ratio"] or 0) > 0, rows[way]
             assert rows[way]["statements_per_event"] > 0, rows[way]
             assert rows[way]["statements_per_transaction"] >= 1, rows[way]
-        for way in more:  # one PgBouncer for both ways: its counts are no one way's
-            assert (rows[way]["ratio"] or 0) > 0, rows[way]
+        for name in more:  # one PgBouncer for both ways: its counts are no one way's
+            assert (rows[name]["ratio"] or 0) > 0, rows[name]
     page = tmp_path / "benchmarks.md"
     page.write_text("# Benchmarks\n")
     text = pooler.render(doc)

@@ -77,14 +77,14 @@ class CommonSettings(BaseSettings):
     kafka: Kafka = Kafka()
     metrics: Metrics = Metrics()
     log_format: Literal["text", "json"] = Field(
-        "text", description="`text` for a terminal, `json` for one object per line")
+        default="text", description="`text` for a terminal, `json` for one object per line")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field(
-        "INFO", description="the lowest level logged")
+        default="INFO", description="the lowest level logged")
     uvloop: bool = Field(
-        True, description="run on uvloop when it is installed (the `fast` extra); false: the "
-        "standard asyncio loop")
+        default=True, description="run on uvloop when it is installed (the `fast` extra); "
+        "false: the standard asyncio loop")
     gc_tuning: bool = Field(
-        True, description="once started, freeze the start-up objects and collect the young "
+        default=True, description="once started, freeze the start-up objects and collect the young "
         "generation every 50,000 allocations instead of 700 (see operations); false: "
         "CPython's defaults")
 
@@ -126,7 +126,7 @@ class ConsumerSettings(CommonSettings):
     stall: Stall = Stall()
     unhandled: Unhandled = Unhandled()
     offset_store: Literal["kafka", "postgres"] = Field(
-        "postgres", description="where each partition's next offset is kept: `postgres` "
+        default="postgres", description="where each partition's next offset is kept: `postgres` "
         "also stores it in the effects' transactions and trusts it on assignment; `kafka` "
         "only on the broker")
 
@@ -144,24 +144,24 @@ class RelaySettings(CommonSettings):
     """``consumerkit relay``: one outbox published to Kafka, or to a webhook when
     ``webhook_url`` is set."""
 
-    table: str = Field("outbox", description="the outbox table")
+    table: str = Field(default="outbox", description="the outbox table")
     route: str = Field(
-        "{aggregate_type}", description="Kafka topic template; `{event_type}` and "
+        default="{aggregate_type}", description="Kafka topic template; `{event_type}` and "
         "`{aggregate_type}` are replaced by the event's values")
     batch_size: int = Field(
-        500, ge=1, le=COUNT_MAX, description="rows claimed and sent per round")
+        default=500, ge=1, le=COUNT_MAX, description="rows claimed and sent per round")
     poll_interval: float = Field(
-        1.0, gt=0, le=SECONDS_MAX, allow_inf_nan=False,
+        default=1.0, gt=0, le=SECONDS_MAX, allow_inf_nan=False,
         description="seconds between polls when no notification comes")
-    notify: bool = Field(True, description="wake on LISTEN/NOTIFY (off behind a pooler)")
-    name: str | None = Field(None, description="the relay's name in logs (unset: host:pid)")
+    notify: bool = Field(default=True, description="wake on LISTEN/NOTIFY (off behind a pooler)")
+    name: str | None = Field(default=None, description="the relay's name in logs (unset: host:pid)")
     enable_idempotence: bool = Field(
-        True, description="Kafka's idempotent producer (off for brokers without it)")
+        default=True, description="Kafka's idempotent producer (off for brokers without it)")
     auto_create_topics: bool = Field(
-        False, description="let the broker create a topic the route names on first use "
+        default=False, description="let the broker create a topic the route names on first use "
         "(off: a missing topic is an error naming it, and its events wait until it exists)")
     webhook_url: str | None = Field(
-        None, description="post each event to this URL instead of publishing it to Kafka")
+        default=None, description="post each event to this URL instead of publishing it to Kafka")
     webhook_headers: dict[str, SecretStr] = Field(
         default_factory=dict, description="headers added to every webhook request (a JSON "
         "object in the variable; never printed)")
@@ -170,7 +170,7 @@ class RelaySettings(CommonSettings):
         "every webhook request, one signature each (rotation); several separated by spaces "
         "or a JSON list in the variable; never printed")
     webhook_timeout: float = Field(
-        10.0, gt=0, le=SECONDS_MAX, allow_inf_nan=False,
+        default=10.0, gt=0, le=SECONDS_MAX, allow_inf_nan=False,
         description="seconds one webhook delivery may take")
 
     @field_validator("webhook_secrets", mode="before")

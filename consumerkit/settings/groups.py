@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 import ssl
 import warnings
-from collections.abc import Mapping
-from typing import Annotated, Any, Literal, Self
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import NoDecode
@@ -97,19 +97,24 @@ with warnings.catch_warnings():
         """The database: where consumerkit's tables are and what stands in front of it."""
 
         dsn: SecretStr | None = Field(
-            None, description="PostgreSQL DSN (`postgresql://user:password@host:5432/db`); "
+            default=None, description="PostgreSQL DSN (`postgresql://user:password@host:5432/db`); "
             "never printed with its password")
         schema: str = Field(  # type: ignore[assignment]
-            "consumerkit", description="the PostgreSQL schema of consumerkit's tables")
+            default="consumerkit", description="the PostgreSQL schema of consumerkit's tables")
         pooler: Pooler = Field(
-            "none", description="what stands in front of PostgreSQL: `none` (a direct "
+            default="none", description="what stands in front of PostgreSQL: `none` (a direct "
             "connection), `session` or `transaction` (PgBouncer's `pool_mode`); "
             "`transaction` turns the statement cache off and keeps no session state: the "
             "relay leases its slots in a table and polls")
         listen_dsn: SecretStr | None = Field(
-            None, description="with `pooler` `transaction`, the relay only: a DSN reaching "
+            default=None, description="with `pooler` `transaction`, the relay only: a DSN reaching "
             "PostgreSQL directly, on which the relay LISTENs to be woken by commits (unset: "
             "it polls); never printed with its password")
+
+        if TYPE_CHECKING:  # a type checker's view: a DSN may be given as plain text
+            def __init__(self, *, dsn: str | SecretStr | None = ..., schema: str = ...,
+                         pooler: Pooler = ..., listen_dsn: str | SecretStr | None = ...,
+                         ) -> None: ...
 
         @field_validator("schema")
         @classmethod
@@ -125,28 +130,45 @@ with warnings.catch_warnings():
             return self.dsn.get_secret_value() if self.dsn is not None else None
 
 
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+
 class Kafka(Group):
     """The brokers, the clients' options, TLS and SASL."""
 
     bootstrap: str | None = Field(
-        None, description="Kafka bootstrap servers, `HOST:PORT[,HOST:PORT...]`")
+        default=None, description="Kafka bootstrap servers, `HOST:PORT[,HOST:PORT...]`")
     options: dict[str, Any] = Field(
         default_factory=dict, description="aiokafka options for every Kafka client (a JSON "
         "object in the variable; no flag)")
     consumer_options: dict[str, Any] = Field(
         default_factory=dict, description="aiokafka options of the consumer alone, over "
         "`options` (a JSON object in the variable; no flag)")
-    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
-        "PLAINTEXT", description="how clients talk to the brokers")
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
-        None, description="the SASL mechanism")
-    sasl_plain_username: str | None = Field(None, description="the SASL user name")
-    sasl_plain_password: SecretStr | None = Field(None, description="the SASL password")
+    security_protocol: SecurityProtocol = Field(
+        default="PLAINTEXT", description="how clients talk to the brokers")
+    sasl_mechanism: SaslMechanism | None = Field(
+        default=None, description="the SASL mechanism")
+    sasl_plain_username: str | None = Field(default=None, description="the SASL user name")
+    sasl_plain_password: SecretStr | None = Field(default=None, description="the SASL password")
     ssl_cafile: str | None = Field(
-        None, description="TLS: the CA bundle that signs the brokers' certificates")
-    ssl_certfile: str | None = Field(None, description="TLS: the client certificate (mutual TLS)")
-    ssl_keyfile: str | None = Field(None, description="TLS: the client key")
-    ssl_password: SecretStr | None = Field(None, description="TLS: the client key's password")
+        default=None, description="TLS: the CA bundle that signs the brokers' certificates")
+    ssl_certfile: str | None = Field(
+        default=None, description="TLS: the client certificate (mutual TLS)")
+    ssl_keyfile: str | None = Field(default=None, description="TLS: the client key")
+    ssl_password: SecretStr | None = Field(
+        default=None, description="TLS: the client key's password")
+
+    if TYPE_CHECKING:  # a type checker's view: a password may be given as plain text
+        def __init__(
+            self, *, bootstrap: str | None = ..., options: dict[str, Any] = ...,
+            consumer_options: dict[str, Any] = ...,
+            security_protocol: SecurityProtocol = ..., sasl_mechanism: SaslMechanism | None = ...,
+            sasl_plain_username: str | None = ...,
+            sasl_plain_password: str | SecretStr | None = ..., ssl_cafile: str | None = ...,
+            ssl_certfile: str | None = ..., ssl_keyfile: str | None = ...,
+            ssl_password: str | SecretStr | None = ...,
+        ) -> None: ...
 
     def client_options(self) -> dict[str, Any]:
         """aiokafka options for every client: TLS and SASL (only those that differ from
@@ -180,14 +202,14 @@ class Limits(Group):
     """How much work is held and done at once."""
 
     concurrency: int | None = Field(
-        None, ge=1, le=COUNT_MAX,
+        default=None, ge=1, le=COUNT_MAX,
         description="records (or batches) handled at once; unset: 4 with batches, 16 without")
     max_batch: int = Field(
-        500, ge=1, le=COUNT_MAX, description="records per transaction (1: one each)")
+        default=500, ge=1, le=COUNT_MAX, description="records per transaction (1: one each)")
     max_in_flight: int = Field(
-        5000, ge=1, le=IN_FLIGHT_MAX, description="records fetched but not yet committed")
+        default=5000, ge=1, le=IN_FLIGHT_MAX, description="records fetched but not yet committed")
     max_message_bytes: int = Field(
-        1 << 20, ge=1, le=1 << 30,
+        default=1 << 20, ge=1, le=1 << 30,
         description="the largest record value decoded; a larger one is dead-lettered")
 
 
@@ -195,34 +217,34 @@ class Timeouts(Group):
     """How long a handler and a graceful stop may take."""
 
     handler: Seconds | None = Field(
-        60.0, description="seconds one handler call may take (unset: no limit)")
+        default=60.0, description="seconds one handler call may take (unset: no limit)")
     shutdown: Seconds = Field(
-        30.0, description="seconds a graceful stop waits for in-flight work")
+        default=30.0, description="seconds a graceful stop waits for in-flight work")
 
 
 class Stall(Group):
     """When a failure every record would hit stops the consumer, and how it retries."""
 
     after_keys: int = Field(
-        5, ge=0, le=COUNT_MAX,
+        default=5, ge=0, le=COUNT_MAX,
         description="stall the consumer when a handler fails with the same error type for "
         "this many keys in a row (0: only a missing table, column or schema, a missing "
         "privilege or a read-only database stall it)")
     max_delay: Seconds = Field(
-        30.0, description="the longest wait, in seconds, between two tries while stalled")
+        default=30.0, description="the longest wait, in seconds, between two tries while stalled")
 
 
 class Metrics(Group):
     """The `/metrics`, `/healthz` and `/readyz` server."""
 
     port: int | None = Field(
-        None, ge=0, le=65535,
+        default=None, ge=0, le=65535,
         description="serve `/metrics`, `/healthz` and `/readyz` on this port (unset: no server)")
     host: str = Field(
-        "0.0.0.0",  # noqa: S104 - a scrape target listens on all
+        default="0.0.0.0",  # noqa: S104 - a scrape target listens on all
         description="the address the metrics server binds")
     refresh_interval: Seconds = Field(
-        5.0, description="seconds between the queries behind the gauges: the consumer's "
+        default=5.0, description="seconds between the queries behind the gauges: the consumer's "
         "lag, the relay's pending, oldest and failed rows (the parked keys: six times this)")
 
 
@@ -230,14 +252,18 @@ class Unhandled(Group):
     """What becomes of records whose event type no handler takes."""
 
     policy: Literal["dead_letter", "skip"] = Field(
-        "dead_letter", description="`dead_letter` (nothing is lost without a word: a "
+        default="dead_letter", description="`dead_letter` (nothing is lost without a word: a "
         "misspelt handler's events wait in the dead letters) or `skip` (counted per event "
         "type, logged once per type, the offset moves on; for a topic shared by many event "
         "types)")
     ignore: Annotated[tuple[str, ...], NoDecode] = Field(
-        (), description="event types skipped even with `policy=dead_letter`, as fnmatch "
+        default=(), description="event types skipped even with `policy=dead_letter`, as fnmatch "
         "patterns (`order.internal.*`); several separated by commas or spaces, or a JSON "
         "list in the variable")
+
+    if TYPE_CHECKING:  # a type checker's view: the patterns may be a list or one string
+        def __init__(self, *, policy: Literal["dead_letter", "skip"] = ...,
+                     ignore: str | Sequence[str] = ...) -> None: ...
 
     @field_validator("ignore", mode="before")
     @classmethod

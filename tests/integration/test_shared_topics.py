@@ -151,7 +151,7 @@ def test_a_pattern_matching_a_handled_type_or_an_unknown_mode_is_refused() -> No
         Consumer(name="inventory", handlers=[registry(HANDLED)], topics=["orders"],
                  unhandled=Unhandled(ignore=["order.pa*"]))
     with pytest.raises(ConfigurationError, match=r"Unhandled\.policy must be 'dead_letter' or"):
-        Unhandled(policy="drop")
+        Unhandled(policy="drop")  # type: ignore[arg-type]
 
 
 @handler("order.created")

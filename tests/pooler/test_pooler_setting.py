@@ -78,7 +78,7 @@ def test_the_consumer_takes_the_setting_and_refuses_an_unknown_mode(
     consumer = Consumer(name="c", handlers=[charge], topics=["t"], postgres=settings.postgres)
     assert consumer.postgres_pooler == "transaction"
     with pytest.raises(ConfigurationError, match=r"Postgres\.pooler must be 'none', 'session'"):
-        Postgres(pooler="statement")
+        Postgres(pooler="statement")  # type: ignore[arg-type]
     assert RelaySettings().postgres.pooler == "transaction"
 
 

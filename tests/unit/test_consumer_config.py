@@ -75,7 +75,7 @@ def test_bad_configuration_is_refused(overrides: dict[str, Any], message: str) -
     (lambda: Limits(concurrency=0), r"Limits\.concurrency must be at least 1, not 0"),
     (lambda: Timeouts(shutdown=0), r"Timeouts\.shutdown must be greater than 0"),
     (lambda: Timeouts(handler=float("nan")), r"Timeouts\.handler must be a finite number"),
-    (lambda: Postgres(pooler="pgpool"),
+    (lambda: Postgres(pooler="pgpool"),  # type: ignore[arg-type]
      r"Postgres\.pooler must be 'none', 'session' or 'transaction', not 'pgpool'"),
 ])
 def test_a_bad_option_is_refused_by_its_group(group: Callable[[], object],

@@ -21,17 +21,18 @@ DSN = f"postgresql://app:{SECRET}@db.internal:5432/orders"
 BAD: list[tuple[Callable[[], object], str]] = [
     (lambda: Postgres(schema="Bad-Name"), "Postgres.schema: invalid schema name 'Bad-Name': "
      "use 1-63 characters of a-z, 0-9 and _, starting with a letter or _"),
-    (lambda: Postgres(pooler="statement"),
+    (lambda: Postgres(pooler="statement"),  # type: ignore[arg-type]
      "Postgres.pooler must be 'none', 'session' or 'transaction', not 'statement'"),
-    (lambda: Kafka(options=[1]), "Kafka.options must be a valid dictionary"),
-    (lambda: Kafka(security_protocol="TLS"),
+    (lambda: Kafka(options=[1]),  # type: ignore[arg-type]
+     "Kafka.options must be a valid dictionary"),
+    (lambda: Kafka(security_protocol="TLS"),  # type: ignore[arg-type]
      "Kafka.security_protocol must be 'PLAINTEXT', 'SSL', 'SASL_PLAINTEXT' or 'SASL_SSL', "
      "not 'TLS'"),
     (lambda: Limits(max_batch=0), "Limits.max_batch must be at least 1, not 0"),
     (lambda: Timeouts(shutdown=-1), "Timeouts.shutdown must be greater than 0.0, not -1"),
     (lambda: Stall(max_delay=float("inf")), "Stall.max_delay must be a finite number, not inf"),
     (lambda: Metrics(port=70000), "Metrics.port must be at most 65535, not 70000"),
-    (lambda: Unhandled(policy="drop"),
+    (lambda: Unhandled(policy="drop"),  # type: ignore[arg-type]
      "Unhandled.policy must be 'dead_letter' or 'skip', not 'drop'"),
     (lambda: Limits(max_batchh=3),  # type: ignore[call-arg]
      "Limits has no field 'max_batchh' (its fields: concurrency, max_batch, max_in_flight, "
@@ -59,10 +60,11 @@ def test_every_group_refuses_a_bad_value() -> None:
 
 
 @pytest.mark.parametrize("build", [
-    lambda: Postgres(dsn=[DSN]),
-    lambda: Postgres(listen_dsn={"dsn": DSN}),
-    lambda: Kafka(sasl_plain_password=[SECRET]),
-    lambda: Kafka(options=f"password={SECRET}"),  # short enough to be shown whole
+    lambda: Postgres(dsn=[DSN]),  # type: ignore[arg-type]
+    lambda: Postgres(listen_dsn={"dsn": DSN}),  # type: ignore[arg-type]
+    lambda: Kafka(sasl_plain_password=[SECRET]),  # type: ignore[arg-type]
+    # short enough to be shown whole
+    lambda: Kafka(options=f"password={SECRET}"),  # type: ignore[arg-type]
     lambda: Postgres(dsn=None).model_copy(update={"dsn": [DSN]}),
 ])
 def test_a_refused_secret_is_never_printed(build: Callable[[], object]) -> None:

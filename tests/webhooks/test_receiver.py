@@ -345,7 +345,7 @@ DSN = "postgresql://x/y"
      r"Timeouts\.handler must be greater than 0"),
     (lambda: {"postgres": Postgres(dsn=DSN, schema="Bad-Schema")},
      r"Postgres\.schema: invalid schema name"),
-    (lambda: {"postgres": Postgres(dsn=DSN, pooler="statement")},
+    (lambda: {"postgres": Postgres(dsn=DSN, pooler="statement")},  # type: ignore[arg-type]
      r"Postgres\.pooler must be 'none', 'session' or 'transaction'"),
     (lambda: {"postgres": Postgres(dsn=DSN), "tolerance": 0}, "tolerance must be positive"),
     (lambda: {"postgres": {"dsn": DSN}}, r"postgres= takes a Postgres\(\.\.\.\), not dict"),
