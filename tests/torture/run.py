@@ -187,10 +187,10 @@ async def _read_topic(bootstrap: str, wanted: int,
     reader = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
                               enable_auto_commit=False, isolation_level=isolation)
     await reader.start()
-    await assign_from_zero(reader, [TOPIC])
     read: list[tuple[int, int, str]] = []
     ids: set[str] = set()
     try:
+        await assign_from_zero(reader, [TOPIC])
         deadline = time.monotonic() + 60
         quiet = 0
         while quiet < 8 and time.monotonic() < deadline:
