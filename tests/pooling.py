@@ -14,18 +14,12 @@ import os
 
 import pytest
 
-from consumerkit.shared.pooler import POOLERS, Pooler
+from consumerkit.shared.pooler import Pooler
+
+from .harness.pgbouncer import check_pooler
 
 POOLER_ENV = "CONSUMERKIT_TEST_POSTGRES_POOLER"
 DIRECT_ENV = "CONSUMERKIT_TEST_DIRECT_POSTGRES_DSN"
-
-
-def check_pooler(value: str) -> Pooler:
-    """``value`` when it names a pooler mode (a test process's ``--pooler``); else
-    :class:`ValueError` naming the modes."""
-    if value not in POOLERS:
-        raise ValueError(f"pooler must be one of {', '.join(POOLERS)}, not {value!r}")
-    return value  # type: ignore[return-value]  # checked just above
 
 
 def _pooler() -> Pooler:

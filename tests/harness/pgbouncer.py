@@ -26,9 +26,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from consumerkit.shared.pooler import POOLERS, Pooler
 from consumerkit.testing._common import free_port
 
 from .kafka_jars import MissingToolError
+
+
+def check_pooler(value: str) -> Pooler:
+    """``value`` when it names a pooler mode (a test process's ``--pooler``); else
+    :class:`ValueError` naming the modes."""
+    if value not in POOLERS:
+        raise ValueError(f"pooler must be one of {', '.join(POOLERS)}, not {value!r}")
+    return value  # type: ignore[return-value]  # checked just above
+
 
 START_TIMEOUT = 30.0
 

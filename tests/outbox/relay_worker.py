@@ -9,7 +9,7 @@ import logging
 from consumerkit import Postgres
 from consumerkit.outbox import KafkaSink, Relay
 from consumerkit.shared.pooler import POOLERS
-from tests.pooling import check_pooler
+from tests.harness.pgbouncer import check_pooler
 
 from ..brokers import PRODUCER_OPTIONS
 

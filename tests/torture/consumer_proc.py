@@ -13,7 +13,7 @@ from consumerkit import Consumer, Kafka, Limits, Postgres, RetryPolicy, Timeouts
 from consumerkit.dedup.redis import RedisDedupCache
 from consumerkit.shared.pooler import POOLERS
 from consumerkit.transport import kafka as kafka_transport
-from tests.pooling import check_pooler
+from tests.harness.pgbouncer import check_pooler
 
 from .ledger import make_batch_handler, make_handler
 

@@ -21,7 +21,7 @@ import asyncpg
 from consumerkit.outbox import NewEvent, Outbox
 from consumerkit.shared.identifiers import identifier
 from consumerkit.shared.pooler import POOLERS, Pooler, connect
-from tests.pooling import check_pooler
+from tests.harness.pgbouncer import check_pooler
 
 from .ledger import EVENT_TYPE
 
